@@ -1,0 +1,253 @@
+"""The on-disk layout of a storage (see docs/format.md).
+
+A storage is a directory::
+
+    guideloom.json            header: layout version, kind, format, dtype
+    shards/<12-digit id>.shard  one immutable file per committed shard
+    incomplete/               writers' files in progress (ignored by readers)
+
+A shard file is ``data | padding to 8 bytes | offsets | footer``: the records'
+bytes (or tokens) back to back, ``record_count + 1`` little-endian uint64
+offsets in elements of the data, and a fixed 64-byte footer with counts and
+CRC-32 checksums. Shards appear only by an atomic hard link of a fully written
+and fsynced file, so a reader never sees a partial shard.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import mmap
+import os
+import re
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from guideloom._errors import CorruptStorageError, FormatMismatchError, StorageNotFoundError
+
+LAYOUT_VERSION = 1
+HEADER_NAME = "guideloom.json"
+SHARDS_DIR = "shards"
+INCOMPLETE_DIR = "incomplete"
+SHARD_SUFFIX = ".shard"
+MAX_SHARD_ID = 10**12 - 1
+MAX_HEADER_BYTES = 64 * 1024
+
+FOOTER = struct.Struct("<8sIIQQQIIII8x")
+FOOTER_MAGIC = b"GLOOMSH1"
+_SHARD_NAME = re.compile(r"^(\d{12})\.shard$")
+
+KINDS = ("documents", "tokens")
+TOKEN_DTYPES = ("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64")
+
+
+@dataclass(frozen=True)
+class StorageHeader:
+    """What a storage holds: its kind, the format identity or the token dtype."""
+
+    kind: str
+    format: str | None = None
+    dtype: str | None = None
+    layout_version: int = LAYOUT_VERSION
+
+    def to_json(self) -> bytes:
+        fields: dict[str, Any] = {"layout_version": self.layout_version, "kind": self.kind}
+        if self.format is not None:
+            fields["format"] = self.format
+        if self.dtype is not None:
+            fields["dtype"] = self.dtype
+        return json.dumps(fields, sort_keys=True).encode() + b"\n"
+
+    @property
+    def checksum(self) -> int:
+        """Ties every shard to the header it was written under."""
+        return zlib.crc32(self.to_json())
+
+    @property
+    def element_size(self) -> int:
+        return 1 if self.dtype is None else np.dtype(self.dtype).itemsize
+
+    def describe(self) -> str:
+        return f"{self.kind} with format {self.format!r}" if self.dtype is None else f"tokens of {self.dtype}"
+
+
+def shard_file_name(shard: int) -> str:
+    return f"{shard:012d}{SHARD_SUFFIX}"
+
+
+def check_shard_id(shard: object) -> int:
+    """Validate a caller's shard id: a non-negative int below 10**12."""
+    if isinstance(shard, bool) or not isinstance(shard, int | np.integer):
+        raise TypeError(f"shard must be a non-negative int, got {type(shard).__name__}")
+    shard = int(shard)
+    if not 0 <= shard <= MAX_SHARD_ID:
+        raise ValueError(f"shard must be between 0 and {MAX_SHARD_ID}, got {shard}")
+    return shard
+
+
+def read_header(path: Path) -> StorageHeader:
+    """Read and validate ``guideloom.json``; a missing one is StorageNotFoundError."""
+    header_path = path / HEADER_NAME
+    if not path.is_dir():
+        raise StorageNotFoundError(f"no storage at {path}: the directory does not exist")
+    try:
+        with open(header_path, "rb") as file:
+            raw = file.read(MAX_HEADER_BYTES + 1)
+    except FileNotFoundError:
+        raise StorageNotFoundError(f"no storage at {path}: {HEADER_NAME} is missing") from None
+    if len(raw) > MAX_HEADER_BYTES:
+        raise CorruptStorageError(f"{header_path} is larger than {MAX_HEADER_BYTES} bytes")
+    try:
+        fields = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise CorruptStorageError(f"{header_path} is not valid JSON: {error}") from None
+    if not isinstance(fields, dict):
+        raise CorruptStorageError(f"{header_path} does not hold a JSON object")
+    version = fields.get("layout_version")
+    if version != LAYOUT_VERSION:
+        raise FormatMismatchError(
+            f"{header_path} has layout version {version!r}; this guideloom reads version {LAYOUT_VERSION}"
+        )
+    kind, document_format, dtype = fields.get("kind"), fields.get("format"), fields.get("dtype")
+    if kind == "documents" and isinstance(document_format, str) and dtype is None:
+        return StorageHeader(kind, format=document_format)
+    if kind == "tokens" and dtype in TOKEN_DTYPES and document_format is None:
+        return StorageHeader(kind, dtype=dtype)
+    raise CorruptStorageError(f"{header_path} describes no valid storage: {fields!r}")
+
+
+def fsync_directory(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def publish(temporary: Path, final: Path) -> bool:
+    """Atomically make ``temporary`` visible as ``final`` unless it exists; True if we won."""
+    try:
+        os.link(temporary, final)
+    except FileExistsError:
+        return False
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+    fsync_directory(final.parent)
+    return True
+
+
+def committed_shard_ids(path: Path) -> list[int]:
+    """Ids of the committed shards, ascending; names that are not shard names are ignored."""
+    try:
+        names = os.listdir(path / SHARDS_DIR)
+    except FileNotFoundError:
+        return []
+    return sorted(int(match.group(1)) for name in names if (match := _SHARD_NAME.match(name)))
+
+
+def pack_footer(
+    shard: int, record_count: int, data_size: int, data_crc: int, index_crc: int, header: StorageHeader
+) -> bytes:
+    body = FOOTER.pack(
+        FOOTER_MAGIC,
+        LAYOUT_VERSION,
+        0,
+        shard,
+        record_count,
+        data_size,
+        data_crc,
+        index_crc,
+        header.checksum,
+        0,
+    )
+    footer_crc = zlib.crc32(body[: FOOTER.size - 12])
+    return body[: FOOTER.size - 12] + struct.pack("<I", footer_crc) + bytes(8)
+
+
+def padded(size: int) -> int:
+    return (size + 7) // 8 * 8
+
+
+class ShardFile:
+    """One committed shard, mapped read-only; validated structurally on open."""
+
+    def __init__(self, storage_path: Path, shard: int, header: StorageHeader) -> None:
+        self.id = shard
+        self.path = storage_path / SHARDS_DIR / shard_file_name(shard)
+        try:
+            descriptor = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            raise CorruptStorageError(f"shard {shard} vanished: {self.path} is missing") from None
+        except OSError as error:
+            raise CorruptStorageError(f"shard {shard} cannot be opened ({self.path}): {error}") from None
+        try:
+            size = os.fstat(descriptor).st_size
+            if size < FOOTER.size:
+                raise CorruptStorageError(f"shard {shard} is truncated: {self.path} has only {size} bytes")
+            self._mapping: mmap.mmap | None = mmap.mmap(descriptor, size, access=mmap.ACCESS_READ)
+        finally:
+            os.close(descriptor)
+        footer = self._mapping[size - FOOTER.size :]
+        (magic, version, _flags, footer_shard, record_count, data_size, data_crc, index_crc, header_crc, footer_crc) = (
+            FOOTER.unpack(footer)
+        )
+        if magic != FOOTER_MAGIC or zlib.crc32(footer[: FOOTER.size - 12]) != footer_crc:
+            self.close()
+            raise CorruptStorageError(f"shard {shard} has a damaged footer ({self.path}); is it truncated?")
+        if version != LAYOUT_VERSION:
+            self.close()
+            raise FormatMismatchError(f"shard {shard} has layout version {version}, expected {LAYOUT_VERSION}")
+        if header_crc != header.checksum:
+            self.close()
+            raise FormatMismatchError(f"shard {shard} was written for another storage header ({self.path})")
+        expected = padded(data_size) + 8 * (record_count + 1) + FOOTER.size
+        if footer_shard != shard or expected != size or data_size % header.element_size:
+            self.close()
+            raise CorruptStorageError(f"shard {shard} has inconsistent sizes ({self.path}): file truncated?")
+        self.record_count = int(record_count)
+        self.data_size = int(data_size)
+        self.data_crc = int(data_crc)
+        self.index_crc = int(index_crc)
+        self.element_count = self.data_size // header.element_size
+        self.view = memoryview(self._mapping)
+        self.offsets = np.frombuffer(self._mapping, "<u8", self.record_count + 1, padded(data_size))
+
+    def record_bounds(self, record: int) -> tuple[int, int]:
+        """Element offsets of a record, checked so a damaged index can never read out of bounds."""
+        start, stop = int(self.offsets[record]), int(self.offsets[record + 1])
+        if not start <= stop <= self.element_count:
+            raise CorruptStorageError(
+                f"shard {self.id} has a damaged index at record {record} ({self.path}): run verify"
+            )
+        return start, stop
+
+    def verify(self) -> str | None:
+        """Recompute the checksums; the problem found, or None."""
+        data_crc = zlib.crc32(self.view[: self.data_size])
+        if data_crc != self.data_crc:
+            return f"shard {self.id}: data checksum mismatch ({self.path})"
+        index_start = padded(self.data_size)
+        if zlib.crc32(self.view[index_start : index_start + 8 * (self.record_count + 1)]) != self.index_crc:
+            return f"shard {self.id}: index checksum mismatch ({self.path})"
+        offsets = self.offsets
+        if offsets[0] != 0 or offsets[-1] != self.element_count or bool(np.any(offsets[1:] < offsets[:-1])):
+            return f"shard {self.id}: index offsets are not consistent ({self.path})"
+        return None
+
+    def close(self) -> None:
+        """Release the mapping; if the user still holds views into it, it goes when they do."""
+        self.offsets = np.empty(0, "<u8")
+        view, self.view = getattr(self, "view", None), memoryview(b"")
+        mapping, self._mapping = self._mapping, None
+        if view is not None:
+            with contextlib.suppress(BufferError):
+                view.release()
+        if mapping is not None:
+            with contextlib.suppress(BufferError):
+                mapping.close()

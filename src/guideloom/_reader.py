@@ -1,0 +1,222 @@
+"""Readers: a snapshot of the committed shards, mapped, with global record indices.
+
+Global index ``i`` runs over shards in ascending id, records in append order.
+Reads are zero-copy: documents get a read-only ``memoryview`` into the mapped
+file, tokens a read-only NumPy view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+
+from guideloom._layout import ShardFile, StorageHeader, committed_shard_ids
+
+Out = TypeVar("Out")
+R = TypeVar("R", bound="_Reader[Any]")
+
+
+def check_index(index: object, length: int, what: str = "index") -> int:
+    """Validate a global index: an int in [0, length)."""
+    if isinstance(index, bool) or not isinstance(index, int | np.integer):
+        raise TypeError(f"{what} must be an int, got {type(index).__name__}")
+    if not 0 <= index < length:
+        raise IndexError(f"{what} {index} is out of range for a storage of {length} records")
+    return int(index)
+
+
+class _Reader(Generic[Out]):
+    """The shards committed when the reader was opened, and their record counts."""
+
+    def __init__(self, path: Path, header: StorageHeader) -> None:
+        self.path = path
+        self.header = header
+        self.shards: list[ShardFile] = []
+        try:
+            for shard in committed_shard_ids(path):
+                self.shards.append(ShardFile(path, shard, header))
+        except BaseException:
+            self.close()
+            raise
+        counts = [shard.record_count for shard in self.shards]
+        self.record_starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
+        self._closed = False
+
+    def __len__(self) -> int:
+        return int(self.record_starts[-1])
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """Position (in ``shards``) of the shard holding global record ``index``, and the record in it."""
+        index = check_index(index, len(self))
+        position = int(np.searchsorted(self.record_starts, index, side="right")) - 1
+        return position, index - int(self.record_starts[position])
+
+    def read(self, index: int) -> Out:
+        raise NotImplementedError
+
+    @property
+    def fingerprint(self) -> str:
+        """Identifies the exact contents: shard ids, counts and checksums (footers only, O(shards))."""
+        crc = zlib.crc32(self.header.to_json())
+        for shard in self.shards:
+            crc = zlib.crc32(np.array([shard.id, shard.record_count, shard.data_crc], "<u8").tobytes(), crc)
+        return f"{crc:08x}-{len(self.shards)}-{len(self)}"
+
+    def verify(self, progress: Callable[[int], None] | None = None) -> list[str]:
+        """Check every shard's checksums; the problems found, each naming its shard."""
+        problems = []
+        for shard in self.shards:
+            problem = shard.verify()
+            if problem is not None:
+                problems.append(problem)
+            if progress is not None:
+                progress(shard.data_size)
+        return problems
+
+    def __iter__(self) -> Iterator[Out]:
+        for index in range(len(self)):
+            yield self.read(index)
+
+    def close(self) -> None:
+        """Release every mapping (a mapping a decoded view still uses goes when the view does)."""
+        for shard in self.shards:
+            shard.close()
+        self.shards = []
+        self._closed = True
+
+    def __enter__(self: R) -> R:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("this reader is closed")
+
+
+class DocumentReader(_Reader[Out]):
+    """Decoded records of a DocumentStorage."""
+
+    def __init__(self, path: Path, header: StorageHeader, unpack: Callable[[memoryview, int], Out]) -> None:
+        super().__init__(path, header)
+        self._unpack = unpack
+
+    def read_encoded(self, index: int) -> tuple[memoryview, int]:
+        """The record's bytes (a read-only view into the mapping) and its shard id."""
+        self._check_open()
+        position, record = self.locate(index)
+        shard = self.shards[position]
+        start, stop = shard.record_bounds(record)
+        return shard.view[start:stop], shard.id
+
+    def read(self, index: int) -> Out:
+        """Decode record ``index``."""
+        encoded, shard = self.read_encoded(index)
+        return self._unpack(encoded, shard)
+
+
+class TokenReader(_Reader[np.ndarray]):
+    """Documents of a TokenStorage and the concatenated token stream."""
+
+    def __init__(self, path: Path, header: StorageHeader) -> None:
+        super().__init__(path, header)
+        assert header.dtype is not None
+        self.dtype = np.dtype(header.dtype).newbyteorder("<")
+        self._tokens = [np.frombuffer(shard.view, self.dtype, shard.element_count) for shard in self.shards]
+        counts = [shard.element_count for shard in self.shards]
+        self.token_starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
+
+    @property
+    def token_count(self) -> int:
+        """Tokens in the whole stream."""
+        return int(self.token_starts[-1])
+
+    def window_count(self, sequence_length: int) -> int:
+        """Whole windows of ``sequence_length`` tokens in the stream (the shorter tail is not served)."""
+        return self.token_count // sequence_length
+
+    def read(self, index: int) -> np.ndarray:
+        """Document ``index``'s tokens: a read-only view into the mapping."""
+        self._check_open()
+        position, record = self.locate(index)
+        start, stop = self.shards[position].record_bounds(record)
+        return self._tokens[position][start:stop]
+
+    def read_tokens(self, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Tokens ``stream[start:stop]``, copied into ``out`` (cast to its dtype) or a new array."""
+        self._check_open()
+        if not 0 <= start <= stop <= self.token_count:
+            raise IndexError(f"token range [{start}, {stop}) is outside a stream of {self.token_count} tokens")
+        if out is None:
+            out = np.empty(stop - start, self.dtype)
+        position = int(np.searchsorted(self.token_starts, start, side="right")) - 1
+        written = 0
+        while start + written < stop:
+            shard_start = int(self.token_starts[position])
+            begin = start + written - shard_start
+            take = min(stop - start - written, int(self.token_starts[position + 1]) - shard_start - begin)
+            out[written : written + take] = self._tokens[position][begin : begin + take]
+            written += take
+            position += 1
+        return out
+
+    def document_starts(self, start: int, stop: int) -> np.ndarray:
+        """Stream positions in [start, stop) where a document begins (int64)."""
+        found = []
+        for position, shard in enumerate(self.shards):
+            base = int(self.token_starts[position])
+            if base >= stop or base + shard.element_count <= start:
+                continue
+            offsets = shard.offsets[:-1].astype(np.int64) + base
+            found.append(offsets[(offsets >= start) & (offsets < stop)])
+        return np.concatenate(found) if found else np.empty(0, np.int64)
+
+    def close(self) -> None:
+        self._tokens = []
+        super().close()
+
+
+class AsyncReader(Generic[Out]):
+    """The reader for event loops: ``await reader.read(i)``, ``len(reader)``, ``async for``."""
+
+    def __init__(self, opener: Callable[[], _Reader[Out]]) -> None:
+        self._opener = opener
+        self._reader: _Reader[Out] | None = None
+
+    def _sync(self) -> _Reader[Out]:
+        if self._reader is None:
+            raise ValueError("use the async reader inside 'async with'")
+        return self._reader
+
+    def __len__(self) -> int:
+        return len(self._sync())
+
+    async def read(self, index: int) -> Out:
+        return await asyncio.to_thread(self._sync().read, index)
+
+    async def __aiter__(self) -> AsyncIterator[Out]:
+        for index in range(len(self)):
+            yield await self.read(index)
+
+    async def verify(self) -> list[str]:
+        return await asyncio.to_thread(self._sync().verify)
+
+    async def __aenter__(self) -> AsyncReader[Out]:
+        self._reader = await asyncio.to_thread(self._opener)
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None

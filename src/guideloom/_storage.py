@@ -1,0 +1,234 @@
+"""The two storages users create: DocumentStorage (whole records) and TokenStorage (token streams)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+
+from guideloom._errors import FormatMismatchError, StorageNotFoundError
+from guideloom._formats import DocumentStorageFormat, format_identity
+from guideloom._layout import (
+    HEADER_NAME,
+    INCOMPLETE_DIR,
+    SHARDS_DIR,
+    TOKEN_DTYPES,
+    StorageHeader,
+    fsync_directory,
+    publish,
+    read_header,
+)
+from guideloom._reader import AsyncReader, DocumentReader, TokenReader, _Reader
+from guideloom._writer import AsyncWriter, SyncWriter
+
+In = TypeVar("In")
+Out = TypeVar("Out")
+
+
+def _as_path(path: object) -> Path:
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+    return Path(path)
+
+
+class _Storage:
+    """What both storages share: the directory, its header, verification and clean-up."""
+
+    path: Path
+
+    def _expected_header(self) -> StorageHeader:
+        raise NotImplementedError
+
+    def _existing_header(self) -> StorageHeader | None:
+        """The header on disk (checked against ours), or None for a storage not yet written."""
+        try:
+            found = read_header(self.path)
+        except StorageNotFoundError:
+            return None
+        expected = self._expected_header()
+        if found != expected:
+            raise FormatMismatchError(
+                f"the storage at {self.path} holds {found.describe()}, but was opened as {expected.describe()}"
+            )
+        return found
+
+    def _create(self) -> StorageHeader:
+        """Create the directory and header if needed; safe when writers race to do it."""
+        header = self._expected_header()
+        for directory in (self.path, self.path / SHARDS_DIR, self.path / INCOMPLETE_DIR):
+            directory.mkdir(parents=True, exist_ok=True)
+        if self._existing_header() is None:
+            temporary = self.path / INCOMPLETE_DIR / f"{HEADER_NAME}.{uuid.uuid4().hex}"
+            with open(temporary, "xb") as file:
+                file.write(header.to_json())
+                file.flush()
+                os.fsync(file.fileno())
+            if not publish(temporary, self.path / HEADER_NAME):
+                self._existing_header()  # another writer created it first: it must match
+            fsync_directory(self.path.parent)
+        return header
+
+    def _open_reader(self) -> _Reader[Any]:
+        raise NotImplementedError
+
+    def _header_for_reading(self) -> StorageHeader:
+        header = self._existing_header()
+        if header is None:
+            read_header(self.path)  # raises the precise StorageNotFoundError
+            raise AssertionError("unreachable")
+        return header
+
+    def verify(self, progress: Callable[[int], None] | None = None) -> list[str]:
+        """Recompute every committed shard's checksums; an empty list means all is well.
+
+        Each problem names its shard. ``progress`` is called with the bytes checked per shard.
+        """
+        with self._open_reader() as reader:
+            return reader.verify(progress)
+
+    def clean_leftovers(self, older_than: float = 3600.0) -> list[Path]:
+        """Delete files that dead writers left in ``incomplete/``, untouched for ``older_than`` seconds.
+
+        Files of live writers are younger than that as long as they keep appending.
+        """
+        removed = []
+        now = time.time()
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(self.path / INCOMPLETE_DIR):
+                if now - entry.stat(follow_symlinks=False).st_mtime >= older_than:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(entry.path)
+                        removed.append(Path(entry.path))
+        return removed
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self.path)!r})"
+
+
+class DocumentStorage(_Storage, Generic[In, Out]):
+    """Whole records, each encoded by ``format`` and decoded as one sample."""
+
+    def __init__(self, path: str | os.PathLike[str], format: DocumentStorageFormat[In, Out]) -> None:
+        self.path = _as_path(path)
+        if isinstance(format, type):
+            raise TypeError(
+                f"format must be a format instance, got the class {format.__name__}: pass {format.__name__}()"
+            )
+        if not isinstance(format, DocumentStorageFormat):
+            raise TypeError(f"format must be a DocumentStorageFormat, got {type(format).__name__}")
+        self.format = format
+        self._existing_header()
+
+    def _expected_header(self) -> StorageHeader:
+        return StorageHeader("documents", format=format_identity(self.format))
+
+    def _encode(self, data: In) -> tuple[memoryview, int]:
+        encoded = self.format.pack(data)
+        if not isinstance(encoded, bytes | bytearray | memoryview):
+            raise TypeError(f"{type(self.format).__name__}.pack must return bytes, got {type(encoded).__name__}")
+        view = memoryview(encoded).cast("B")
+        return view, view.nbytes
+
+    def sync_writer(self) -> SyncWriter[In]:
+        """A writer; use it as ``with storage.sync_writer() as writer``."""
+        return SyncWriter(self.path, self._create(), self._encode)
+
+    def sync_reader(self) -> DocumentReader[Out]:
+        """A reader of the shards committed now; use it as ``with storage.sync_reader() as reader``."""
+        return DocumentReader(self.path, self._header_for_reading(), self.format.unpack)
+
+    def async_writer(self) -> AsyncWriter[In]:
+        return AsyncWriter(self.sync_writer())
+
+    def async_reader(self) -> AsyncReader[Out]:
+        return AsyncReader(self.sync_reader)
+
+    def _open_reader(self) -> DocumentReader[Out]:
+        return self.sync_reader()
+
+
+TokenInput = Any  # list of ints, a 1-D integer NumPy array or a 1-D integer tensor
+
+
+class TokenStorage(_Storage):
+    """Documents of token ids, concatenated into one stream served as fixed windows."""
+
+    def __init__(self, path: str | os.PathLike[str], dtype: str | np.dtype[Any] | type | None = None) -> None:
+        self.path = _as_path(path)
+        recorded = None
+        with contextlib.suppress(StorageNotFoundError):
+            recorded = read_header(self.path)
+        if recorded is not None and recorded.kind != "tokens":
+            raise FormatMismatchError(f"the storage at {self.path} holds {recorded.describe()}, not tokens")
+        if dtype is None:
+            self.dtype = np.dtype(recorded.dtype if recorded is not None else "uint32")
+        else:
+            try:
+                self.dtype = np.dtype(dtype)
+            except TypeError:
+                raise TypeError(f"dtype must be a NumPy integer dtype, got {dtype!r}") from None
+            if self.dtype.name not in TOKEN_DTYPES:
+                raise ValueError(f"dtype must be one of {', '.join(TOKEN_DTYPES)}, got {self.dtype}")
+        self.dtype = self.dtype.newbyteorder("=")
+        self._limits = np.iinfo(self.dtype)
+        self._existing_header()
+
+    def _expected_header(self) -> StorageHeader:
+        return StorageHeader("tokens", dtype=self.dtype.name)
+
+    def _encode(self, tokens: TokenInput) -> tuple[memoryview, int]:
+        array = _token_array(tokens)
+        if array.size:
+            low, high = int(array.min()), int(array.max())
+            if low < self._limits.min or high > self._limits.max:
+                bad = low if low < self._limits.min else high
+                raise ValueError(f"token id {bad} does not fit the storage dtype {self.dtype}")
+        stored = np.ascontiguousarray(array, dtype=self.dtype.newbyteorder("<"))
+        return memoryview(stored.data).cast("B"), stored.size
+
+    def sync_writer(self) -> SyncWriter[TokenInput]:
+        """A writer; ``writer.append(shard, tokens)`` appends one document's token ids."""
+        return SyncWriter(self.path, self._create(), self._encode)
+
+    def sync_reader(self) -> TokenReader:
+        """A reader of the shards committed now: documents by index and the token stream."""
+        return TokenReader(self.path, self._header_for_reading())
+
+    def async_writer(self) -> AsyncWriter[TokenInput]:
+        return AsyncWriter(self.sync_writer())
+
+    def async_reader(self) -> AsyncReader[np.ndarray]:
+        return AsyncReader(self.sync_reader)
+
+    def _open_reader(self) -> TokenReader:
+        return self.sync_reader()
+
+
+def _token_array(tokens: TokenInput) -> np.ndarray:
+    """One document's token ids as a 1-D integer array, without wrapping or truncating."""
+    if hasattr(tokens, "detach") and hasattr(tokens, "cpu"):
+        tokens = tokens.detach().cpu().numpy()
+    if isinstance(tokens, np.ndarray):
+        array = tokens
+    elif isinstance(tokens, list | tuple | range):
+        try:
+            array = np.asarray(tokens) if len(tokens) else np.empty(0, np.int64)
+        except (OverflowError, ValueError) as error:
+            raise ValueError(f"tokens must be integers: {error}") from None
+    else:
+        raise TypeError(f"tokens must be a list, NumPy array or tensor of ints, got {type(tokens).__name__}")
+    if array.ndim != 1:
+        raise ValueError(f"tokens must be one-dimensional, got shape {array.shape}")
+    if array.dtype.kind not in "iu" and not (array.dtype == object and all(isinstance(t, int) for t in array)):
+        raise TypeError(f"tokens must be integers, got dtype {array.dtype}")
+    if array.dtype == object:
+        if array.size and (min(array) < -(2**63) or max(array) >= 2**64):
+            raise ValueError(f"token id {max(array)} does not fit any token dtype")
+        array = np.asarray(array, dtype=np.int64 if min(array, default=0) < 0 else np.uint64)
+    return array

@@ -1,0 +1,200 @@
+"""Writers: append records to shards, commit each shard atomically.
+
+Each shard being written lives in ``incomplete/`` under a name unique to this
+writer; committing writes offsets and footer, fsyncs, and hard-links the file
+into ``shards/``, which fails if the shard exists, so racing writers of one
+shard cannot both win and a committed shard is never overwritten.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import uuid
+import zlib
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Generic, TypeVar
+
+import numpy as np
+
+from guideloom._errors import ShardExistsError
+from guideloom._layout import (
+    FOOTER,
+    INCOMPLETE_DIR,
+    SHARDS_DIR,
+    StorageHeader,
+    check_shard_id,
+    pack_footer,
+    padded,
+    publish,
+    shard_file_name,
+)
+
+In = TypeVar("In")
+MAX_OPEN_FILES = 64
+
+
+class _ShardInProgress:
+    """One shard being appended to: its file, running checksum and record offsets."""
+
+    def __init__(self, shard: int, path: Path) -> None:
+        self.shard = shard
+        self.path = path
+        self.file: IO[bytes] | None = open(path, "xb")
+        self.offsets: list[int] = [0]
+        self.data_size = 0
+        self.data_crc = 0
+
+    def write(self, payload: memoryview, element_count: int) -> None:
+        if self.file is None:
+            self.file = open(self.path, "ab")
+        self.file.write(payload)
+        self.data_crc = zlib.crc32(payload, self.data_crc)
+        self.data_size += payload.nbytes
+        self.offsets.append(self.offsets[-1] + element_count)
+
+    def suspend(self) -> None:
+        """Close the file to bound open descriptors; it reopens on the next write."""
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+    def finish(self, header: StorageHeader) -> None:
+        """Append offsets and footer, then make the file durable."""
+        if self.file is None:
+            self.file = open(self.path, "ab")
+        index = np.asarray(self.offsets, dtype="<u8").tobytes()
+        footer = pack_footer(
+            self.shard, len(self.offsets) - 1, self.data_size, self.data_crc, zlib.crc32(index), header
+        )
+        assert len(footer) == FOOTER.size
+        self.file.write(bytes(padded(self.data_size) - self.data_size) + index + footer)
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+        self.file = None
+
+    def abort(self) -> None:
+        with contextlib.suppress(OSError):
+            if self.file is not None:
+                self.file.close()
+        self.file = None
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+
+class SyncWriter(Generic[In]):
+    """Appends samples to shards; leaving the ``with`` block commits them all.
+
+    Leaving by an exception commits nothing of this writer. ``commit(shard)``
+    commits one shard early. Several writers may write different shards of
+    one storage at once with no coordination.
+    """
+
+    def __init__(self, path: Path, header: StorageHeader, encode: Callable[[Any], tuple[memoryview, int]]):
+        self._path = path
+        self._header = header
+        self._encode = encode
+        self._token = f"{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:12]}"
+        self._open: OrderedDict[int, _ShardInProgress] = OrderedDict()
+        self._committed: set[int] = set()
+        self._closed = False
+
+    def append(self, shard: int, data: In) -> None:
+        """Append one sample to ``shard`` (created on first use)."""
+        if self._closed:
+            raise ValueError("this writer is closed")
+        shard = check_shard_id(shard)
+        payload, element_count = self._encode(data)
+        self._shard(shard).write(payload, element_count)
+
+    def commit(self, shard: int) -> None:
+        """Commit ``shard`` now: it becomes visible to new readers and immutable."""
+        shard = check_shard_id(shard)
+        in_progress = self._open.pop(shard, None)
+        if in_progress is None:
+            raise ValueError(f"shard {shard} has nothing appended by this writer")
+        try:
+            in_progress.finish(self._header)
+            final = self._path / SHARDS_DIR / shard_file_name(shard)
+            if not publish(in_progress.path, final):
+                raise ShardExistsError(f"shard {shard} was committed by another writer meanwhile ({final})")
+        finally:
+            in_progress.abort()
+        self._committed.add(shard)
+
+    def close(self, commit: bool = True) -> None:
+        """Commit (or, with ``commit=False``, discard) every shard still open."""
+        if self._closed:
+            return
+        self._closed = True
+        first_error: Exception | None = None
+        for shard in list(self._open):
+            if not commit:
+                self._open.pop(shard).abort()
+                continue
+            try:
+                self.commit(shard)
+            except Exception as error:  # commit the others, then report the first failure
+                first_error = first_error or error
+        if first_error is not None:
+            raise first_error
+
+    def _shard(self, shard: int) -> _ShardInProgress:
+        in_progress = self._open.get(shard)
+        if in_progress is not None:
+            self._open.move_to_end(shard)
+            return in_progress
+        final = self._path / SHARDS_DIR / shard_file_name(shard)
+        if shard in self._committed or final.exists():
+            raise ShardExistsError(f"shard {shard} is already committed ({final}); committed shards are immutable")
+        if len(self._open) >= MAX_OPEN_FILES:
+            for candidate in self._open.values():
+                if candidate.file is not None:
+                    candidate.suspend()
+                    break
+        temporary = self._path / INCOMPLETE_DIR / f"{shard_file_name(shard)}.{self._token}"
+        in_progress = _ShardInProgress(shard, temporary)
+        self._open[shard] = in_progress
+        return in_progress
+
+    def __enter__(self) -> SyncWriter[In]:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.close(commit=error is None)
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            self.close(commit=False)
+
+
+class AsyncWriter(Generic[In]):
+    """The writer for event loops: the same operations, awaited (file work runs in a thread)."""
+
+    def __init__(self, writer: SyncWriter[In]) -> None:
+        self._writer = writer
+
+    async def append(self, shard: int, data: In) -> None:
+        await asyncio.to_thread(self._writer.append, shard, data)
+
+    async def commit(self, shard: int) -> None:
+        await asyncio.to_thread(self._writer.commit, shard)
+
+    async def close(self, commit: bool = True) -> None:
+        await asyncio.to_thread(self._writer.close, commit)
+
+    async def __aenter__(self) -> AsyncWriter[In]:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        await self.close(commit=error is None)
