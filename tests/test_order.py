@@ -189,9 +189,7 @@ def test_sample_at_wraps_around() -> None:
         ({"epoch": -1}, ValueError, "epoch"),
     ],
 )
-def test_epoch_order_rejects_bad_arguments(
-    kwargs: dict[str, object], error: type[Exception], name: str
-) -> None:
+def test_epoch_order_rejects_bad_arguments(kwargs: dict[str, object], error: type[Exception], name: str) -> None:
     arguments: dict[str, object] = {"sample_count": 10, "shuffle": True, "seed": 0, "epoch": 0, **kwargs}
     with pytest.raises(error, match=name):
         EpochOrder(**arguments)  # type: ignore[arg-type]
@@ -285,9 +283,7 @@ def test_batch_end(plan: BatchPlan) -> None:
     drop_last=st.booleans(),
     data=st.data(),
 )
-def test_elastic_resume(
-    n: int, sizes: tuple[int, int, int, int], drop_last: bool, data: st.DataObject
-) -> None:
+def test_elastic_resume(n: int, sizes: tuple[int, int, int, int], drop_last: bool, data: st.DataObject) -> None:
     local1, world1, local2, world2 = sizes
     first = BatchPlan(n, local1, world1, drop_last)
     k = data.draw(st.integers(0, first.batch_count))
@@ -319,9 +315,7 @@ def test_elastic_resume(
         ((10, 1.0, 1, False), TypeError, "local_batch_size"),
     ],
 )
-def test_batch_plan_rejects_bad_arguments(
-    args: tuple[object, ...], error: type[Exception], name: str
-) -> None:
+def test_batch_plan_rejects_bad_arguments(args: tuple[object, ...], error: type[Exception], name: str) -> None:
     with pytest.raises(error, match=name):
         BatchPlan(*args)  # type: ignore[arg-type]
 
