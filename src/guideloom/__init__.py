@@ -9,6 +9,7 @@ from guideloom._errors import (
     StorageNotFoundError,
 )
 from guideloom._formats import DocumentJsonFormat, DocumentMsgpackFormat, DocumentPickleFormat
+from guideloom._loader import StatefulDataLoader
 from guideloom._storage import DocumentStorage, TokenStorage
 
 __version__ = "0.1.0"
@@ -23,6 +24,7 @@ __all__ = [
     "GuideloomError",
     "ShardExistsError",
     "StateMismatchError",
+    "StatefulDataLoader",
     "StorageNotFoundError",
     "TokenStorage",
 ]

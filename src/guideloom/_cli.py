@@ -23,8 +23,8 @@ class _AnyFormatStorage(_Storage):
     def _expected_header(self) -> StorageHeader:
         return self.header
 
-    def _open_reader(self) -> _Reader[object]:
-        return _Reader(self.path, self.header)
+    def _open_reader(self, shard_ids: list[int] | None = None) -> _Reader[object]:
+        return _Reader(self.path, self.header, shard_ids)
 
 
 def _open(path: str) -> _AnyFormatStorage:

@@ -34,12 +34,12 @@ def check_index(index: object, length: int, what: str = "index") -> int:
 class _Reader(Generic[Out]):
     """The shards committed when the reader was opened, and their record counts."""
 
-    def __init__(self, path: Path, header: StorageHeader) -> None:
+    def __init__(self, path: Path, header: StorageHeader, shard_ids: list[int] | None = None) -> None:
         self.path = path
         self.header = header
         self.shards: list[ShardFile] = []
         try:
-            for shard in committed_shard_ids(path):
+            for shard in committed_shard_ids(path) if shard_ids is None else shard_ids:
                 self.shards.append(ShardFile(path, shard, header))
         except BaseException:
             self.close()
@@ -106,8 +106,14 @@ class _Reader(Generic[Out]):
 class DocumentReader(_Reader[Out]):
     """Decoded records of a DocumentStorage."""
 
-    def __init__(self, path: Path, header: StorageHeader, unpack: Callable[[memoryview, int], Out]) -> None:
-        super().__init__(path, header)
+    def __init__(
+        self,
+        path: Path,
+        header: StorageHeader,
+        unpack: Callable[[memoryview, int], Out],
+        shard_ids: list[int] | None = None,
+    ) -> None:
+        super().__init__(path, header, shard_ids)
         self._unpack = unpack
 
     def read_encoded(self, index: int) -> tuple[memoryview, int]:
@@ -127,8 +133,8 @@ class DocumentReader(_Reader[Out]):
 class TokenReader(_Reader[np.ndarray]):
     """Documents of a TokenStorage and the concatenated token stream."""
 
-    def __init__(self, path: Path, header: StorageHeader) -> None:
-        super().__init__(path, header)
+    def __init__(self, path: Path, header: StorageHeader, shard_ids: list[int] | None = None) -> None:
+        super().__init__(path, header, shard_ids)
         assert header.dtype is not None
         self.dtype = np.dtype(header.dtype).newbyteorder("<")
         self._tokens = [np.frombuffer(shard.view, self.dtype, shard.element_count) for shard in self.shards]

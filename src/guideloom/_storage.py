@@ -74,7 +74,8 @@ class _Storage:
             fsync_directory(self.path.parent)
         return header
 
-    def _open_reader(self) -> _Reader[Any]:
+    def _open_reader(self, shard_ids: list[int] | None = None) -> _Reader[Any]:
+        """A reader of the given shards (a loader's pinned snapshot), or of all committed now."""
         raise NotImplementedError
 
     def _header_for_reading(self) -> StorageHeader:
@@ -141,7 +142,7 @@ class DocumentStorage(_Storage, Generic[In, Out]):
 
     def sync_reader(self) -> DocumentReader[Out]:
         """A reader of the shards committed now; use it as ``with storage.sync_reader() as reader``."""
-        return DocumentReader(self.path, self._header_for_reading(), self.format.unpack)
+        return self._open_reader()
 
     def async_writer(self) -> AsyncWriter[In]:
         return AsyncWriter(self.sync_writer())
@@ -149,8 +150,8 @@ class DocumentStorage(_Storage, Generic[In, Out]):
     def async_reader(self) -> AsyncReader[Out]:
         return AsyncReader(self.sync_reader)
 
-    def _open_reader(self) -> DocumentReader[Out]:
-        return self.sync_reader()
+    def _open_reader(self, shard_ids: list[int] | None = None) -> DocumentReader[Out]:
+        return DocumentReader(self.path, self._header_for_reading(), self.format.unpack, shard_ids)
 
 
 TokenInput = Any  # list of ints, a 1-D integer NumPy array or a 1-D integer tensor
@@ -198,7 +199,7 @@ class TokenStorage(_Storage):
 
     def sync_reader(self) -> TokenReader:
         """A reader of the shards committed now: documents by index and the token stream."""
-        return TokenReader(self.path, self._header_for_reading())
+        return self._open_reader()
 
     def async_writer(self) -> AsyncWriter[TokenInput]:
         return AsyncWriter(self.sync_writer())
@@ -206,8 +207,8 @@ class TokenStorage(_Storage):
     def async_reader(self) -> AsyncReader[np.ndarray]:
         return AsyncReader(self.sync_reader)
 
-    def _open_reader(self) -> TokenReader:
-        return self.sync_reader()
+    def _open_reader(self, shard_ids: list[int] | None = None) -> TokenReader:
+        return TokenReader(self.path, self._header_for_reading(), shard_ids)
 
 
 def _token_array(tokens: TokenInput) -> np.ndarray:

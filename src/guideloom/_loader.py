@@ -1,0 +1,318 @@
+"""StatefulDataLoader: deterministic, distributed, exactly resumable batches from a storage.
+
+The loader's whole state is (epoch, position): ``position`` counts the epoch's
+positions consumed by all ranks together. Which samples a batch holds is a pure
+function of that state and the configuration (see ``_order``), so a state dict
+is a few integers, resuming costs O(1), and worker processes only ever change
+where the work runs, never what a batch holds.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed
+import torch.utils.data
+
+from guideloom._errors import StateMismatchError
+from guideloom._order import BatchPlan, EpochOrder
+from guideloom._samples import Batcher, SampleSource, make_source
+
+STATE_VERSION = 1
+
+
+def _positive_int(name: str, value: object, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _resolve_ranks(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """Explicit values, else an initialised torch.distributed group, else RANK/WORLD_SIZE, else 0/1."""
+    if rank is None and world_size is None:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            return torch.distributed.get_rank(), torch.distributed.get_world_size()
+        try:
+            rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+        except ValueError:
+            raise ValueError("the RANK and WORLD_SIZE environment variables must be integers") from None
+    elif rank is None or world_size is None:
+        raise ValueError("rank and world_size must be given together (or both omitted)")
+    world_size = _positive_int("world_size", world_size)
+    rank = _positive_int("rank", rank, minimum=0)
+    if rank >= world_size:
+        raise ValueError(f"rank must be < world_size ({world_size}), got {rank}")
+    return rank, world_size
+
+
+def move_to_device(batch: Any, device: torch.device) -> Any:
+    """Every tensor in ``batch`` (nested in dicts, lists, tuples) moved to ``device``."""
+    if isinstance(batch, torch.Tensor):
+        if device.type == "cuda":
+            pinned = batch if batch.is_pinned() else batch.pin_memory()
+            return pinned.to(device, non_blocking=True)
+        return batch.to(device)
+    if isinstance(batch, dict):
+        return type(batch)({key: move_to_device(value, device) for key, value in batch.items()})
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
+        return type(batch)(*(move_to_device(value, device) for value in batch))
+    if isinstance(batch, list | tuple):
+        return type(batch)(move_to_device(value, device) for value in batch)
+    return batch
+
+
+class _IndexDataset(torch.utils.data.Dataset[Any]):
+    """Map-style view for torch's DataLoader: item = a whole batch, keyed by its sample indices."""
+
+    def __init__(self, batcher: Batcher) -> None:
+        self.batcher = batcher
+
+    def __getitem__(self, indices: Any) -> Any:
+        return self.batcher(indices)
+
+
+def _unchanged(batch: Any) -> Any:
+    """torch's collate step: our batches are collated already (and must not be converted)."""
+    return batch
+
+
+class _CurrentEpochBatches:
+    """torch's batch sampler: yields the index arrays of whatever epoch segment the loader set."""
+
+    def __init__(self) -> None:
+        self.batches: Iterator[np.ndarray] = iter(())
+
+    def __iter__(self) -> Iterator[Any]:
+        # torch's DataLoader treats each yielded item as one dataset key (batch_size=None).
+        return self.batches
+
+
+class StatefulDataLoader:
+    """Batches from a storage, checkpointable between batches and resumable bit for bit.
+
+    Build it with :meth:`from_storage`. Iterating yields the rest of the current epoch; once an
+    epoch is complete the next ``iter()`` starts the next one (reshuffled with ``shuffle=True``).
+    """
+
+    def __init__(
+        self,
+        source: SampleSource,
+        collate: Callable[[Any], Any] | None,
+        *,
+        device: torch.device,
+        local_batch_size: int,
+        shuffle: bool,
+        seed: int,
+        drop_last: bool,
+        rank: int,
+        world_size: int,
+        num_workers: int,
+        prefetch_factor: int,
+        timeout: float,
+    ) -> None:
+        self._source = source
+        self._batcher = Batcher(source, collate)
+        self.device = device
+        self.local_batch_size = local_batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.drop_last = drop_last
+        self.rank = rank
+        self.world_size = world_size
+        self.num_workers = num_workers
+        self.sample_count = source.sample_count
+        if self.sample_count == 0:
+            raise ValueError(f"the storage at {source.storage.path} has no samples to load (empty storage)")
+        self._fingerprint = source.reader.fingerprint
+        self.epoch = 0
+        self.position = 0
+        self._generation = 0
+        self._segment = _CurrentEpochBatches()
+        self._torch_loader: torch.utils.data.DataLoader[Any] | None = None
+        if num_workers > 0:
+            self._torch_loader = torch.utils.data.DataLoader(
+                _IndexDataset(self._batcher),
+                batch_size=None,
+                sampler=self._segment,
+                num_workers=num_workers,
+                collate_fn=_unchanged,
+                pin_memory=device.type == "cuda",
+                prefetch_factor=prefetch_factor,
+                persistent_workers=True,
+                timeout=timeout,
+            )
+        self._closed = False
+
+    @classmethod
+    def from_storage(
+        cls,
+        storage: Any,
+        collate: Callable[[Any], Any] | None = None,
+        *,
+        device: torch.device | str,
+        local_batch_size: int,
+        sequence_length: int | None = None,
+        shuffle: bool = False,
+        seed: int = 0,
+        drop_last: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
+        num_workers: int = 0,
+        prefetch_factor: int = 2,
+        timeout: float = 0.0,
+    ) -> StatefulDataLoader:
+        """A loader over the shards of ``storage`` committed now.
+
+        ``collate(samples)`` builds a batch (default: token windows stacked into an int64 tensor of
+        shape ``(local_batch_size, sequence_length)``; documents as the list of decoded records);
+        every tensor in it is moved to ``device``. ``num_workers`` > 0 decodes and collates in that
+        many background processes, ``prefetch_factor`` batches ahead each; ``timeout`` (seconds, 0 =
+        none) bounds the wait for one batch from a worker.
+        """
+        if collate is not None and not callable(collate):
+            raise TypeError(f"collate must be callable or None, got {type(collate).__name__}")
+        try:
+            device = torch.device(device)
+        except (TypeError, RuntimeError) as error:
+            raise ValueError(f"device must be a torch.device or a device string: {error}") from None
+        local_batch_size = _positive_int("local_batch_size", local_batch_size)
+        num_workers = _positive_int("num_workers", num_workers, minimum=0)
+        prefetch_factor = _positive_int("prefetch_factor", prefetch_factor)
+        if not isinstance(shuffle, bool):
+            raise TypeError(f"shuffle must be a bool, got {type(shuffle).__name__}")
+        if not isinstance(drop_last, bool):
+            raise TypeError(f"drop_last must be a bool, got {type(drop_last).__name__}")
+        seed = _positive_int("seed", seed, minimum=-(2**63))
+        if not isinstance(timeout, int | float) or timeout < 0:
+            raise ValueError(f"timeout must be a non-negative number of seconds, got {timeout!r}")
+        rank, world_size = _resolve_ranks(rank, world_size)
+        source = make_source(storage, sequence_length)
+        return cls(
+            source,
+            collate,
+            device=device,
+            local_batch_size=local_batch_size,
+            shuffle=shuffle,
+            seed=seed,
+            drop_last=drop_last,
+            rank=rank,
+            world_size=world_size,
+            num_workers=num_workers,
+            prefetch_factor=prefetch_factor,
+            timeout=float(timeout),
+        )
+
+    @property
+    def sequence_length(self) -> int | None:
+        return getattr(self._source, "sequence_length", None)
+
+    def _plan(self, start: int) -> BatchPlan:
+        return BatchPlan(self.sample_count, self.local_batch_size, self.world_size, self.drop_last, start)
+
+    def __len__(self) -> int:
+        """Batches this rank yields in a full epoch."""
+        return self._plan(0).full_epoch_batch_count
+
+    def __iter__(self) -> Iterator[Any]:
+        """The rest of the current epoch, or the next epoch if this one is complete."""
+        self._check_open()
+        if self._plan(self.position).batch_count == 0:
+            self.epoch += 1
+            self.position = 0
+        self._generation += 1
+        return self._epoch_segment(self._generation)
+
+    def _epoch_segment(self, generation: int) -> Iterator[Any]:
+        plan = self._plan(self.position)
+        order = EpochOrder(self.sample_count, shuffle=self.shuffle, seed=self.seed, epoch=self.epoch)
+        index_batches = (order.sample_at(plan.rank_positions(batch, self.rank)) for batch in range(plan.batch_count))
+        if self._torch_loader is None:
+            batches: Iterator[Any] = map(self._batcher, index_batches)
+        else:
+            self._segment.batches = index_batches
+            batches = iter(self._torch_loader)
+        for batch_number in range(plan.batch_count):
+            if generation != self._generation:
+                raise RuntimeError("this iterator was superseded by a newer iter() or state of the same loader")
+            batch = next(batches)
+            self.position = plan.batch_end(batch_number)
+            yield move_to_device(batch, self.device)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the last batch yielded: small, JSON-serialisable, equal on every rank."""
+        return {
+            "guideloom_loader_state": STATE_VERSION,
+            "epoch": self.epoch,
+            "position": self.position,
+            "sample_count": self.sample_count,
+            "storage": self._fingerprint,
+            "shuffle": self.shuffle,
+            "seed": self.seed,
+            "sequence_length": self.sequence_length,
+            "local_batch_size": self.local_batch_size,
+            "world_size": self.world_size,
+            "drop_last": self.drop_last,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue exactly where ``state`` was taken; another world or batch size keeps the sample position."""
+        self._check_open()
+        if not isinstance(state, dict):
+            raise TypeError(f"state must be a dict from state_dict(), got {type(state).__name__}")
+        if state.get("guideloom_loader_state") != STATE_VERSION:
+            raise StateMismatchError(
+                f"not a guideloom loader state of version {STATE_VERSION}: "
+                f"'guideloom_loader_state' is {state.get('guideloom_loader_state')!r}"
+            )
+        mine = self.state_dict()
+        for key in ("storage", "sample_count", "shuffle", "seed", "sequence_length"):
+            if key not in state:
+                raise StateMismatchError(f"the state has no {key!r}")
+            if state[key] != mine[key] or type(state[key]) is not type(mine[key]):
+                raise StateMismatchError(
+                    f"the state was taken with {key}={state[key]!r}, but this loader has {key}={mine[key]!r}"
+                )
+        epoch, position = state.get("epoch"), state.get("position")
+        for key, value in (("epoch", epoch), ("position", position)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise StateMismatchError(f"the state's {key} must be a non-negative int, got {value!r}")
+        assert isinstance(epoch, int) and isinstance(position, int)
+        if position > self.sample_count:
+            raise StateMismatchError(f"the state's position {position} exceeds the epoch's {self.sample_count} samples")
+        self.epoch, self.position = epoch, position
+        self._generation += 1
+
+    def close(self) -> None:
+        """Stop every worker and release every file."""
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        self._generation += 1
+        if self._torch_loader is not None:
+            iterator = getattr(self._torch_loader, "_iterator", None)
+            if iterator is not None:
+                iterator._shutdown_workers()  # torch shuts persistent workers down only on garbage collection
+            self._torch_loader = None
+        self._source.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("this loader is closed")
+
+    def __enter__(self) -> StatefulDataLoader:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()

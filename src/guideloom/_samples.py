@@ -1,0 +1,139 @@
+"""Sample sources: what one global sample index means for each kind of storage.
+
+A source is picklable and opens its pinned snapshot of shards lazily in each
+process that uses it, so worker processes read exactly the shards the loader
+saw when it was created, whatever is committed meanwhile.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from guideloom._layout import committed_shard_ids
+from guideloom._reader import DocumentReader, TokenReader, _Reader
+from guideloom._storage import DocumentStorage, TokenStorage
+
+
+class SampleSource:
+    """Fetches and collates the samples of one batch, given their global indices."""
+
+    def __init__(self, storage: DocumentStorage[Any, Any] | TokenStorage, shard_ids: list[int]) -> None:
+        self.storage = storage
+        self.shard_ids = shard_ids
+        self._reader: _Reader[Any] | None = None
+        self._reader_pid = -1
+
+    @property
+    def reader(self) -> _Reader[Any]:
+        if self._reader is None or self._reader_pid != os.getpid():
+            self._reader = self.storage._open_reader(self.shard_ids)
+            self._reader_pid = os.getpid()
+        return self._reader
+
+    @property
+    def sample_count(self) -> int:
+        raise NotImplementedError
+
+    def fetch(self, indices: np.ndarray) -> Any:
+        """The samples at ``indices`` in the form ``collate`` receives."""
+        raise NotImplementedError
+
+    def default_collate(self, samples: Any) -> Any:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        if self._reader is not None and self._reader_pid == os.getpid():
+            self._reader.close()
+        self._reader = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_reader": None, "_reader_pid": -1}
+
+
+class DocumentSource(SampleSource):
+    """One decoded record per sample; the default collate keeps the list as it is."""
+
+    @property
+    def sample_count(self) -> int:
+        return len(self.reader)
+
+    def fetch(self, indices: np.ndarray) -> list[Any]:
+        reader = self.reader
+        assert isinstance(reader, DocumentReader)
+        return [reader.read(int(index)) for index in indices]
+
+    def default_collate(self, samples: list[Any]) -> list[Any]:
+        return samples
+
+
+class TokenWindowSource(SampleSource):
+    """Sample ``k`` is ``stream[k*S:(k+1)*S]``; samples arrive stacked as an int64 array ``(n, S)``."""
+
+    def __init__(self, storage: TokenStorage, shard_ids: list[int], sequence_length: int) -> None:
+        super().__init__(storage, shard_ids)
+        self.sequence_length = sequence_length
+
+    @property
+    def sample_count(self) -> int:
+        reader = self.reader
+        assert isinstance(reader, TokenReader)
+        return reader.window_count(self.sequence_length)
+
+    def fetch(self, indices: np.ndarray) -> np.ndarray:
+        reader = self.reader
+        assert isinstance(reader, TokenReader)
+        length = self.sequence_length
+        windows = np.empty((len(indices), length), np.int64)
+        starts = np.asarray(indices, np.int64) * length
+        shard_positions = np.searchsorted(reader.token_starts, starts, side="right") - 1
+        for row, (start, position) in enumerate(zip(starts.tolist(), shard_positions.tolist(), strict=True)):
+            offset = start - int(reader.token_starts[position])
+            tokens = reader._tokens[position]
+            if offset + length <= len(tokens):
+                windows[row] = tokens[offset : offset + length]
+            else:  # the window crosses into the next shard(s)
+                reader.read_tokens(start, start + length, out=windows[row])
+        return windows
+
+    def default_collate(self, samples: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(samples)
+
+
+def make_source(storage: object, sequence_length: int | None) -> DocumentSource | TokenWindowSource:
+    """The source for the shards of ``storage`` committed now, checking ``sequence_length`` fits its kind."""
+    if not isinstance(storage, DocumentStorage | TokenStorage):
+        raise TypeError(f"storage must be a DocumentStorage or TokenStorage, got {type(storage).__name__}")
+    if isinstance(storage, TokenStorage):
+        if sequence_length is None:
+            raise ValueError("sequence_length is required for a TokenStorage (use T + 1 for next-token targets)")
+        if isinstance(sequence_length, bool) or not isinstance(sequence_length, int) or sequence_length < 1:
+            raise ValueError(f"sequence_length must be a positive int, got {sequence_length!r}")
+    elif sequence_length is not None:
+        raise ValueError("sequence_length must be omitted for a DocumentStorage: each record is one sample")
+    storage._header_for_reading()  # a missing storage is StorageNotFoundError here, not at the first batch
+    shard_ids = committed_shard_ids(storage.path)
+    if isinstance(storage, TokenStorage):
+        assert sequence_length is not None
+        return TokenWindowSource(storage, shard_ids, sequence_length)
+    return DocumentSource(storage, shard_ids)
+
+
+class Batcher:
+    """Turns a batch's global indices into the collated batch; what worker processes run."""
+
+    def __init__(self, source: SampleSource, collate: Callable[[Any], Any] | None) -> None:
+        self.source = source
+        self.collate = collate
+
+    def __call__(self, indices: Sequence[int] | np.ndarray) -> Any:
+        samples = self.source.fetch(np.asarray(indices, np.int64))
+        if self.collate is None:
+            return self.source.default_collate(samples)
+        if isinstance(samples, np.ndarray):
+            samples = list(samples)
+        return self.collate(samples)
