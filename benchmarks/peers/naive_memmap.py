@@ -1,0 +1,103 @@
+"""Hand-written baseline: one flat uint32 file read through ``np.memmap``.
+
+The token layout and batch assembly follow nanoGPT's ``get_batch`` (slice
+windows out of a memmap, stack, convert), except that an epoch visits every
+non-overlapping window once, in a seeded random order, instead of drawing
+random offsets with replacement. Single process; ``num_workers`` is ignored.
+Its "state" is simply the number of batches already produced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ._common import (
+    Collate,
+    FlatDocuments,
+    FlatWindows,
+    NormalizingCollate,
+    ResumeResult,
+    measure_resume,
+    write_flat_documents,
+    write_flat_tokens,
+)
+
+NAME = "naive memmap"
+DIST = None
+NOTES = "flat uint32 .bin + np.memmap, seeded permutation of windows, main process only"
+
+
+def version() -> str:
+    return f"numpy {np.__version__}"
+
+
+def write_tokens(documents: Iterable[np.ndarray], out_dir: Path) -> None:
+    write_flat_tokens(documents, out_dir)
+
+
+def _token_batches_from(
+    out_dir: Path, sequence_length: int, batch_size: int, seed: int, start_batch: int
+) -> Iterator[torch.Tensor]:
+    windows = FlatWindows(out_dir, sequence_length)
+    order = np.random.default_rng(seed).permutation(len(windows))
+    n_batches = len(windows) // batch_size
+    for b in range(start_batch, n_batches):
+        idx = order[b * batch_size : (b + 1) * batch_size]
+        x = np.stack([windows.window(i) for i in idx])
+        yield torch.from_numpy(x.astype(np.int64))
+
+
+def token_batches(
+    out_dir: Path, *, sequence_length: int = 2048, batch_size: int = 8, seed: int = 0, num_workers: int = 0
+) -> Iterator[torch.Tensor]:
+    return _token_batches_from(out_dir, sequence_length, batch_size, seed, 0)
+
+
+def write_documents(records: Iterable[dict[str, Any]], out_dir: Path) -> None:
+    write_flat_documents(records, out_dir)
+
+
+def document_batches(
+    out_dir: Path, *, batch_size: int = 32, seed: int = 0, num_workers: int = 0, collate: Collate | None = None
+) -> Iterator[Any]:
+    docs = FlatDocuments(out_dir)
+    collate_fn = NormalizingCollate(collate)
+    order = np.random.default_rng(seed).permutation(len(docs))
+    for b in range(0, len(order), batch_size):
+        yield collate_fn([docs[int(i)] for i in order[b : b + batch_size]])
+
+
+def resume_first_batch(
+    out_dir: Path,
+    fraction: float,
+    *,
+    sequence_length: int = 2048,
+    batch_size: int = 8,
+    seed: int = 0,
+    num_workers: int = 0,
+) -> ResumeResult:
+    n_batches = len(FlatWindows(out_dir, sequence_length)) // batch_size
+
+    def start() -> tuple[Any, Iterator[torch.Tensor]]:
+        counter = {"n": 0}
+
+        def counted() -> Iterator[torch.Tensor]:
+            for batch in _token_batches_from(out_dir, sequence_length, batch_size, seed, 0):
+                counter["n"] += 1
+                yield batch
+
+        return counter, counted()
+
+    return measure_resume(
+        n_batches=n_batches,
+        fraction=fraction,
+        start=start,
+        state_of=lambda counter, it: {"seed": seed, "batches": counter["n"]},
+        resume=lambda st: _token_batches_from(out_dir, sequence_length, batch_size, st["seed"], st["batches"]),
+        reason="hand-rolled: the state is (seed, batches produced)",
+    )
