@@ -55,6 +55,8 @@ def _resolve_ranks(rank: int | None, world_size: int | None) -> tuple[int, int]:
 def move_to_device(batch: Any, device: torch.device) -> Any:
     """Every tensor in ``batch`` (nested in dicts, lists, tuples) moved to ``device``."""
     if isinstance(batch, torch.Tensor):
+        if batch.device == device:
+            return batch
         if device.type == "cuda":
             pinned = batch if batch.is_pinned() else batch.pin_memory()
             return pinned.to(device, non_blocking=True)
@@ -232,18 +234,33 @@ class StatefulDataLoader:
     def _epoch_segment(self, generation: int) -> Iterator[Any]:
         plan = self._plan(self.position)
         order = EpochOrder(self.sample_count, shuffle=self.shuffle, seed=self.seed, epoch=self.epoch)
-        index_batches = (order.sample_at(plan.rank_positions(batch, self.rank)) for batch in range(plan.batch_count))
+        index_batches = self._index_batches(plan, order)
         if self._torch_loader is None:
             batches: Iterator[Any] = map(self._batcher, index_batches)
         else:
             self._segment.batches = index_batches
             batches = iter(self._torch_loader)
+        positions_after = range(plan.start + plan.global_batch_size, self.sample_count, plan.global_batch_size)
         for batch_number in range(plan.batch_count):
             if generation != self._generation:
                 raise RuntimeError("this iterator was superseded by a newer iter() or state of the same loader")
             batch = next(batches)
-            self.position = plan.batch_end(batch_number)
+            last = batch_number == plan.batch_count - 1
+            self.position = self.sample_count if last else positions_after[batch_number]  # plan.batch_end, inlined
             yield move_to_device(batch, self.device)
+
+    def _index_batches(self, plan: BatchPlan, order: EpochOrder) -> Iterator[np.ndarray]:
+        """This rank's sample indices batch by batch, permuted many batches at a time (it is vectorised)."""
+        chunk = max(1, 4096 // self.local_batch_size)
+        full_batches = plan.batch_count - (0 if self.drop_last else 1)
+        offsets = np.arange(self.local_batch_size, dtype=np.int64)
+        first_position = plan.start + self.rank * self.local_batch_size
+        for first in range(0, max(full_batches, 0), chunk):
+            batches = np.arange(first, min(first + chunk, full_batches), dtype=np.int64)
+            positions = (first_position + batches * plan.global_batch_size)[:, None] + offsets
+            yield from order.sample_at(positions)
+        if full_batches < plan.batch_count:  # the last batch may be short and padded
+            yield order.sample_at(plan.rank_positions(plan.batch_count - 1, self.rank))
 
     def state_dict(self) -> dict[str, Any]:
         """The position after the last batch yielded: small, JSON-serialisable, equal on every rank."""

@@ -43,13 +43,19 @@ def _mix_int(x: int) -> int:
     return x ^ (x >> 31)
 
 
+_SHIFT = np.uint64(33)
+_MURMUR_1 = np.uint64(0xFF51AFD7ED558CCD)
+_MURMUR_2 = np.uint64(0xC4CEB9FE1A85EC53)
+
+
 def _mix_array(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-    """Murmur3 fmix64 on a uint64 array (wrapping arithmetic): the Feistel round function."""
-    x = x ^ (x >> np.uint64(33))
-    x = x * np.uint64(0xFF51AFD7ED558CCD)
-    x = x ^ (x >> np.uint64(33))
-    x = x * np.uint64(0xC4CEB9FE1A85EC53)
-    return x ^ (x >> np.uint64(33))
+    """Murmur3 fmix64 on a uint64 array (wrapping arithmetic, in place): the Feistel round function."""
+    x ^= x >> _SHIFT
+    x *= _MURMUR_1
+    x ^= x >> _SHIFT
+    x *= _MURMUR_2
+    x ^= x >> _SHIFT
+    return x
 
 
 class EpochOrder:

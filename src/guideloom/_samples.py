@@ -90,13 +90,14 @@ class TokenWindowSource(SampleSource):
         length = self.sequence_length
         windows = np.empty((len(indices), length), np.int64)
         starts = np.asarray(indices, np.int64) * length
-        shard_positions = np.searchsorted(reader.token_starts, starts, side="right") - 1
-        for row, (start, position) in enumerate(zip(starts.tolist(), shard_positions.tolist(), strict=True)):
-            offset = start - int(reader.token_starts[position])
+        positions = np.searchsorted(reader.token_starts, starts, side="right") - 1
+        offsets = (starts - reader.token_starts[positions]).tolist()
+        for row, (position, offset) in enumerate(zip(positions.tolist(), offsets, strict=True)):
             tokens = reader._tokens[position]
             if offset + length <= len(tokens):
                 windows[row] = tokens[offset : offset + length]
             else:  # the window crosses into the next shard(s)
+                start = int(starts[row])
                 reader.read_tokens(start, start + length, out=windows[row])
         return windows
 
