@@ -1,0 +1,170 @@
+"""The ``guideloom`` command: inspect, verify, clean; exit statuses and messages."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import pytest
+
+from guideloom import DocumentPickleFormat, DocumentStorage, TokenStorage
+from guideloom._cli import main
+
+
+def token_storage(path: Path) -> Path:
+    with TokenStorage(path, "uint16").sync_writer() as writer:
+        writer.append(0, [1, 2, 3])
+        writer.append(0, [])
+        writer.append(5, list(range(1000)))
+        writer.append(9, [4])
+    return path
+
+
+def document_storage(path: Path) -> Path:
+    with DocumentStorage(path, DocumentPickleFormat()).sync_writer() as writer:
+        writer.append(0, {"a": 1})
+        writer.append(1, {"b": 2})
+    return path
+
+
+def flip_bit(path: Path, shard: int) -> None:
+    file = path / "shards" / f"{shard:012d}.shard"
+    data = bytearray(file.read_bytes())
+    data[0] ^= 0x04  # the first data byte
+    file.write_bytes(bytes(data))
+
+
+def fields(output: str) -> dict[str, str]:
+    """``key: value`` lines of the output."""
+    found = {}
+    for line in output.splitlines():
+        key, separator, value = line.partition(":")
+        if separator and not line.startswith(" "):
+            found[key.strip()] = value.strip()
+    return found
+
+
+def shard_bytes(path: Path) -> int:
+    return sum(file.stat().st_size for file in (path / "shards").iterdir())
+
+
+def test_inspect_tokens(storage_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    token_storage(storage_path)
+    assert main(["inspect", str(storage_path)]) == 0
+    shown = fields(capsys.readouterr().out)
+    assert shown["kind"] == "tokens"
+    assert shown["dtype"] == "uint16"
+    assert shown["shards"] == "3"
+    assert shown["documents"] == "4"
+    assert shown["tokens"] == "1,004"
+    assert shown["bytes"] == f"{shard_bytes(storage_path):,}"
+    assert "format" not in shown
+
+
+def test_inspect_documents(storage_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    document_storage(storage_path)
+    assert main(["inspect", str(storage_path)]) == 0
+    shown = fields(capsys.readouterr().out)
+    assert shown["kind"] == "documents"
+    assert shown["format"] == "pickle"
+    assert shown["shards"] == "2"
+    assert shown["records"] == "2"
+    assert shown["bytes"] == f"{shard_bytes(storage_path):,}"
+    assert "dtype" not in shown
+
+
+def test_inspect_lists_shards(storage_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    token_storage(storage_path)
+    assert main(["inspect", "--shards", str(storage_path)]) == 0
+    out = capsys.readouterr().out
+    assert "shard 0: 2 records" in out
+    assert "shard 5: 1 records" in out
+    assert "shard 9: 1 records" in out
+
+
+def test_inspect_missing_path_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", str(tmp_path / "missing")]) == 2
+    assert "no storage" in capsys.readouterr().err
+
+
+def test_verify_good_storage_exits_0(storage_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    token_storage(storage_path)
+    assert main(["verify", str(storage_path)]) == 0
+    assert capsys.readouterr().out.startswith("ok: 3 shards")
+
+
+def test_verify_flipped_bit_exits_1_naming_the_shard(storage_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    token_storage(storage_path)
+    flip_bit(storage_path, 5)
+    assert main(["verify", str(storage_path)]) == 1
+    captured = capsys.readouterr()
+    assert "shard 5" in captured.out
+    assert "shard 0" not in captured.out
+    assert "1 of 3 shards failed" in captured.err
+
+
+def test_verify_missing_path_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "missing"
+    assert main(["verify", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert "no storage" in err
+    assert str(missing) in err
+
+
+def test_verify_damaged_header_exits_2(storage_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    token_storage(storage_path)
+    (storage_path / "guideloom.json").write_text("{not json")
+    assert main(["verify", str(storage_path)]) == 2
+    assert "guideloom.json" in capsys.readouterr().err
+
+
+def test_clean_removes_only_old_leftovers(storage_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    document_storage(storage_path)
+    old, fresh = storage_path / "incomplete" / "old.partial", storage_path / "incomplete" / "fresh.partial"
+    old.write_bytes(b"x")
+    fresh.write_bytes(b"y")
+    an_hour_ago = time.time() - 7200
+    os.utime(old, (an_hour_ago, an_hour_ago))
+    assert main(["clean", str(storage_path), "--older-than", "60"]) == 0
+    assert "removed 1 leftover" in capsys.readouterr().out
+    assert sorted(os.listdir(storage_path / "incomplete")) == ["fresh.partial"]
+    assert main(["verify", str(storage_path)]) == 0
+
+
+def test_clean_default_age_keeps_fresh_files(storage_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    document_storage(storage_path)
+    (storage_path / "incomplete" / "live.partial").write_bytes(b"x")
+    assert main(["clean", str(storage_path)]) == 0
+    assert os.listdir(storage_path / "incomplete") == ["live.partial"]
+
+
+def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["frobnicate"])
+    assert exit_info.value.code == 2
+
+
+def run(command: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_python_dash_m_guideloom(storage_path: Path) -> None:
+    token_storage(storage_path)
+    flip_bit(storage_path, 9)
+    completed = run([sys.executable, "-m", "guideloom", "verify", "--quiet", str(storage_path)])
+    assert completed.returncode == 1, completed.stderr
+    assert "shard 9" in completed.stdout
+
+
+def test_console_script(storage_path: Path) -> None:
+    script = Path(sysconfig.get_path("scripts")) / "guideloom"
+    if not script.exists():
+        pytest.skip("the guideloom console script is not installed in this environment")
+    document_storage(storage_path)
+    completed = run([str(script), "inspect", str(storage_path)])
+    assert completed.returncode == 0, completed.stderr
+    assert fields(completed.stdout)["format"] == "pickle"
