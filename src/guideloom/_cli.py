@@ -100,6 +100,9 @@ def _parser() -> argparse.ArgumentParser:
     clean.add_argument("path")
     clean.add_argument("--older-than", type=float, default=3600.0, metavar="SECONDS")
     clean.set_defaults(run=_clean)
+    from guideloom._tokenize import add_tokenize_command  # lazy: tokenizers itself is imported only when run
+
+    add_tokenize_command(commands)
     return parser
 
 
