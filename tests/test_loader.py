@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -427,13 +428,11 @@ def _open_descriptors() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def test_close_stops_workers_and_releases_files(tmp_path: Path) -> None:
-    storage = make_tokens(tmp_path)
+def test_close_stops_worker_processes_and_releases_files(tmp_path: Path) -> None:
+    storage = make_documents(tmp_path)
     descriptors = _open_descriptors()
     children = set(_children())
-    loader = StatefulDataLoader.from_storage(
-        storage, device="cpu", local_batch_size=2, sequence_length=5, num_workers=2
-    )
+    loader = StatefulDataLoader.from_storage(storage, device="cpu", local_batch_size=2, num_workers=2)
     next(iter(loader))
     assert set(_children()) - children, "workers should be running"
     loader.close()
@@ -441,4 +440,17 @@ def test_close_stops_workers_and_releases_files(tmp_path: Path) -> None:
     while set(_children()) - children and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not set(_children()) - children
+    assert _open_descriptors() <= descriptors
+
+
+def test_token_windows_prefetch_in_a_thread_that_close_stops(tmp_path: Path) -> None:
+    storage = make_tokens(tmp_path)
+    descriptors = _open_descriptors()
+    loader = StatefulDataLoader.from_storage(
+        storage, device="cpu", local_batch_size=2, sequence_length=5, num_workers=2
+    )
+    next(iter(loader))
+    assert any(thread.name.startswith("guideloom-loader") for thread in threading.enumerate())
+    loader.close()
+    assert not any(thread.name.startswith("guideloom-loader") for thread in threading.enumerate())
     assert _open_descriptors() <= descriptors

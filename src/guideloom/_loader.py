@@ -10,7 +10,10 @@ where the work runs, never what a batch holds.
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from itertools import islice
 from types import TracebackType
 from typing import Any
 
@@ -21,9 +24,10 @@ import torch.utils.data
 
 from guideloom._errors import StateMismatchError
 from guideloom._order import BatchPlan, EpochOrder
-from guideloom._samples import Batcher, SampleSource, make_source
+from guideloom._samples import Batcher, SampleSource, TokenWindowSource, make_source
 
 STATE_VERSION = 1
+THREAD_GROUP = 16
 
 
 def _positive_int(name: str, value: object, minimum: int = 1) -> int:
@@ -96,6 +100,28 @@ class _CurrentEpochBatches:
         return self.batches
 
 
+def _prefetched(
+    thread: ThreadPoolExecutor, batcher: Batcher, index_batches: Iterator[np.ndarray], depth: int
+) -> Iterator[Any]:
+    """Batches in order, built ahead by a background thread in groups of ``THREAD_GROUP``.
+
+    Groups keep the hand-off cost per batch small; ``depth`` groups are in flight at most.
+    """
+
+    def build(group: list[np.ndarray]) -> list[Any]:
+        return [batcher(indices) for indices in group]
+
+    pending: deque[Future[list[Any]]] = deque()
+    while True:
+        group = list(islice(index_batches, THREAD_GROUP))
+        if group:
+            pending.append(thread.submit(build, group))
+        if not pending:
+            return
+        if len(pending) >= depth or not group:
+            yield from pending.popleft().result()
+
+
 class StatefulDataLoader:
     """Batches from a storage, checkpointable between batches and resumable bit for bit.
 
@@ -138,7 +164,14 @@ class StatefulDataLoader:
         self._generation = 0
         self._segment = _CurrentEpochBatches()
         self._torch_loader: torch.utils.data.DataLoader[Any] | None = None
-        if num_workers > 0:
+        self._threads: ThreadPoolExecutor | None = None
+        self._prefetch_depth = max(2, prefetch_factor)
+        if num_workers > 0 and collate is None and isinstance(source, TokenWindowSource):
+            # Token windows are a memory copy that releases the GIL: one background thread beats worker
+            # processes (whose queues pickle every batch) and beats more threads, which only contend for
+            # the GIL (measured in benchmarks/README.md).
+            self._threads = ThreadPoolExecutor(1, thread_name_prefix="guideloom-loader")
+        elif num_workers > 0:
             self._torch_loader = torch.utils.data.DataLoader(
                 _IndexDataset(self._batcher),
                 batch_size=None,
@@ -175,8 +208,9 @@ class StatefulDataLoader:
         ``collate(samples)`` builds a batch (default: token windows stacked into an int64 tensor of
         shape ``(local_batch_size, sequence_length)``; documents as the list of decoded records);
         every tensor in it is moved to ``device``. ``num_workers`` > 0 decodes and collates in that
-        many background processes, ``prefetch_factor`` batches ahead each; ``timeout`` (seconds, 0 =
-        none) bounds the wait for one batch from a worker.
+        many background processes, ``prefetch_factor`` batches ahead each. Token windows with the
+        default collate are a plain memory copy: one background thread builds them instead, 16
+        batches at a time. ``timeout`` (seconds, 0 = none) bounds the wait for a worker's batch.
         """
         if collate is not None and not callable(collate):
             raise TypeError(f"collate must be callable or None, got {type(collate).__name__}")
@@ -235,8 +269,10 @@ class StatefulDataLoader:
         plan = self._plan(self.position)
         order = EpochOrder(self.sample_count, shuffle=self.shuffle, seed=self.seed, epoch=self.epoch)
         index_batches = self._index_batches(plan, order)
-        if self._torch_loader is None:
-            batches: Iterator[Any] = map(self._batcher, index_batches)
+        if self._threads is not None:
+            batches: Iterator[Any] = _prefetched(self._threads, self._batcher, index_batches, self._prefetch_depth)
+        elif self._torch_loader is None:
+            batches = map(self._batcher, index_batches)
         else:
             self._segment.batches = index_batches
             batches = iter(self._torch_loader)
@@ -312,6 +348,8 @@ class StatefulDataLoader:
             return
         self._closed = True
         self._generation += 1
+        if self._threads is not None:
+            self._threads.shutdown(wait=True, cancel_futures=True)
         if self._torch_loader is not None:
             iterator = getattr(self._torch_loader, "_iterator", None)
             if iterator is not None:
