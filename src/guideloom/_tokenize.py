@@ -11,7 +11,7 @@ Inputs
       ``pyarrow``). A missing column or a null value is a ``ValueError`` naming the
       file (and the row).
     * anything else (``.txt``, ``.md``, ``.py``, ...): UTF-8 text, **one document per
-      file**. Paragraph splitting is deliberately not done: it would cut source code
+      file** (an empty file holds none). Paragraph splitting is deliberately not done: it would cut source code
       and Markdown apart; put one document per record in a JSONL file instead.
       Compressed or JSON-array files (``.gz``, ``.zst``, ``.json``, ...) are refused.
     * A directory stands for its ``.txt``, ``.jsonl`` and ``.parquet`` files, recursively.
@@ -186,6 +186,8 @@ def iter_documents(path: Path, text_field: str = "text", kind: str | None = None
     kind = kind or input_kind(path)
     if kind == "text":
         raw = path.read_bytes()
+        if not raw:
+            return  # an empty text file holds no document
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as error:

@@ -1,0 +1,242 @@
+"""The tokenize engine (``guideloom tokenize``): inputs of every kind, parallel shards, clear failures."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tokenizers")  # the 'tokenize' extra
+
+from guideloom import TokenStorage
+from guideloom._cli import main as cli
+from guideloom._layout import committed_shard_ids
+from guideloom._tokenize import load_tokenizer, tokenize_files, train_tokenizer
+
+DOCUMENTS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "def add(a, b):\n    return a + b\n",
+    "",
+    "Unicode stays intact: naïve café, 東京, emoji 🦊.",
+    "Tabs\tand  double  spaces\nand trailing newline\n",
+    "x" * 300,
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("tokenizer") / "tokenizer.json"
+    return train_tokenizer(DOCUMENTS * 20, 300, path)
+
+
+def write_jsonl(path: Path, texts: list[str], field: str = "text") -> Path:
+    path.write_text("".join(json.dumps({field: text, "id": i}) + "\n" for i, text in enumerate(texts)))
+    return path
+
+
+def write_parquet(path: Path, texts: list[str], column: str = "text") -> Path:
+    pa = pytest.importorskip("pyarrow")
+    parquet = pytest.importorskip("pyarrow.parquet")
+    parquet.write_table(pa.table({column: texts, "n": list(range(len(texts)))}), path, row_group_size=2)
+    return path
+
+
+def read_back(path: Path, tokenizer_path: Path) -> list[str]:
+    tokenizer = load_tokenizer(tokenizer_path)
+    eos = tokenizer.token_to_id("<|endoftext|>")
+    texts = []
+    with TokenStorage(path).sync_reader() as reader:
+        for index in range(len(reader)):
+            ids = reader.read(index)
+            assert ids[-1] == eos  # every document ends with the end-of-text id
+            texts.append(tokenizer.decode(ids[:-1].tolist(), skip_special_tokens=False))
+    return texts
+
+
+def assert_nothing_in_progress(path: Path) -> None:
+    incomplete = path / "incomplete"
+    leftovers = [entry.name for entry in incomplete.iterdir()] if incomplete.exists() else []
+    assert leftovers == [], leftovers
+
+
+def test_jsonl_parquet_and_text_in_parallel(tmp_path: Path, tokenizer_path: Path) -> None:
+    inputs = [
+        write_jsonl(tmp_path / "a.jsonl", DOCUMENTS[:3]),
+        write_parquet(tmp_path / "b.parquet", DOCUMENTS[3:]),
+        tmp_path / "c.txt",
+        tmp_path / "d.md",
+    ]
+    inputs[2].write_text(DOCUMENTS[0] + "\n\n" + DOCUMENTS[1])  # a text file is ONE document
+    inputs[3].write_text(DOCUMENTS[3])
+    output = tmp_path / "tokens"
+
+    summary = tokenize_files(list(reversed(inputs)), output, tokenizer_path, workers=2, progress=False)
+
+    expected = [*DOCUMENTS, DOCUMENTS[0] + "\n\n" + DOCUMENTS[1], DOCUMENTS[3]]  # sorted input order
+    assert read_back(output, tokenizer_path) == expected
+    assert summary.files == 4 and summary.documents == len(expected)
+    assert summary.shards == (0, 1, 2, 3) == tuple(committed_shard_ids(output))
+    assert summary.dtype == "uint16" and TokenStorage(output).dtype == np.uint16
+    with TokenStorage(output).sync_reader() as reader:
+        assert summary.tokens == reader.token_count == sum(len(reader.read(i)) for i in range(len(reader)))
+        assert [shard.record_count for shard in reader.shards] == [3, 3, 1, 1]  # shard i = sorted input i
+    assert summary.tokens_per_second > 0
+    assert_nothing_in_progress(output)
+
+    # one worker (no processes) writes exactly the same storage
+    tokenize_files(inputs, tmp_path / "one", tokenizer_path, workers=1, progress=False)
+    with TokenStorage(output).sync_reader() as many, TokenStorage(tmp_path / "one").sync_reader() as one:
+        assert one.fingerprint == many.fingerprint
+        assert np.array_equal(one.read_tokens(0, one.token_count), many.read_tokens(0, many.token_count))
+
+
+def test_text_field_and_no_eos(tmp_path: Path, tokenizer_path: Path) -> None:
+    source = write_jsonl(tmp_path / "a.jsonl", DOCUMENTS, field="body")
+    summary = tokenize_files([source], tmp_path / "out", tokenizer_path, text_field="body", eos_token=None)
+    tokenizer = load_tokenizer(tokenizer_path)
+    with TokenStorage(tmp_path / "out").sync_reader() as reader:
+        assert [tokenizer.decode(reader.read(i).tolist()) for i in range(len(reader))] == DOCUMENTS
+    assert summary.eos_id is None
+    assert summary.tokens == sum(len(tokenizer.encode(text, add_special_tokens=False).ids) for text in DOCUMENTS)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_missing_field_names_file_and_line(tmp_path: Path, tokenizer_path: Path, workers: int) -> None:
+    good = write_jsonl(tmp_path / "a.jsonl", DOCUMENTS)
+    bad = tmp_path / "b.jsonl"
+    bad.write_text('{"text": "fine"}\n{"text": "fine too"}\n{"body": "where is text?"}\n')
+    output = tmp_path / "out"
+    with pytest.raises(ValueError, match=r"b\.jsonl:3: no field 'text' \(fields: body\)"):
+        tokenize_files([good, bad], output, tokenizer_path, workers=workers, progress=False)
+    committed = committed_shard_ids(output)
+    assert 1 not in committed  # the failed file's shard was not committed
+    if workers == 1:
+        assert committed == [0]  # files are done in order: the one before the failure is committed
+    assert_nothing_in_progress(output)
+    with TokenStorage(output).sync_reader() as reader:  # what was committed is whole
+        assert len(reader) == len(DOCUMENTS) * len(committed)
+
+    # fix the input and finish the run: only the missing shards are written
+    bad.write_text('{"text": "fine"}\n')
+    if committed:
+        with pytest.raises(FileExistsError, match="skip-existing"):
+            tokenize_files([good, bad], output, tokenizer_path, progress=False)
+    summary = tokenize_files([good, bad], output, tokenizer_path, workers=workers, progress=False, skip_existing=True)
+    assert committed_shard_ids(output) == [0, 1]
+    assert summary.shards == tuple(sorted({0, 1} - set(committed)))
+    assert read_back(output, tokenizer_path) == [*DOCUMENTS, "fine"]
+
+
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        (b'{"text": "ok"}\nnot json\n', r"bad\.jsonl:2: not valid JSON"),
+        (b'{"text": "ok"}\n[1, 2]\n', r"bad\.jsonl:2: a JSON object was expected"),
+        (b'{"text": 7}\n', r"bad\.jsonl:1: field 'text' holds int, not a string"),
+    ],
+)
+def test_bad_jsonl_lines(tmp_path: Path, tokenizer_path: Path, content: bytes, match: str) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(content)
+    with pytest.raises(ValueError, match=match):
+        tokenize_files([bad], tmp_path / "out", tokenizer_path, progress=False)
+    assert committed_shard_ids(tmp_path / "out") == []
+    assert_nothing_in_progress(tmp_path / "out")
+
+
+def test_text_that_is_not_utf8(tmp_path: Path, tokenizer_path: Path) -> None:
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes("café".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin1\.txt: not UTF-8 text"):
+        tokenize_files([bad], tmp_path / "out", tokenizer_path, progress=False)
+    assert committed_shard_ids(tmp_path / "out") == []
+
+
+def test_errors_found_before_anything_is_written(tmp_path: Path, tokenizer_path: Path) -> None:
+    good = write_jsonl(tmp_path / "a.jsonl", DOCUMENTS)
+    output = tmp_path / "out"
+    with pytest.raises(FileNotFoundError, match=r"input file not found: .*missing\.jsonl"):
+        tokenize_files([good, tmp_path / "missing.jsonl"], output, tokenizer_path)
+    (tmp_path / "broken.parquet").write_bytes(b"this is not parquet")
+    with pytest.raises(ValueError, match=r"broken\.parquet: not a readable Parquet file"):
+        tokenize_files([good, tmp_path / "broken.parquet"], output, tokenizer_path)
+    write_parquet(tmp_path / "other.parquet", ["a"], column="body")
+    with pytest.raises(ValueError, match=r"other\.parquet: no column 'text' \(columns: body, n\)"):
+        tokenize_files([good, tmp_path / "other.parquet"], output, tokenizer_path)
+    (tmp_path / "a.jsonl.gz").write_bytes(b"\x1f\x8b")
+    with pytest.raises(ValueError, match=r"a\.jsonl\.gz: compressed input is not supported"):
+        tokenize_files([good, tmp_path / "a.jsonl.gz"], output, tokenizer_path)
+    with pytest.raises(FileNotFoundError, match="tokenizer file not found"):
+        tokenize_files([good], output, tmp_path / "nope.json")
+    with pytest.raises(ValueError, match="more than once"):
+        tokenize_files([good, good], output, tokenizer_path)
+    with pytest.raises(ValueError, match="cannot hold"):
+        tokenize_files([good], output, tokenizer_path, dtype="uint8")
+    with pytest.raises(ValueError, match="inputs is empty"):
+        tokenize_files([], output, tokenizer_path)
+    assert not output.exists()  # none of these wrote anything
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root reads any file")
+def test_unreadable_file(tmp_path: Path, tokenizer_path: Path) -> None:
+    locked = write_jsonl(tmp_path / "locked.jsonl", DOCUMENTS)
+    locked.chmod(0)
+    try:
+        with pytest.raises(PermissionError, match=r"cannot read input file .*locked\.jsonl"):
+            tokenize_files([locked], tmp_path / "out", tokenizer_path)
+    finally:
+        locked.chmod(0o644)
+    assert not (tmp_path / "out").exists()
+
+
+def test_empty_inputs(tmp_path: Path, tokenizer_path: Path) -> None:
+    (tmp_path / "empty.txt").write_bytes(b"")
+    (tmp_path / "blank.jsonl").write_text("\n\n  \n")
+    with pytest.raises(ValueError, match="all 1 files are empty"):
+        tokenize_files([tmp_path / "empty.txt"], tmp_path / "out", tokenizer_path)
+    with pytest.raises(ValueError, match="hold no documents"):
+        tokenize_files([tmp_path / "blank.jsonl", tmp_path / "empty.txt"], tmp_path / "out", tokenizer_path, workers=1)
+    assert not (tmp_path / "out").exists()
+    # an empty file among others is simply no shard
+    good = write_jsonl(tmp_path / "z.jsonl", ["one"])
+    summary = tokenize_files(
+        [tmp_path / "blank.jsonl", good], tmp_path / "out", tokenizer_path, workers=1, progress=False
+    )
+    assert summary.shards == (1,) and summary.empty_files == (tmp_path / "blank.jsonl",)
+
+
+def test_existing_output_is_not_overwritten(tmp_path: Path, tokenizer_path: Path) -> None:
+    good = write_jsonl(tmp_path / "a.jsonl", DOCUMENTS)
+    tokenize_files([good], tmp_path / "out", tokenizer_path, progress=False)
+    with pytest.raises(FileExistsError, match="already holds 1 of the shards"):
+        tokenize_files([good], tmp_path / "out", tokenizer_path, progress=False)
+    summary = tokenize_files([good], tmp_path / "out", tokenizer_path, skip_existing=True, progress=False)
+    assert summary.skipped_files == (good,) and summary.documents == 0
+
+
+def test_cli(tmp_path: Path, tokenizer_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = write_jsonl(tmp_path / "a.jsonl", DOCUMENTS)
+    output = tmp_path / "out"
+    assert cli(["tokenize", str(source), str(output), "--tokenizer", str(tokenizer_path), "--quiet"]) == 0
+    assert f"{len(DOCUMENTS)} documents" in capsys.readouterr().out
+    assert read_back(output, tokenizer_path) == DOCUMENTS
+
+    bad = tmp_path / "b.jsonl"
+    bad.write_text('{"body": 1}\n')
+    assert cli(["tokenize", str(bad), str(tmp_path / "o2"), "--tokenizer", str(tokenizer_path), "--quiet"]) == 1
+    error = capsys.readouterr().err
+    assert "guideloom tokenize: error:" in error and "b.jsonl:1: no field 'text'" in error
+
+
+def test_cli_without_tokenizers(
+    tmp_path: Path, tokenizer_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "tokenizers", None)  # as if the package were not installed
+    source = write_jsonl(tmp_path / "a.jsonl", DOCUMENTS)
+    assert cli(["tokenize", str(source), str(tmp_path / "out"), "--tokenizer", str(tokenizer_path)]) == 2
+    assert "pip install 'guideloom[tokenize]'" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
