@@ -95,7 +95,10 @@ json_values = st.recursive(
 )
 FORMATS = {
     "raw": (RawFormat, st.binary(max_size=300)),
-    "pickle": (DocumentPickleFormat, st.binary(max_size=50) | json_values | st.tuples(st.integers(), st.floats())),
+    "pickle": (
+        DocumentPickleFormat,
+        st.binary(max_size=50) | json_values | st.tuples(st.integers(), st.floats(allow_nan=False)),
+    ),
     "json": (DocumentJsonFormat, json_values),
     "msgpack": (DocumentMsgpackFormat, json_values | st.binary(max_size=50)),
     "struct": (
@@ -455,6 +458,26 @@ def test_concurrent_writers_of_one_shard_one_wins(storage_path: Path) -> None:
         second.close()
     assert read_all(storage) == [b"first"]
     assert os.listdir(storage_path / "incomplete") == []
+
+
+def test_failed_commit_of_one_shard_still_commits_the_others(storage_path: Path) -> None:
+    storage = DocumentStorage(storage_path, RawFormat())
+    with storage.sync_writer() as late:
+        late.append(1, b"late")
+        late.append(2, b"kept")
+        write(storage, [(1, b"early")])
+        with pytest.raises(ShardExistsError, match="1"):
+            late.close()
+    assert read_all(storage) == [b"early", b"kept"]
+
+
+def test_storage_object_made_before_the_header_still_refuses_another_format(storage_path: Path) -> None:
+    late = DocumentStorage(storage_path, DocumentJsonFormat())
+    write(DocumentStorage(storage_path, DocumentPickleFormat()), [(0, "x")])
+    with pytest.raises(FormatMismatchError, match="pickle"):
+        late.sync_writer()
+    with pytest.raises(FormatMismatchError):
+        late.sync_reader()
 
 
 def test_reader_sees_a_snapshot(storage_path: Path) -> None:
