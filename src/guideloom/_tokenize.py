@@ -625,9 +625,9 @@ def _run_pool(
         job, error = failure
         if isinstance(error, BrokenProcessPool):
             error = TokenizeWorkerDied(
-                f"a tokenize worker process died (killed or out of memory?) while writing shards, e.g. shard "
-                f"{job.shard} ({job.path}); its files were not committed: leftovers in {settings.output}/incomplete "
-                "can be removed with 'guideloom clean'"
+                f"a tokenize worker process died or failed to start ({error}) while shard {job.shard} "
+                f"({job.path}) was pending: the shards it was writing were not committed; leftovers in "
+                f"{settings.output / 'incomplete'} can be removed with 'guideloom clean'"
             )
         _note_committed(error, settings, results)
         raise error

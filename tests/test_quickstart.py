@@ -1,0 +1,95 @@
+"""The quick-start end to end: preprocess, train, SIGKILL, resume; the losses must be identical."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tokenizers")
+pytest.importorskip("matplotlib")
+pytest.importorskip("msgpack")
+
+QUICKSTART = Path(__file__).resolve().parent.parent / "examples" / "quickstart"
+
+
+def run(script: str, *arguments: str) -> subprocess.CompletedProcess[str]:
+    completed = subprocess.run(
+        [sys.executable, str(QUICKSTART / script), *arguments], capture_output=True, text=True, timeout=240
+    )
+    assert completed.returncode == 0, f"{script} failed:\n{completed.stdout}\n{completed.stderr}"
+    return completed
+
+
+@pytest.fixture(scope="module")
+def quickstart(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    work = tmp_path_factory.mktemp("quickstart")
+    completed = run(
+        "run_all.py",
+        *("--workdir", str(work), "--max-files", "8", "--steps", "40", "--checkpoint-every", "10"),
+        *("--kill-at", "24", "--batch-size", "8", "--context", "32"),
+    )
+    return work, completed.stdout
+
+
+def test_killed_and_resumed_run_has_identical_losses(quickstart: tuple[Path, str]) -> None:
+    work, output = quickstart
+    assert "identical: all 40 losses" in output
+    assert "killed with SIGKILL at step" in output
+    a = json.loads((work / "run-a" / "losses.json").read_text())
+    b = json.loads((work / "run-b" / "losses.json").read_text())
+    assert len(a["losses"]) == 40 and a["losses"] == b["losses"]  # exact float equality, step for step
+    assert b["steps_this_process"] < 40  # run B's last process only did the steps after the checkpoint
+    assert a["tokens_per_second"] > 0
+    assert (work / "losses.png").stat().st_size > 0
+
+
+def test_conversations_in_two_formats(quickstart: tuple[Path, str], tmp_path: Path) -> None:
+    work, _ = quickstart
+    completed = run(
+        "preprocess_conversations.py",
+        *("--output", str(tmp_path), "--max-files", "12", "--tokenizer", str(work / "data" / "tokenizer.json")),
+    )
+    assert "struct:" in completed.stdout and "msgpack:" in completed.stdout and "batch 1:" in completed.stdout
+
+
+def test_conversation_format_round_trip(tmp_path: Path) -> None:
+    sys.path.insert(0, str(QUICKSTART))
+    try:
+        from conversation_format import IGNORE_INDEX, ConversationFormat, collate
+    finally:
+        sys.path.remove(str(QUICKSTART))
+    from guideloom import DocumentStorage
+
+    conversations = [
+        {
+            "conversation_id": 5,
+            "messages": [
+                {"role": "system", "tokens": [1]},
+                {"role": "user", "tokens": [2, 3]},
+                {"role": "assistant", "tokens": [4, 5, 6]},
+            ],
+        },
+        {"conversation_id": 2**40, "messages": []},
+    ]
+    storage = DocumentStorage(tmp_path, ConversationFormat())
+    with storage.sync_writer() as writer:
+        for conversation in conversations:
+            writer.append(3, conversation)
+    with storage.sync_reader() as reader:
+        first, empty = reader.read(0), reader.read(1)
+        assert first["conversation_id"] == 5 and first["shard"] == 3
+        assert first["roles"].tolist() == [0, 1, 2] and first["lengths"].tolist() == [1, 2, 3]
+        assert first["tokens"].tolist() == [1, 2, 3, 4, 5, 6] and not first["tokens"].flags.writeable  # zero-copy
+        assert empty["conversation_id"] == 2**40 and empty["tokens"].size == 0
+        batch = collate([first, first])
+        del first, empty
+    assert batch["input_ids"].tolist() == [[1, 2, 3, 4, 5]] * 2
+    assert batch["labels"].tolist() == [[IGNORE_INDEX, IGNORE_INDEX, 4, 5, 6]] * 2  # loss on assistant tokens only
+    with pytest.raises(ValueError, match="role"):
+        ConversationFormat().pack({"conversation_id": 1, "messages": [{"role": "robot", "tokens": [1]}]})
+    assert np.array_equal(np.frombuffer(ConversationFormat().pack(conversations[1]), "<u8", 1), [2**40])
