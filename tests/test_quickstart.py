@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -30,7 +31,7 @@ def quickstart(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     work = tmp_path_factory.mktemp("quickstart")
     completed = run(
         "run_all.py",
-        *("--workdir", str(work), "--max-files", "8", "--steps", "40", "--checkpoint-every", "10"),
+        *("--workdir", str(work), "--max-files", "5", "--steps", "40", "--checkpoint-every", "10"),
         *("--kill-at", "24", "--batch-size", "8", "--context", "32"),
     )
     return work, completed.stdout
@@ -40,6 +41,9 @@ def test_killed_and_resumed_run_has_identical_losses(quickstart: tuple[Path, str
     work, output = quickstart
     assert "identical: all 40 losses" in output
     assert "killed with SIGKILL at step" in output
+    resumed = re.search(r"resumed from step (\d+) \(loader epoch (\d+)", output)
+    assert resumed is not None and int(resumed.group(1)) >= 20
+    assert int(resumed.group(2)) >= 1  # the tiny corpus makes the run cross epochs: reshuffles are resumed too
     a = json.loads((work / "run-a" / "losses.json").read_text())
     b = json.loads((work / "run-b" / "losses.json").read_text())
     assert len(a["losses"]) == 40 and a["losses"] == b["losses"]  # exact float equality, step for step

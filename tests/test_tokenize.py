@@ -84,11 +84,11 @@ def test_jsonl_parquet_and_text_in_parallel(tmp_path: Path, tokenizer_path: Path
     with TokenStorage(output).sync_reader() as reader:
         assert summary.tokens == reader.token_count == sum(len(reader.read(i)) for i in range(len(reader)))
         assert [shard.record_count for shard in reader.shards] == [3, 3, 1, 1]  # shard i = sorted input i
-    assert summary.tokens_per_second > 0
+    assert summary.tokens_per_second > 0 and summary.processes == 2
     assert_nothing_in_progress(output)
 
     # one worker (no processes) writes exactly the same storage
-    tokenize_files(inputs, tmp_path / "one", tokenizer_path, workers=1, progress=False)
+    assert tokenize_files(inputs, tmp_path / "one", tokenizer_path, workers=1, progress=False).processes == 0
     with TokenStorage(output).sync_reader() as many, TokenStorage(tmp_path / "one").sync_reader() as one:
         assert one.fingerprint == many.fingerprint
         assert np.array_equal(one.read_tokens(0, one.token_count), many.read_tokens(0, many.token_count))
@@ -101,6 +101,7 @@ def test_text_field_and_no_eos(tmp_path: Path, tokenizer_path: Path) -> None:
     with TokenStorage(tmp_path / "out").sync_reader() as reader:
         assert [tokenizer.decode(reader.read(i).tolist()) for i in range(len(reader))] == DOCUMENTS
     assert summary.eos_id is None
+    assert summary.processes == 0  # workers=None: small inputs are tokenized in this process
     assert summary.tokens == sum(len(tokenizer.encode(text, add_special_tokens=False).ids) for text in DOCUMENTS)
 
 
@@ -125,7 +126,7 @@ def test_missing_field_names_file_and_line(tmp_path: Path, tokenizer_path: Path,
     if committed:
         with pytest.raises(FileExistsError, match="skip-existing"):
             tokenize_files([good, bad], output, tokenizer_path, progress=False)
-    summary = tokenize_files([good, bad], output, tokenizer_path, workers=workers, progress=False, skip_existing=True)
+    summary = tokenize_files([good, bad], output, tokenizer_path, workers=1, progress=False, skip_existing=True)
     assert committed_shard_ids(output) == [0, 1]
     assert summary.shards == tuple(sorted({0, 1} - set(committed)))
     assert read_back(output, tokenizer_path) == [*DOCUMENTS, "fine"]

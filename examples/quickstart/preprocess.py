@@ -4,8 +4,10 @@ By default the corpus is the source code of the Python standard library that run
 this script (always there, no download): its ``.py`` files, sorted, the first
 ``--max-files``. Each file is one document and one shard; worker processes
 tokenize files in parallel, each writing its own shards (``guideloom tokenize``
-runs the same engine). With ``--input`` you tokenize your own ``.txt``, ``.jsonl``
-or ``.parquet`` files (``--text-field`` names the JSONL field / Parquet column).
+runs the same engine). By default processes are started only for inputs over
+8 MiB (below that, starting them costs more than it saves); ``--workers N``
+forces N. With ``--input`` you tokenize your own ``.txt``, ``.jsonl`` or
+``.parquet`` files (``--text-field`` names the JSONL field / Parquet column).
 
 Without ``--tokenizer`` a byte-level BPE of ``--vocab-size`` tokens is trained on
 the corpus in seconds and saved as ``OUTPUT/tokenizer.json``; the token storage
@@ -50,7 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-files", type=int, default=300, help="stdlib files to use (default corpus only)")
     parser.add_argument("--tokenizer", type=Path, help="a tokenizer.json (default: train a byte-level BPE)")
     parser.add_argument("--vocab-size", type=int, default=2048, help="vocabulary of the trained tokenizer")
-    parser.add_argument("--workers", type=int, default=None, help="tokenize processes (default: min(4, cpus))")
+    parser.add_argument(
+        "--workers", type=int, default=None, help="tokenize processes (default: min(4, cpus) if over 8 MiB)"
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing OUTPUT/tokens")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     arguments = parser.parse_args(argv)

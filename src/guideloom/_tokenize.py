@@ -78,6 +78,9 @@ REFUSED_SUFFIXES = {
     ".json": "a JSON document (use JSON Lines, .jsonl)",
     ".arrow": "Arrow IPC (use Parquet)",
 }
+# With ``workers=None`` inputs smaller than this are tokenized in the calling process: starting worker
+# processes (each imports numpy, torch and tokenizers) takes longer than tokenizing a few MB.
+AUTO_PARALLEL_MIN_BYTES = 8 << 20
 BATCH_DOCUMENTS = 512
 BATCH_CHARACTERS = 4 << 20
 INSTALL_HINT = "pip install 'guideloom[tokenize]'"
@@ -97,6 +100,7 @@ class TokenizeSummary:
     shards: tuple[int, ...] = ()  #: shard ids committed by this run
     empty_files: tuple[Path, ...] = ()  #: inputs without documents (no shard)
     skipped_files: tuple[Path, ...] = ()  #: inputs whose shard already existed (``skip_existing``)
+    processes: int = 0  #: worker processes started (0: the calling process did the work)
 
     @property
     def tokens_per_second(self) -> float:
@@ -106,7 +110,8 @@ class TokenizeSummary:
         lines = [
             f"tokenized {self.files - len(self.skipped_files)} files ({self.bytes / 2**20:.1f} MiB) into "
             f"{len(self.shards)} shards: {self.documents:,} documents, {self.tokens:,} tokens ({self.dtype}) "
-            f"in {self.seconds:.1f} s = {self.tokens_per_second:,.0f} tokens/s",
+            f"in {self.seconds:.1f} s = {self.tokens_per_second:,.0f} tokens/s "
+            + (f"({self.processes} worker processes)" if self.processes else "(in this process)"),
         ]
         if self.eos_id is None:
             lines.append("no end-of-text id appended")
@@ -525,10 +530,14 @@ def tokenize_files(
 ) -> TokenizeSummary:
     """Tokenize ``inputs`` into the TokenStorage at ``output``; see the module docstring.
 
-    ``workers`` processes (default ``min(4, cpu count)``; ``1`` runs in this
-    process) each tokenize whole files; input ``i`` of the sorted list is shard ``i``.
+    ``workers`` processes each tokenize whole files; input ``i`` of the sorted list is
+    shard ``i``. ``workers=1`` works in the calling process. The default, ``None``,
+    means ``min(4, cpu count)`` processes, or the calling process when the inputs
+    total less than ``AUTO_PARALLEL_MIN_BYTES`` (8 MiB), where starting processes
+    costs more than it saves. The result is the same storage either way.
     """
     started = time.perf_counter()
+    automatic = workers is None
     if workers is None:
         workers = min(4, os.cpu_count() or 1)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
@@ -537,10 +546,14 @@ def tokenize_files(
     settings, tokenizer, skipped = _plan(inputs, output, tokenizer_path, text_field, dtype, eos_token, skip_existing)
     jobs = settings.jobs
     results: dict[int, tuple[int, int]] = {}
-    bar = _progress_bar(sum(job.size for job in jobs), progress)
+    total = sum(job.size for job in jobs)
+    if automatic and total < AUTO_PARALLEL_MIN_BYTES:
+        workers = 1
+    processes = 0 if workers == 1 or len(jobs) <= 1 else min(workers, len(jobs))
+    bar = _progress_bar(total, progress)
     update: Callable[[int], object] = bar.update if bar is not None else (lambda n: None)
     try:
-        if workers == 1 or len(jobs) <= 1:
+        if not processes:
             for job in jobs:
                 try:
                     results[job.shard] = _tokenize_file(job, settings, tokenizer, update, lambda: False)
@@ -548,7 +561,7 @@ def tokenize_files(
                     _note_committed(error, settings, results)
                     raise
         else:
-            _run_pool(jobs, settings, min(workers, len(jobs)), update, results)
+            _run_pool(jobs, settings, processes, update, results)
     finally:
         if bar is not None:
             bar.close()
@@ -559,13 +572,14 @@ def tokenize_files(
         files=len(jobs) + len(skipped),
         documents=documents,
         tokens=sum(count for _, count in results.values()),
-        bytes=sum(job.size for job in jobs),
+        bytes=total,
         seconds=time.perf_counter() - started,
         dtype=settings.dtype,
         eos_id=settings.eos_id,
         shards=tuple(sorted(shard for shard, (count, _) in results.items() if count)),
         empty_files=tuple(job.path for job in jobs if results.get(job.shard, (1, 0))[0] == 0),
         skipped_files=tuple(skipped),
+        processes=processes,
     )
 
 
@@ -661,7 +675,10 @@ def add_tokenize_command(commands: argparse._SubParsersAction[argparse.ArgumentP
     command.add_argument("output", metavar="OUTPUT", help="the token storage directory to write")
     command.add_argument("--tokenizer", required=True, metavar="TOKENIZER_JSON", help="a tokenizers tokenizer.json")
     command.add_argument(
-        "--workers", type=int, default=None, help="worker processes (default: min(4, cpu count); 1: no processes)"
+        "--workers",
+        type=int,
+        default=None,
+        help="worker processes (default: min(4, cpu count), none for inputs under 8 MiB; 1: no processes)",
     )
     command.add_argument("--text-field", default="text", help="JSONL field / Parquet column of the text")
     command.add_argument("--dtype", default=None, help="token dtype (default: uint16 if the vocabulary fits)")
