@@ -1,0 +1,166 @@
+"""guideloom behind the peers' adapter interface (see ``peers/__init__.py``), one variant per format.
+
+Token batches come from a ``TokenStorage`` (uint32) through ``StatefulDataLoader``; documents from a
+``DocumentStorage`` in the format the variant names: pickle, MessagePack or the spec's struct/NumPy
+format. Records are written in shards of 10,000, tokens in shards of about 12.5M tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from guideloom import (
+    DocumentMsgpackFormat,
+    DocumentPickleFormat,
+    DocumentStorage,
+    StatefulDataLoader,
+    TokenStorage,
+)
+from guideloom.types import DocumentStorageFormat
+
+NAME = "guideloom"
+TOKENS_PER_SHARD = 12_500_000
+RECORDS_PER_SHARD = 10_000
+
+
+class TokenDocumentFormat(DocumentStorageFormat[dict[str, Any], dict[str, Any]]):
+    """The spec's custom format: a 4-byte document id, then little-endian int32 tokens."""
+
+    prefix = struct.Struct("<I")
+
+    def pack(self, data: dict[str, Any]) -> bytes:
+        return self.prefix.pack(data["document_id"]) + np.asarray(data["tokens"], dtype="<i4").tobytes()
+
+    def unpack(self, encoded_data: memoryview, shard: int) -> dict[str, Any]:
+        (document_id,) = self.prefix.unpack_from(encoded_data)
+        tokens = np.frombuffer(encoded_data, dtype="<i4", offset=self.prefix.size)
+        return {"document_id": document_id, "tokens": tokens, "shard": shard}
+
+
+class PickleRecords(DocumentPickleFormat):
+    """Pickle with the tokens stored as a NumPy array (the fast way to pickle token lists)."""
+
+    def pack(self, data: Any) -> bytes:
+        return super().pack({"document_id": data["document_id"], "tokens": np.asarray(data["tokens"], np.int32)})
+
+
+FORMATS: dict[str, type[DocumentStorageFormat[Any, Any]]] = {
+    "pickle": PickleRecords,
+    "msgpack": DocumentMsgpackFormat,
+    "struct": TokenDocumentFormat,
+}
+
+
+def version() -> str:
+    import guideloom
+
+    return guideloom.__version__
+
+
+def write_tokens(documents: Iterable[np.ndarray], out_dir: Path, *, sequence_length: int = 2048) -> None:
+    storage = TokenStorage(out_dir, dtype="uint32")
+    written = 0
+    with storage.sync_writer() as writer:
+        for document in documents:
+            writer.append(written // TOKENS_PER_SHARD, document)
+            written += len(document)
+
+
+def _token_loader(
+    out_dir: Path, sequence_length: int, batch_size: int, seed: int, num_workers: int
+) -> StatefulDataLoader:
+    return StatefulDataLoader.from_storage(
+        TokenStorage(out_dir),
+        device="cpu",
+        local_batch_size=batch_size,
+        sequence_length=sequence_length,
+        shuffle=True,
+        seed=seed,
+        drop_last=True,
+        num_workers=num_workers,
+    )
+
+
+def token_batches(
+    out_dir: Path, *, sequence_length: int = 2048, batch_size: int = 8, seed: int = 0, num_workers: int = 0
+) -> Iterator[torch.Tensor]:
+    with _token_loader(out_dir, sequence_length, batch_size, seed, num_workers) as loader:
+        yield from loader
+
+
+def write_documents(records: Iterable[dict[str, Any]], out_dir: Path, *, format: str = "pickle") -> None:
+    storage = DocumentStorage(out_dir, FORMATS[format]())
+    with storage.sync_writer() as writer:
+        for index, record in enumerate(records):
+            if format == "msgpack":
+                record = {"document_id": record["document_id"], "tokens": np.asarray(record["tokens"]).tolist()}
+            writer.append(index // RECORDS_PER_SHARD, record)
+
+
+def document_batches(
+    out_dir: Path,
+    *,
+    batch_size: int = 32,
+    seed: int = 0,
+    num_workers: int = 0,
+    collate: Any = None,
+    format: str = "pickle",
+) -> Iterator[Any]:
+    from peers._common import NormalizingCollate
+
+    storage = DocumentStorage(out_dir, FORMATS[format]())
+    with StatefulDataLoader.from_storage(
+        storage,
+        NormalizingCollate(collate),
+        device="cpu",
+        local_batch_size=batch_size,
+        shuffle=True,
+        seed=seed,
+        num_workers=num_workers,
+    ) as loader:
+        yield from loader
+
+
+def resume_first_batch(
+    out_dir: Path,
+    fraction: float,
+    *,
+    sequence_length: int = 2048,
+    batch_size: int = 8,
+    seed: int = 0,
+    num_workers: int = 0,
+) -> Any:
+    """Fresh loader + ``load_state_dict`` + first batch, after really reading ``fraction`` of the epoch."""
+    from peers._common import ResumeResult, measure_resume
+
+    with _token_loader(out_dir, sequence_length, batch_size, seed, num_workers) as loader:
+        batches = len(loader)
+
+    def start() -> tuple[StatefulDataLoader, Iterator[torch.Tensor]]:
+        loader = _token_loader(out_dir, sequence_length, batch_size, seed, num_workers)
+        return loader, iter(loader)
+
+    def resume(state: dict[str, Any]) -> Iterator[torch.Tensor]:
+        loader = _token_loader(out_dir, sequence_length, batch_size, seed, num_workers)
+        loader.load_state_dict(state)
+        return iter(loader)
+
+    result: ResumeResult = measure_resume(
+        n_batches=batches,
+        fraction=fraction,
+        start=start,
+        state_of=lambda loader, iterator: json.loads(json.dumps(loader.state_dict())),
+        resume=resume,
+        close=lambda loader, iterator: loader.close(),
+        reason="the state is JSON (a few counters)",
+    )
+    with _token_loader(out_dir, sequence_length, batch_size, seed, num_workers) as loader:
+        result.state_bytes = len(json.dumps(loader.state_dict()))  # as JSON, not pickle
+    return result
