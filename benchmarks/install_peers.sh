@@ -13,11 +13,12 @@
 # PEERS_RETRY_FAILED=1 to retry peers that failed last time, or PEERS_FORCE=1
 # to re-run pip for every peer.
 #
-# Usage: bash benchmarks/install_peers.sh   (env: PYTHON=python3.11)
+# Usage: bash benchmarks/install_peers.sh
+#   env: PYTHON (default python3.11), BENCH_VENV (default <repo>/.venv-bench)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VENV="$ROOT/.venv-bench"
+VENV="${BENCH_VENV:-$ROOT/.venv-bench}"
 PEERS_DIR="$ROOT/benchmarks/peers"
 CONSTRAINTS="$PEERS_DIR/constraints.txt"
 STATUS_FILE="$PEERS_DIR/install_status.json"
@@ -97,6 +98,10 @@ if [[ "${final_torch%%+*}" != "$TORCH_VERSION" ]]; then
   log "torch changed to $final_torch; the constraints file is not doing its job"
   exit 1
 fi
+
+# Informational: whether the peers' declared requirements still agree.
+"$PY" -m pip check >"$LOGS/pip-check.log" 2>&1 || log "pip check reports conflicts (see $LOGS/pip-check.log):
+$(cat "$LOGS/pip-check.log")"
 
 # 3. Import check through the adapters; writes install_status.json.
 args=()

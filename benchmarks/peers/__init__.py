@@ -15,10 +15,14 @@ Every adapter module defines:
 ``NOTES: str``
     One line on how the adapter uses the library (format, sampler, resume).
 
-``write_tokens(documents, out_dir) -> None``
+``write_tokens(documents, out_dir, *, sequence_length=2048) -> None``
     ``documents`` is an iterable of 1-D ``uint32`` numpy arrays (token
     documents). Writes them to ``out_dir`` (created if missing) in the peer's
     own format. The stream read back is the concatenation of the documents.
+    Peers whose format stores fixed blocks (Mosaic, HF, Grain) cut them here,
+    so ``token_batches`` must then be called with the same ``sequence_length``
+    (they raise ``ValueError`` otherwise); LitData sizes its chunks from it;
+    the flat-file peers ignore it.
 ``token_batches(out_dir, *, sequence_length=2048, batch_size=8, seed=0, num_workers=0)``
     Iterator over one shuffled epoch of ``int64`` tensors of shape
     ``(batch_size, sequence_length)``. Each row is a window of the concatenated
@@ -50,6 +54,19 @@ is missing or broken is reported instead of stopping the whole run::
             mod = load_peer(key)
         except PeerUnavailable as exc:
             print(key, "unavailable:", exc)
+
+Caveats for a runner:
+
+* Run each peer in its own process (as ``smoke.py`` does). The libraries
+  keep process-wide state: Mosaic claims shared memory per dataset directory
+  until the dataset is garbage-collected, LitData's ``optimize`` switches the
+  multiprocessing start method (the adapter restores it), Grain and LitData
+  start worker processes of their own.
+* LitData's ``optimize`` and Grain's ``mp_prefetch`` start workers with
+  ``spawn``, so the calling script needs an ``if __name__ == "__main__":``
+  guard; without it LitData writes an empty dataset (the adapter raises).
+* ``num_workers`` is honoured by every peer except the naive baseline, which
+  always reads in the calling process.
 
 ``install_status.json`` (written by the install script) records for each pip
 distribution ``"ok"`` or the reason it is unusable; :func:`install_status`

@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from peers import PEERS, PeerUnavailable, load_peer  # noqa: E402
+from peers import PEERS, PeerUnavailable, load_peer
 
 
 def main() -> None:
@@ -36,6 +36,8 @@ def main() -> None:
             except PeerUnavailable as exc:
                 result = f"installed but unusable: {exc}"
         status[info.dist] = result
+    for dist, result in pip_results.items():  # distributions no adapter wraps
+        status.setdefault(dist, result)
     args.out.write_text(json.dumps(status, indent=2, sort_keys=True) + "\n")
 
 

@@ -36,7 +36,7 @@ def version() -> str:
     return f"numpy {np.__version__}"
 
 
-def write_tokens(documents: Iterable[np.ndarray], out_dir: Path) -> None:
+def write_tokens(documents: Iterable[np.ndarray], out_dir: Path, *, sequence_length: int = 2048) -> None:
     write_flat_tokens(documents, out_dir)
 
 

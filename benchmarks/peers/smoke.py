@@ -29,7 +29,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from peers import PEERS, PeerUnavailable, load_peer  # noqa: E402
+from peers import PEERS, PeerUnavailable, load_peer
 
 VOCAB = 50_257
 
@@ -75,7 +75,8 @@ def check_token_epoch(mod: Any, out: Path, stream: np.ndarray, a: argparse.Names
         if n_batches == 0:
             t_first = time.perf_counter() - t0
         if not isinstance(batch, torch.Tensor) or batch.dtype != torch.int64 or tuple(batch.shape) != (bs, seq):
-            bad = f"batch {n_batches}: {type(batch).__name__} {getattr(batch, 'dtype', '')} {getattr(batch, 'shape', '')}"
+            got = f"{type(batch).__name__} {getattr(batch, 'dtype', '')} {tuple(getattr(batch, 'shape', ()))}"
+            bad = f"batch {n_batches}: {got}"
             break
         for row in batch.numpy():
             p = locate(row)
@@ -148,12 +149,12 @@ def run_one(key: str, a: argparse.Namespace) -> dict[str, Any]:
             res[name] = {"ok": False, "problem": f"{type(exc).__name__}: {exc}"[:300]}
             if a.verbose:
                 traceback.print_exc()
-        res[name].setdefault("seconds", round(time.perf_counter() - t0, 3))
+        res[name]["step_s"] = round(time.perf_counter() - t0, 3)
         return res[name]["ok"]
 
     with tempfile.TemporaryDirectory(prefix=f"peer-smoke-{key}-") as tmp:
         tok_dir, doc_dir = Path(tmp) / "tokens", Path(tmp) / "docs"
-        if step("write_tokens", lambda: mod.write_tokens(iter(docs), tok_dir)):
+        if step("write_tokens", lambda: mod.write_tokens(iter(docs), tok_dir, sequence_length=a.sequence_length)):
             if step("token_epoch", lambda: check_token_epoch(mod, tok_dir, stream, a)):
                 step("resume", lambda: _resume(mod, tok_dir, a))
         if step("write_documents", lambda: mod.write_documents(iter(records), doc_dir)):
@@ -180,7 +181,7 @@ def fmt(step: dict[str, Any] | None, kind: str) -> str:
         return f"{step['seconds'] * 1000:.0f}ms {'same' if step['matches'] else 'DIFFERENT'}"
     if kind == "epoch":
         return f"ok {step['batches']}b {step['seconds']:.1f}s"
-    return f"ok {step['seconds']:.1f}s"
+    return f"ok {step['step_s']:.1f}s"
 
 
 def main() -> None:
@@ -246,6 +247,8 @@ def main() -> None:
         ])  # fmt: skip
     widths = [max(len(str(x)) for x in col) for col in zip(cols, *rows, strict=True)]
     line = lambda xs: "| " + " | ".join(str(x).ljust(w) for x, w in zip(xs, widths, strict=True)) + " |"  # noqa: E731
+    print(f"{a.tokens:,} tokens, {a.records:,} records, num_workers={a.num_workers}. Times include this test's")
+    print("own checking of every row and are not benchmark numbers.")
     print(line(cols))
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for row in rows:

@@ -72,7 +72,7 @@ def _loader(dataset: Dataset[Any], batch_size: int, seed: int, num_workers: int,
     )
 
 
-def write_tokens(documents: Iterable[np.ndarray], out_dir: Path) -> None:
+def write_tokens(documents: Iterable[np.ndarray], out_dir: Path, *, sequence_length: int = 2048) -> None:
     write_flat_tokens(documents, out_dir)
 
 
@@ -93,9 +93,7 @@ def write_documents(records: Iterable[dict[str, Any]], out_dir: Path) -> None:
 def document_batches(
     out_dir: Path, *, batch_size: int = 32, seed: int = 0, num_workers: int = 0, collate: Collate | None = None
 ) -> Iterator[Any]:
-    loader = _loader(
-        DocumentDataset(out_dir), batch_size, seed, num_workers, collate_fn=NormalizingCollate(collate)
-    )
+    loader = _loader(DocumentDataset(out_dir), batch_size, seed, num_workers, collate_fn=NormalizingCollate(collate))
     return iter(loader)
 
 
