@@ -285,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
             "numpy": np.__version__,
             "platform": platform.platform(),
             "cpus": os.cpu_count(),
+            "load_average_at_end": os.getloadavg(),  # other work on the machine skews the numbers
         },
         "token_writes": token_writes,
         "document_reads": document_reads,
