@@ -220,7 +220,7 @@ class ShardFile:
 
     def record_bounds(self, record: int) -> tuple[int, int]:
         """Element offsets of a record, checked so a damaged index can never read out of bounds."""
-        start, stop = int(self.offsets[record]), int(self.offsets[record + 1])
+        start, stop = self.offsets[record : record + 2].tolist()
         if not start <= stop <= self.element_count:
             raise CorruptStorageError(
                 f"shard {self.id} has a damaged index at record {record} ({self.path}): run verify"

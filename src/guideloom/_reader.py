@@ -129,6 +129,21 @@ class DocumentReader(_Reader[Out]):
         encoded, shard = self.read_encoded(index)
         return self._unpack(encoded, shard)
 
+    def read_many(self, indices: np.ndarray) -> list[Out]:
+        """Decode the records at ``indices`` (int64, each checked), locating them all at once."""
+        self._check_open()
+        if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= len(self)):
+            bad = int(indices.min()) if int(indices.min()) < 0 else int(indices.max())
+            check_index(bad, len(self))
+        positions = np.searchsorted(self.record_starts, indices, side="right") - 1
+        records = indices - self.record_starts[positions]
+        decoded = []
+        for position, record in zip(positions.tolist(), records.tolist(), strict=True):
+            shard = self.shards[position]
+            start, stop = shard.record_bounds(record)
+            decoded.append(self._unpack(shard.view[start:stop], shard.id))
+        return decoded
+
 
 class TokenReader(_Reader[np.ndarray]):
     """Documents of a TokenStorage and the concatenated token stream."""

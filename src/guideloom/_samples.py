@@ -65,7 +65,7 @@ class DocumentSource(SampleSource):
     def fetch(self, indices: np.ndarray) -> list[Any]:
         reader = self.reader
         assert isinstance(reader, DocumentReader)
-        return [reader.read(int(index)) for index in indices]
+        return reader.read_many(indices)
 
     def default_collate(self, samples: list[Any]) -> list[Any]:
         return samples
