@@ -179,6 +179,14 @@ def test_errors_found_before_anything_is_written(tmp_path: Path, tokenizer_path:
         tokenize_files([good], output, tokenizer_path, dtype="uint8")
     with pytest.raises(ValueError, match="inputs is empty"):
         tokenize_files([], output, tokenizer_path)
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(ValueError, match="exists and is not a directory"):
+        tokenize_files([good], tmp_path / "a-file", tokenizer_path)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("x")
+    with pytest.raises(ValueError, match="non-empty directory that holds no guideloom storage"):
+        tokenize_files([good], tmp_path / "other", tokenizer_path)
+    assert sorted(p.name for p in (tmp_path / "other").iterdir()) == ["notes.txt"]
     assert not output.exists()  # none of these wrote anything
 
 

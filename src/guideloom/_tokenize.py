@@ -64,7 +64,7 @@ from typing import Any
 import numpy as np
 
 from guideloom._errors import GuideloomError
-from guideloom._layout import committed_shard_ids
+from guideloom._layout import HEADER_NAME, committed_shard_ids
 from guideloom._storage import TokenStorage
 
 EOS_CANDIDATES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "[EOS]")
@@ -481,7 +481,12 @@ def _plan(
     if all(job.size == 0 for job in jobs):
         raise ValueError(f"the inputs hold no documents: all {len(jobs)} files are empty")
     tokenizer = load_tokenizer(tokenizer_path)
-    existing = TokenStorage(output).dtype.name if (output / "guideloom.json").exists() else None
+    is_storage = (output / HEADER_NAME).exists()
+    if output.exists() and not output.is_dir():
+        raise ValueError(f"output {output} exists and is not a directory")
+    if output.is_dir() and not is_storage and any(output.iterdir()):
+        raise ValueError(f"output {output} is a non-empty directory that holds no guideloom storage")
+    existing = TokenStorage(output).dtype.name if is_storage else None
     chosen = _choose_dtype(int(tokenizer.get_vocab_size(with_added_tokens=True)), dtype, existing)
     TokenStorage(output, chosen)  # an existing storage of another kind or dtype fails here, before writing
     committed = set(committed_shard_ids(output))
@@ -663,12 +668,31 @@ def _note_committed(error: BaseException, settings: _Settings, results: dict[int
 # ----------------------------------------------------------------------------- command line
 
 
+CLI_DESCRIPTION = """\
+Tokenize text into a guideloom token storage, one shard per input file: the
+inputs are sorted and input i becomes shard i, whatever the number of workers.
+
+  .jsonl     one document per line: the string in --text-field (default "text")
+  .parquet   one document per row of the --text-field column (needs pyarrow)
+  others     UTF-8 text, one document per file (.txt, .md, .py, ...)
+  directory  its .txt, .jsonl and .parquet files, recursively
+
+After each document the tokenizer's end-of-text id is appended (<|endoftext|>,
+</s>, ... if it has one; --eos-token / --no-eos to choose). Missing or unreadable
+files, bad Parquet columns and an existing output are reported before anything
+is written. A file that fails (e.g. a JSONL line without the field, reported
+with its line number) commits nothing and stops the run with exit status 1;
+files finished before stay committed, and --skip-existing after fixing the input
+writes only the missing shards.
+"""
+
+
 def add_tokenize_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``guideloom tokenize`` on the CLI's subcommands."""
     command = commands.add_parser(
         "tokenize",
         help="tokenize .txt/.jsonl/.parquet files into a token storage, one shard per file",
-        description=__doc__,
+        description=CLI_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     command.add_argument("inputs", nargs="+", metavar="INPUT", help="input files or directories")
