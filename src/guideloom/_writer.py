@@ -146,22 +146,27 @@ class SyncWriter(Generic[In]):
             raise first_error
 
     def _shard(self, shard: int) -> _ShardInProgress:
+        """The shard's file in progress (created on first use), open, with at most MAX_OPEN_FILES open."""
         in_progress = self._open.get(shard)
         if in_progress is not None:
             self._open.move_to_end(shard)
+            if in_progress.file is None:
+                self._make_room()
             return in_progress
         final = self._path / SHARDS_DIR / shard_file_name(shard)
         if shard in self._committed or final.exists():
             raise ShardExistsError(f"shard {shard} is already committed ({final}); committed shards are immutable")
-        if len(self._open) >= MAX_OPEN_FILES:
-            for candidate in self._open.values():
-                if candidate.file is not None:
-                    candidate.suspend()
-                    break
+        self._make_room()
         temporary = self._path / INCOMPLETE_DIR / f"{shard_file_name(shard)}.{self._token}"
         in_progress = _ShardInProgress(shard, temporary)
         self._open[shard] = in_progress
         return in_progress
+
+    def _make_room(self) -> None:
+        """Close least recently used files so one more can open (they reopen when appended to)."""
+        open_files = [candidate for candidate in self._open.values() if candidate.file is not None]
+        for candidate in open_files[: max(0, len(open_files) - MAX_OPEN_FILES + 1)]:
+            candidate.suspend()
 
     def __enter__(self) -> SyncWriter[In]:
         return self
