@@ -79,7 +79,7 @@ def plot(losses_a: list[float], losses_b: list[float], killed_at: int, resumed_a
     axes.set_xlabel("step")
     axes.set_ylabel("training loss")
     axes.set_title("Exact resume with guideloom's StatefulDataLoader")
-    axes.legend()
+    axes.legend(loc="lower left")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     pyplot.close(figure)
