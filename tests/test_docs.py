@@ -111,8 +111,8 @@ def run_command(command: str, previous_status: int) -> tuple[int, str]:
         with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
             try:
                 status = guideloom_main(words[1:])
-            except SystemExit as exit:  # argparse's usage errors
-                status = exit.code if isinstance(exit.code, int) else 1
+            except SystemExit as error:  # argparse's usage errors
+                status = error.code if isinstance(error.code, int) else 1
         return status, output.getvalue()
     completed = subprocess.run(
         command,
@@ -171,20 +171,25 @@ def run_console(page: Path, block: Block, number: int) -> None:
             )
 
 
+def should_execute(page: Path, block: Block) -> bool:
+    """Whether a python block runs here (else it is only compiled); writes the scripts of ``file:`` markers."""
+    if block.marker is None:
+        return True
+    kind, argument = block.marker
+    if kind == "file":
+        Path(argument).write_text(block.code, encoding="utf-8")
+        return False
+    needs = NEEDS.match(argument)
+    assert needs is not None, f"{page_id(page)} line {block.line}: write <!-- not-executed: needs MODULE -->"
+    return importlib.util.find_spec(needs.group(1)) is not None
+
+
 def run_python(page: Path, block: Block, number: int, namespace: dict[str, object]) -> None:
-    code = compile_block(page, block)
-    if block.marker is not None:
-        kind, argument = block.marker
-        if kind == "file":
-            Path(argument).write_text(block.code, encoding="utf-8")
-            return
-        needs = NEEDS.match(argument)
-        assert needs is not None, f"{page_id(page)} line {block.line}: write <!-- not-executed: needs MODULE -->"
-        if importlib.util.find_spec(needs.group(1)) is None:
-            return  # compiled above: at least its syntax is checked
     trace = None
     try:
-        exec(code, namespace)
+        code = compile_block(page, block)  # every block, executed or not, must at least compile
+        if should_execute(page, block):
+            exec(code, namespace)
     except Exception as error:
         trace = "".join(traceback.format_exception(type(error), error, error.__traceback__.tb_next))  # type: ignore[union-attr]
     if trace is not None:  # failing outside the except block keeps pytest's output to one traceback
