@@ -20,6 +20,7 @@ import json
 import mmap
 import os
 import re
+import stat
 import struct
 import zlib
 from dataclasses import dataclass
@@ -187,17 +188,24 @@ class ShardFile:
         except OSError as error:
             raise CorruptStorageError(f"shard {shard} cannot be opened ({self.path}): {error}") from None
         try:
-            size = os.fstat(descriptor).st_size
+            status = os.fstat(descriptor)
+            size = status.st_size
+            if not stat.S_ISREG(status.st_mode):
+                raise CorruptStorageError(f"shard {shard} is not a regular file: {self.path}")
             if size < FOOTER.size:
                 raise CorruptStorageError(f"shard {shard} is truncated: {self.path} has only {size} bytes")
-            self._mapping: mmap.mmap | None = mmap.mmap(descriptor, size, access=mmap.ACCESS_READ)
+            try:
+                self._mapping: mmap.mmap | None = mmap.mmap(descriptor, size, access=mmap.ACCESS_READ)
+            except OSError as error:
+                raise CorruptStorageError(f"shard {shard} cannot be mapped ({self.path}): {error}") from None
         finally:
             os.close(descriptor)
         footer = self._mapping[size - FOOTER.size :]
         (magic, version, _flags, footer_shard, record_count, data_size, data_crc, index_crc, header_crc, footer_crc) = (
             FOOTER.unpack(footer)
         )
-        if magic != FOOTER_MAGIC or zlib.crc32(footer[: FOOTER.size - 12]) != footer_crc:
+        damaged = zlib.crc32(footer[: FOOTER.size - 12]) != footer_crc or any(footer[FOOTER.size - 8 :])
+        if magic != FOOTER_MAGIC or damaged:
             self.close()
             raise CorruptStorageError(f"shard {shard} has a damaged footer ({self.path}); is it truncated?")
         if version != LAYOUT_VERSION:
@@ -233,6 +241,8 @@ class ShardFile:
         if data_crc != self.data_crc:
             return f"shard {self.id}: data checksum mismatch ({self.path})"
         index_start = padded(self.data_size)
+        if any(self.view[self.data_size : index_start]):
+            return f"shard {self.id}: padding after the data is not zero ({self.path})"
         if zlib.crc32(self.view[index_start : index_start + 8 * (self.record_count + 1)]) != self.index_crc:
             return f"shard {self.id}: index checksum mismatch ({self.path})"
         offsets = self.offsets

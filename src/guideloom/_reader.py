@@ -163,6 +163,8 @@ class TokenReader(_Reader[np.ndarray]):
 
     def window_count(self, sequence_length: int) -> int:
         """Whole windows of ``sequence_length`` tokens in the stream (the shorter tail is not served)."""
+        if isinstance(sequence_length, bool) or not isinstance(sequence_length, int) or sequence_length < 1:
+            raise ValueError(f"sequence_length must be a positive int, got {sequence_length!r}")
         return self.token_count // sequence_length
 
     def read(self, index: int) -> np.ndarray:

@@ -218,18 +218,29 @@ def _token_array(tokens: TokenInput) -> np.ndarray:
     if isinstance(tokens, np.ndarray):
         array = tokens
     elif isinstance(tokens, list | tuple | range):
-        try:
-            array = np.asarray(tokens) if len(tokens) else np.empty(0, np.int64)
-        except (OverflowError, ValueError) as error:
-            raise ValueError(f"tokens must be integers: {error}") from None
+        array = _list_array(tokens)
     else:
         raise TypeError(f"tokens must be a list, NumPy array or tensor of ints, got {type(tokens).__name__}")
     if array.ndim != 1:
         raise ValueError(f"tokens must be one-dimensional, got shape {array.shape}")
-    if array.dtype.kind not in "iu" and not (array.dtype == object and all(isinstance(t, int) for t in array)):
+    if array.dtype.kind not in "iu":
         raise TypeError(f"tokens must be integers, got dtype {array.dtype}")
-    if array.dtype == object:
-        if array.size and (min(array) < -(2**63) or max(array) >= 2**64):
-            raise ValueError(f"token id {max(array)} does not fit any token dtype")
-        array = np.asarray(array, dtype=np.int64 if min(array, default=0) < 0 else np.uint64)
     return array
+
+
+def _list_array(tokens: list[Any] | tuple[Any, ...] | range) -> np.ndarray:
+    """A list of Python ints as int64, or uint64 when ids need it; never float or wrapped."""
+    if not len(tokens):
+        return np.empty(0, np.int64)
+    try:
+        array = np.asarray(tokens)
+    except (TypeError, ValueError, OverflowError):
+        array = np.empty(0, object)
+    if array.dtype.kind in "iu" and array.ndim == 1:
+        return array
+    if not all(isinstance(token, int | np.integer) and not isinstance(token, bool) for token in tokens):
+        raise TypeError("tokens must be integers")
+    low, high = min(tokens), max(tokens)
+    if low < 0 or high >= 2**64:
+        raise ValueError(f"token id {low if low < 0 else high} does not fit any token dtype")
+    return np.asarray(tokens, dtype=np.uint64)
