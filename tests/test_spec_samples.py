@@ -25,7 +25,6 @@ def test_documents_sample_storage_part() -> None:
 
 
 # fmt: off
-@pytest.mark.xfail(reason="StatefulDataLoader lands with the loader issue", strict=False)
 def test_documents_sample_store_trusted_python_records() -> None:
     """Sample 1 of spec/documents.txt, "Store trusted Python records", verbatim."""
     from pathlib import Path

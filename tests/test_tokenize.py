@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -190,15 +192,24 @@ def test_errors_found_before_anything_is_written(tmp_path: Path, tokenizer_path:
     assert not output.exists()  # none of these wrote anything
 
 
-@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root reads any file")
 def test_unreadable_file(tmp_path: Path, tokenizer_path: Path) -> None:
+    """In a child process without the capabilities that let root read any file."""
     locked = write_jsonl(tmp_path / "locked.jsonl", DOCUMENTS)
     locked.chmod(0)
-    try:
-        with pytest.raises(PermissionError, match=r"cannot read input file .*locked\.jsonl"):
-            tokenize_files([locked], tmp_path / "out", tokenizer_path)
-    finally:
-        locked.chmod(0o644)
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from guideloom._tokenize import tokenize_files\n"
+        "try:\n"
+        f"    tokenize_files([Path({str(locked)!r})], Path({str(tmp_path / 'out')!r}), Path({str(tokenizer_path)!r}))\n"
+        "except PermissionError as error:\n"
+        "    print(error)\n"
+        "    sys.exit(3)\n"
+    )
+    unprivileged = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"] if os.geteuid() == 0 else []
+    done = subprocess.run([*unprivileged, sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done.stderr
+    assert re.search(r"cannot read input file .*locked\.jsonl", done.stdout)
     assert not (tmp_path / "out").exists()
 
 

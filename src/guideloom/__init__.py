@@ -1,5 +1,7 @@
 """guideloom: sharded training-data storage and a stateful, exactly resumable PyTorch loader."""
 
+from typing import TYPE_CHECKING, Any
+
 from guideloom._errors import (
     CorruptStorageError,
     FormatMismatchError,
@@ -7,10 +9,13 @@ from guideloom._errors import (
     ShardExistsError,
     StateMismatchError,
     StorageNotFoundError,
+    UntrustedFormatWarning,
 )
 from guideloom._formats import DocumentJsonFormat, DocumentMsgpackFormat, DocumentPickleFormat
-from guideloom._loader import StatefulDataLoader
 from guideloom._storage import DocumentStorage, TokenStorage
+
+if TYPE_CHECKING:
+    from guideloom._loader import StatefulDataLoader
 
 __version__ = "0.1.0"
 
@@ -27,4 +32,14 @@ __all__ = [
     "StatefulDataLoader",
     "StorageNotFoundError",
     "TokenStorage",
+    "UntrustedFormatWarning",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The loader needs torch; importing it lazily keeps the CLI and writer processes quick to start.
+    if name == "StatefulDataLoader":
+        from guideloom._loader import StatefulDataLoader
+
+        return StatefulDataLoader
+    raise AttributeError(f"module 'guideloom' has no attribute {name!r}")

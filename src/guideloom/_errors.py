@@ -28,3 +28,7 @@ class CorruptStorageError(GuideloomError):
 
 class StateMismatchError(GuideloomError):
     """A loader state dict does not belong to this storage or configuration."""
+
+
+class UntrustedFormatWarning(UserWarning):
+    """Reading a pickle storage: decoding pickle can run code, so only read storages you trust."""

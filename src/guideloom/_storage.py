@@ -6,14 +6,15 @@ import contextlib
 import os
 import time
 import uuid
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from guideloom._errors import FormatMismatchError, StorageNotFoundError
-from guideloom._formats import DocumentStorageFormat, format_identity
+from guideloom._errors import FormatMismatchError, StorageNotFoundError, UntrustedFormatWarning
+from guideloom._formats import DocumentPickleFormat, DocumentStorageFormat, format_identity
 from guideloom._layout import (
     HEADER_NAME,
     INCOMPLETE_DIR,
@@ -112,6 +113,22 @@ class _Storage:
         return f"{type(self).__name__}({str(self.path)!r})"
 
 
+_warned_paths: set[Path] = set()
+
+
+def _warn_untrusted_once(path: Path) -> None:
+    """Warn once per storage and process that reading pickle runs the data's code."""
+    resolved = path.resolve()
+    if resolved not in _warned_paths:
+        _warned_paths.add(resolved)
+        warnings.warn(
+            f"{path} is a pickle storage: decoding pickle can run arbitrary code, so read only storages "
+            "you trust (JSON, MessagePack or your own format decode without running code)",
+            UntrustedFormatWarning,
+            stacklevel=4,
+        )
+
+
 class DocumentStorage(_Storage, Generic[In, Out]):
     """Whole records, each encoded by ``format`` and decoded as one sample."""
 
@@ -151,7 +168,10 @@ class DocumentStorage(_Storage, Generic[In, Out]):
         return AsyncReader(self.sync_reader)
 
     def _open_reader(self, shard_ids: list[int] | None = None) -> DocumentReader[Out]:
-        return DocumentReader(self.path, self._header_for_reading(), self.format.unpack, shard_ids)
+        header = self._header_for_reading()
+        if isinstance(self.format, DocumentPickleFormat):
+            _warn_untrusted_once(self.path)
+        return DocumentReader(self.path, header, self.format.unpack, shard_ids)
 
 
 TokenInput = Any  # list of ints, a 1-D integer NumPy array or a 1-D integer tensor
