@@ -4,8 +4,6 @@ Keep them in sync with the page by hand: the page is user documentation and ever
 must run unchanged.
 """
 
-import pytest
-
 
 def test_documents_sample_storage_part() -> None:
     """The storage half of "Store trusted Python records" (everything before the loader)."""
