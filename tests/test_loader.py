@@ -458,3 +458,28 @@ def test_token_windows_prefetch_in_a_thread_that_close_stops(tmp_path: Path) -> 
     loader.close()
     assert not any(thread.name.startswith("guideloom-loader") for thread in threading.enumerate())
     assert _open_descriptors() <= descriptors
+
+
+def typed_collate(samples: list[dict[str, int]]) -> dict[str, Any]:
+    values = torch.tensor(ids(samples))
+    return {
+        "ids": values,
+        "half": values.to(torch.bfloat16),  # a dtype NumPy lacks
+        "strided": torch.arange(12).reshape(3, 4).t(),
+        "nested": [(values * 2, "text")],
+    }
+
+
+def test_worker_batches_keep_types_dtypes_and_values(tmp_path: Path) -> None:
+    storage = make_documents(tmp_path, count=9)
+    results = []
+    for workers in (0, 2):
+        with StatefulDataLoader.from_storage(
+            storage, typed_collate, device="cpu", local_batch_size=4, num_workers=workers
+        ) as loader:
+            results.append(list(loader))
+    for expected, got in zip(*results, strict=True):
+        assert got["half"].dtype == torch.bfloat16 and torch.equal(got["half"], expected["half"])
+        assert torch.equal(got["ids"], expected["ids"]) and torch.equal(got["strided"], expected["strided"])
+        assert isinstance(got["nested"][0], tuple) and got["nested"][0][1] == "text"
+        assert torch.equal(got["nested"][0][0], expected["nested"][0][0])

@@ -56,22 +56,55 @@ def _resolve_ranks(rank: int | None, world_size: int | None) -> tuple[int, int]:
     return rank, world_size
 
 
-def move_to_device(batch: Any, device: torch.device) -> Any:
-    """Every tensor in ``batch`` (nested in dicts, lists, tuples) moved to ``device``."""
-    if isinstance(batch, torch.Tensor):
-        if batch.device == device:
-            return batch
-        if device.type == "cuda":
-            pinned = batch if batch.is_pinned() else batch.pin_memory()
-            return pinned.to(device, non_blocking=True)
-        return batch.to(device)
+def map_tensors(batch: Any, change: Callable[[Any], Any], kind: type = torch.Tensor) -> Any:
+    """``batch`` with ``change`` applied to every ``kind`` in it, nested in dicts, lists and tuples."""
+    if isinstance(batch, kind):
+        return change(batch)
     if isinstance(batch, dict):
-        return type(batch)({key: move_to_device(value, device) for key, value in batch.items()})
+        return type(batch)({key: map_tensors(value, change, kind) for key, value in batch.items()})
     if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
-        return type(batch)(*(move_to_device(value, device) for value in batch))
+        return type(batch)(*(map_tensors(value, change, kind) for value in batch))
     if isinstance(batch, list | tuple):
-        return type(batch)(move_to_device(value, device) for value in batch)
+        return type(batch)(map_tensors(value, change, kind) for value in batch)
     return batch
+
+
+def move_to_device(batch: Any, device: torch.device) -> Any:
+    """Every tensor in ``batch`` moved to ``device``; through pinned memory, without blocking, on CUDA."""
+
+    def move(tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.device == device:
+            return tensor
+        if device.type == "cuda":
+            pinned = tensor if tensor.is_pinned() else tensor.pin_memory()
+            return pinned.to(device, non_blocking=True)
+        return tensor.to(device)
+
+    return map_tensors(batch, move)
+
+
+class _WireArray:
+    """A CPU tensor crossing from a worker process as a NumPy array.
+
+    torch sends tensors between processes through a new shared-memory file each, which costs far
+    more than pickling the bytes through the pipe for batch-sized tensors (benchmarks/README.md).
+    """
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+
+
+def _to_wire(tensor: torch.Tensor) -> Any:
+    if type(tensor) is not torch.Tensor or tensor.device.type != "cpu" or tensor.requires_grad:
+        return tensor
+    try:
+        return _WireArray(tensor.numpy())
+    except (TypeError, RuntimeError):  # dtypes NumPy lacks (bfloat16, ...) keep torch's own transport
+        return tensor
+
+
+def _from_wire(wire: _WireArray) -> torch.Tensor:
+    return torch.from_numpy(wire.array)
 
 
 class _IndexDataset(torch.utils.data.Dataset[Any]):
@@ -81,7 +114,7 @@ class _IndexDataset(torch.utils.data.Dataset[Any]):
         self.batcher = batcher
 
     def __getitem__(self, indices: Any) -> Any:
-        return self.batcher(indices)
+        return map_tensors(self.batcher(indices), _to_wire)
 
 
 def _unchanged(batch: Any) -> Any:
@@ -178,7 +211,6 @@ class StatefulDataLoader:
                 sampler=self._segment,
                 num_workers=num_workers,
                 collate_fn=_unchanged,
-                pin_memory=device.type == "cuda",
                 prefetch_factor=prefetch_factor,
                 persistent_workers=True,
                 timeout=timeout,
@@ -275,7 +307,7 @@ class StatefulDataLoader:
             batches = map(self._batcher, index_batches)
         else:
             self._segment.batches = index_batches
-            batches = iter(self._torch_loader)
+            batches = (map_tensors(batch, _from_wire, _WireArray) for batch in self._torch_loader)
         positions_after = range(plan.start + plan.global_batch_size, self.sample_count, plan.global_batch_size)
         for batch_number in range(plan.batch_count):
             if generation != self._generation:
