@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from guideloom._errors import GuideloomError
-from guideloom._layout import StorageHeader, read_header
+from guideloom._layout import SHARDS_DIR, StorageHeader, committed_shard_ids, read_header, shard_file_name
 from guideloom._reader import _Reader
 from guideloom._storage import _Storage
 
@@ -56,9 +56,8 @@ def _inspect(arguments: argparse.Namespace) -> int:
 
 def _verify(arguments: argparse.Namespace) -> int:
     storage = _open(arguments.path)
-    with storage._open_reader() as reader:
-        total = sum(shard.data_size for shard in reader.shards)
-        shard_count = len(reader.shards)
+    shard_files = [storage.path / SHARDS_DIR / shard_file_name(shard) for shard in committed_shard_ids(storage.path)]
+    total = sum(path.stat().st_size for path in shard_files)
     bar = None
     if not arguments.quiet and total >= 64 * 2**20:
         try:
@@ -67,15 +66,23 @@ def _verify(arguments: argparse.Namespace) -> int:
             bar = tqdm(total=total, unit="B", unit_scale=True, desc="verify", file=sys.stderr)
         except ImportError:
             bar = None
-    problems = storage.verify(bar.update if bar is not None else None)
+    checked = 0
+
+    def progress(data_bytes: int) -> None:
+        nonlocal checked
+        checked += data_bytes
+        if bar is not None:
+            bar.update(data_bytes)
+
+    problems = storage.verify(progress)
     if bar is not None:
         bar.close()
     for problem in problems:
         print(f"CORRUPT {problem}")
     if problems:
-        print(f"{len(problems)} of {shard_count} shards failed verification", file=sys.stderr)
+        print(f"{len(problems)} of {len(shard_files)} shards failed verification", file=sys.stderr)
         return 1
-    print(f"ok: {shard_count} shards, {total:,} data bytes verified")
+    print(f"ok: {len(shard_files)} shards, {checked:,} data bytes verified")
     return 0
 
 

@@ -13,14 +13,16 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from guideloom._errors import FormatMismatchError, StorageNotFoundError, UntrustedFormatWarning
+from guideloom._errors import CorruptStorageError, FormatMismatchError, StorageNotFoundError, UntrustedFormatWarning
 from guideloom._formats import DocumentPickleFormat, DocumentStorageFormat, format_identity
 from guideloom._layout import (
     HEADER_NAME,
     INCOMPLETE_DIR,
     SHARDS_DIR,
     TOKEN_DTYPES,
+    ShardFile,
     StorageHeader,
+    committed_shard_ids,
     fsync_directory,
     publish,
     read_header,
@@ -91,8 +93,23 @@ class _Storage:
 
         Each problem names its shard. ``progress`` is called with the bytes checked per shard.
         """
-        with self._open_reader() as reader:
-            return reader.verify(progress)
+        header = self._header_for_reading()
+        problems = []
+        for shard_id in committed_shard_ids(self.path):
+            try:
+                shard = ShardFile(self.path, shard_id, header)
+            except (CorruptStorageError, FormatMismatchError) as error:
+                problems.append(str(error))  # a shard that cannot even be opened is one more problem
+                continue
+            try:
+                problem = shard.verify()
+                if problem is not None:
+                    problems.append(problem)
+                if progress is not None:
+                    progress(shard.data_size)
+            finally:
+                shard.close()
+        return problems
 
     def clean_leftovers(self, older_than: float = 3600.0) -> list[Path]:
         """Delete files that dead writers left in ``incomplete/``, untouched for ``older_than`` seconds.
