@@ -222,7 +222,7 @@ class TokenStorage(_Storage):
 
     def _encode(self, tokens: TokenInput) -> tuple[memoryview, int]:
         array = _token_array(tokens)
-        if array.size:
+        if array.size and not np.can_cast(array.dtype, self.dtype, "safe"):  # else every id fits
             low, high = int(array.min()), int(array.max())
             if low < self._limits.min or high > self._limits.max:
                 bad = low if low < self._limits.min else high

@@ -37,6 +37,7 @@ from guideloom._layout import (
 
 In = TypeVar("In")
 MAX_OPEN_FILES = 64
+WRITE_BUFFER = 256 * 1024  # one system call per many small records; larger payloads bypass it
 
 
 class _ShardInProgress:
@@ -45,14 +46,14 @@ class _ShardInProgress:
     def __init__(self, shard: int, path: Path) -> None:
         self.shard = shard
         self.path = path
-        self.file: IO[bytes] | None = open(path, "xb")
+        self.file: IO[bytes] | None = open(path, "xb", buffering=WRITE_BUFFER)
         self.offsets: list[int] = [0]
         self.data_size = 0
         self.data_crc = 0
 
     def write(self, payload: memoryview, element_count: int) -> None:
         if self.file is None:
-            self.file = open(self.path, "ab")
+            self.file = open(self.path, "ab", buffering=WRITE_BUFFER)
         self.file.write(payload)
         self.data_crc = zlib.crc32(payload, self.data_crc)
         self.data_size += payload.nbytes
@@ -67,7 +68,7 @@ class _ShardInProgress:
     def finish(self, header: StorageHeader) -> None:
         """Append offsets and footer, then make the file durable."""
         if self.file is None:
-            self.file = open(self.path, "ab")
+            self.file = open(self.path, "ab", buffering=WRITE_BUFFER)
         index = np.asarray(self.offsets, dtype="<u8").tobytes()
         footer = pack_footer(
             self.shard, len(self.offsets) - 1, self.data_size, self.data_crc, zlib.crc32(index), header
