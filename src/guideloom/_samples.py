@@ -99,6 +99,11 @@ class TokenWindowSource(SampleSource):
             else:  # the window crosses into the next shard(s)
                 start = int(starts[row])
                 reader.read_tokens(start, start + length, out=windows[row])
+        if reader.dtype == np.uint64 and bool((windows < 0).any()):  # ids of 2**63 and up wrapped
+            raise ValueError(
+                f"the storage at {reader.path} holds uint64 token ids of 2**63 or more, which do not fit "
+                "the loader's int64 batches"
+            )
         return windows
 
     def default_collate(self, samples: np.ndarray) -> torch.Tensor:
