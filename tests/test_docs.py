@@ -76,6 +76,14 @@ def blocks(page: Path) -> list[Block]:
     return found
 
 
+RUNNABLE = ("python", "console")
+SAMPLE_PAGES = [page for page in PAGES if any(block.language in RUNNABLE for block in blocks(page))]
+
+
+def test_every_page_but_the_format_reference_has_samples() -> None:
+    assert {page.name for page in PAGES} - {page.name for page in SAMPLE_PAGES} <= {"format.md"}
+
+
 def page_id(page: Path) -> str:
     return page.relative_to(REPOSITORY).as_posix()
 
@@ -197,13 +205,11 @@ def run_python(page: Path, block: Block, number: int, namespace: dict[str, objec
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("page", PAGES, ids=page_id)
+@pytest.mark.parametrize("page", SAMPLE_PAGES, ids=page_id)
 def test_code_samples_run(
     page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
-    runnable = [block for block in blocks(page) if block.language in ("python", "console")]
-    if not runnable:
-        pytest.skip("no python or console blocks")
+    runnable = [block for block in blocks(page) if block.language in RUNNABLE]
     monkeypatch.chdir(tmp_path)
     for variable in DISTRIBUTED_VARIABLES:
         monkeypatch.delenv(variable, raising=False)
