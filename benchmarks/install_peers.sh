@@ -116,8 +116,8 @@ if [[ -f "$ROOT/src/guideloom/__init__.py" ]]; then
       && "$PY" -c 'import guideloom, pathlib, sys; sys.exit(0 if pathlib.Path(guideloom.__file__).resolve().is_relative_to(pathlib.Path(sys.argv[1]).resolve()) else 1)' "$ROOT/src"; then
     log "guideloom already installed in editable mode"
   else
-    log "installing guideloom (editable, --no-deps)"
-    (cd "$ROOT" && pip_install -e . --no-deps)
+    log "installing guideloom (editable, --no-deps) and msgpack for its MessagePack format"
+    (cd "$ROOT" && pip_install -e . --no-deps && pip_install msgpack)
   fi
 else
   log "src/guideloom/__init__.py does not exist yet; guideloom not installed into $VENV (re-run later)"
