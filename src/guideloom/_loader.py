@@ -190,6 +190,7 @@ class StatefulDataLoader:
         self.num_workers = num_workers
         self.sample_count = source.sample_count
         if self.sample_count == 0:
+            source.close()
             raise ValueError(f"the storage at {source.storage.path} has no samples to load (empty storage)")
         self._fingerprint = source.reader.fingerprint
         self.epoch = 0
