@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from ours import TokenDocumentFormat  # the custom format of spec/documents.txt
 
 import guideloom
 from guideloom import DocumentJsonFormat, DocumentMsgpackFormat, DocumentPickleFormat, DocumentStorage, TokenStorage
@@ -44,20 +45,6 @@ from guideloom.types import DocumentStorageFormat
 
 VOCABULARY = 50_257
 WRITE_GOAL = 0.8
-
-
-class TokenDocumentFormat(DocumentStorageFormat[dict[str, Any], dict[str, Any]]):
-    """The custom format of spec/documents.txt: a uint32 document id, then little-endian int32 tokens."""
-
-    prefix = struct.Struct("<I")
-
-    def pack(self, data: dict[str, Any]) -> bytes:
-        return self.prefix.pack(data["document_id"]) + np.asarray(data["tokens"], dtype="<i4").tobytes()
-
-    def unpack(self, encoded_data: memoryview, shard: int) -> dict[str, Any]:
-        (document_id,) = self.prefix.unpack_from(encoded_data)
-        tokens = np.frombuffer(encoded_data, dtype="<i4", offset=self.prefix.size)
-        return {"document_id": document_id, "tokens": tokens, "shard": shard}
 
 
 def median_time(run: Callable[[], None], repeats: int, prepare: Callable[[], None] | None = None) -> float:
