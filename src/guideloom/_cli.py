@@ -54,10 +54,18 @@ def _inspect(arguments: argparse.Namespace) -> int:
     return 0
 
 
+def _size_for_progress(path: Path) -> int:
+    """A shard file's size, only to size the progress bar: verify itself reports what is wrong with it."""
+    try:
+        return path.lstat().st_size
+    except OSError:
+        return 0
+
+
 def _verify(arguments: argparse.Namespace) -> int:
     storage = _open(arguments.path)
     shard_files = [storage.path / SHARDS_DIR / shard_file_name(shard) for shard in committed_shard_ids(storage.path)]
-    total = sum(path.stat().st_size for path in shard_files)
+    total = sum(_size_for_progress(path) for path in shard_files)
     bar = None
     if not arguments.quiet and total >= 64 * 2**20:
         try:

@@ -41,7 +41,9 @@ MAX_HEADER_BYTES = 64 * 1024
 
 FOOTER = struct.Struct("<8sIIQQQIIII8x")
 FOOTER_MAGIC = b"GLOOMSH1"
-_SHARD_NAME = re.compile(r"^(\d{12})\.shard$")
+# fullmatch, ASCII digits only: "\d" would take other scripts' digits and "$" a trailing newline,
+# so one shard could be listed twice under two names.
+_SHARD_NAME = re.compile(r"([0-9]{12})\.shard")
 
 KINDS = ("documents", "tokens")
 TOKEN_DTYPES = ("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64")
@@ -97,15 +99,25 @@ def read_header(path: Path) -> StorageHeader:
     if not path.is_dir():
         raise StorageNotFoundError(f"no storage at {path}: the directory does not exist")
     try:
-        with open(header_path, "rb") as file:
-            raw = file.read(MAX_HEADER_BYTES + 1)
+        # O_NONBLOCK: opening a FIFO planted as the header must not wait for a writer
+        descriptor = os.open(header_path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise StorageNotFoundError(f"no storage at {path}: {HEADER_NAME} is missing") from None
+    except OSError as error:
+        raise CorruptStorageError(f"{header_path} cannot be opened: {error.strerror or error}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise CorruptStorageError(f"{header_path} is not a regular file")
+        raw = b""
+        while len(raw) <= MAX_HEADER_BYTES and (chunk := os.read(descriptor, MAX_HEADER_BYTES + 1 - len(raw))):
+            raw += chunk
+    finally:
+        os.close(descriptor)
     if len(raw) > MAX_HEADER_BYTES:
         raise CorruptStorageError(f"{header_path} is larger than {MAX_HEADER_BYTES} bytes")
     try:
         fields = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as error:
+    except (ValueError, UnicodeDecodeError, RecursionError) as error:  # RecursionError: nesting too deep
         raise CorruptStorageError(f"{header_path} is not valid JSON: {error}") from None
     if not isinstance(fields, dict):
         raise CorruptStorageError(f"{header_path} does not hold a JSON object")
@@ -149,7 +161,9 @@ def committed_shard_ids(path: Path) -> list[int]:
         names = os.listdir(path / SHARDS_DIR)
     except FileNotFoundError:
         return []
-    return sorted(int(match.group(1)) for name in names if (match := _SHARD_NAME.match(name)))
+    except OSError as error:  # not a directory, a symlink loop, ...
+        raise CorruptStorageError(f"{path / SHARDS_DIR} cannot be listed: {error.strerror or error}") from None
+    return sorted(int(match.group(1)) for name in names if (match := _SHARD_NAME.fullmatch(name)))
 
 
 def pack_footer(
@@ -182,7 +196,8 @@ class ShardFile:
         self.id = shard
         self.path = storage_path / SHARDS_DIR / shard_file_name(shard)
         try:
-            descriptor = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW)
+            # O_NONBLOCK: a FIFO planted under a shard's name must not block the open (it is refused below)
+            descriptor = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError:
             raise CorruptStorageError(f"shard {shard} vanished: {self.path} is missing") from None
         except OSError as error:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import time
 import uuid
 import warnings
@@ -116,14 +117,27 @@ class _Storage:
 
         Files of live writers are younger than that as long as they keep appending.
         """
-        removed = []
+        removed: list[Path] = []
         now = time.time()
-        with contextlib.suppress(FileNotFoundError):
-            for entry in os.scandir(self.path / INCOMPLETE_DIR):
-                if now - entry.stat(follow_symlinks=False).st_mtime >= older_than:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(entry.path)
-                        removed.append(Path(entry.path))
+        incomplete = self.path / INCOMPLETE_DIR
+        try:  # never through a symlink: a crafted storage must not make clean delete files elsewhere
+            directory = os.open(incomplete, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return removed
+        except OSError as error:
+            reason = error.strerror or error
+            raise CorruptStorageError(f"{incomplete} is not a directory ({reason}): nothing cleaned") from None
+        try:
+            for entry in os.scandir(directory):
+                with contextlib.suppress(FileNotFoundError):
+                    status = entry.stat(follow_symlinks=False)
+                    if stat.S_ISDIR(status.st_mode):  # writers make files only: not theirs, left alone
+                        continue
+                    if now - status.st_mtime >= older_than:
+                        os.unlink(entry.name, dir_fd=directory)  # a symlink goes, not its target
+                        removed.append(incomplete / entry.name)
+        finally:
+            os.close(directory)
         return removed
 
     def __repr__(self) -> str:

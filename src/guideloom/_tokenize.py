@@ -64,7 +64,7 @@ from typing import Any
 import numpy as np
 
 from guideloom._errors import GuideloomError
-from guideloom._layout import HEADER_NAME, committed_shard_ids
+from guideloom._layout import HEADER_NAME, INCOMPLETE_DIR, SHARDS_DIR, committed_shard_ids
 from guideloom._storage import TokenStorage
 
 EOS_CANDIDATES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "[EOS]")
@@ -461,6 +461,16 @@ def _choose_dtype(vocab_size: int, requested: object, existing: str | None) -> s
     return chosen
 
 
+def _unfinished_storage(output: Path) -> bool:
+    """What a writer killed before it published the header leaves: an empty ``shards/`` and ``incomplete/``."""
+    names = set(os.listdir(output))
+    if not names or not names <= {SHARDS_DIR, INCOMPLETE_DIR}:
+        return False
+    if any((output / name).is_symlink() or not (output / name).is_dir() for name in names):
+        return False
+    return SHARDS_DIR not in names or not any((output / SHARDS_DIR).iterdir())
+
+
 def _plan(
     inputs: Sequence[str | os.PathLike[str]],
     output: Path,
@@ -484,7 +494,7 @@ def _plan(
     is_storage = (output / HEADER_NAME).exists()
     if output.exists() and not output.is_dir():
         raise ValueError(f"output {output} exists and is not a directory")
-    if output.is_dir() and not is_storage and any(output.iterdir()):
+    if output.is_dir() and not is_storage and not _unfinished_storage(output) and any(output.iterdir()):
         raise ValueError(f"output {output} is a non-empty directory that holds no guideloom storage")
     existing = TokenStorage(output).dtype.name if is_storage else None
     chosen = _choose_dtype(int(tokenizer.get_vocab_size(with_added_tokens=True)), dtype, existing)
