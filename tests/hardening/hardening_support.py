@@ -105,6 +105,21 @@ def rss_anon_kib(pid: int | None = None) -> int:
     return int(match.group(1)) if match else 0
 
 
+def pss_anon_kib(pid: int | None = None) -> int:
+    """The process's proportional share of anonymous memory (Pss_Anon of smaps_rollup), in KiB.
+
+    Unlike RssAnon, pages a forked worker still shares copy-on-write with its parent count once
+    in the sum over the processes. Falls back to RssAnon where smaps_rollup lacks the field.
+    """
+    pid = os.getpid() if pid is None else pid
+    try:
+        rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return rss_anon_kib(pid)
+    match = re.search(r"^Pss_Anon:\s+(\d+) kB", rollup, re.MULTILINE)
+    return int(match.group(1)) if match else rss_anon_kib(pid)
+
+
 def open_descriptors(pid: int | None = None) -> int:
     pid = os.getpid() if pid is None else pid
     try:
