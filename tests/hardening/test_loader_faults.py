@@ -86,8 +86,16 @@ def no_leaks() -> Iterator[None]:
 
 
 def loader_workers(before: set[int]) -> list[int]:
+    """The loader's worker processes: children started since ``before``, helpers of multiprocessing excepted."""
+
+    def is_worker(pid: int) -> bool:
+        try:
+            return b"resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+        except FileNotFoundError:
+            return False
+
     deadline = time.monotonic() + 10
-    while not (workers := sorted(children() - before)) and time.monotonic() < deadline:
+    while not (workers := sorted(filter(is_worker, children() - before))) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert workers, "no worker process started"
     return workers

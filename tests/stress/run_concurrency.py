@@ -1,0 +1,54 @@
+"""Concurrency, long run: thousands of racing-writer rounds and snapshot checks under heavier commit traffic.
+
+python tests/stress/run_concurrency.py [--rounds 3000] [--writers 4] [--shards-per-writer 200] [--seed N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "hardening"))
+
+import snapshots
+
+HARDENING = Path(__file__).resolve().parent.parent / "hardening"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3000)
+    parser.add_argument("--writers", type=int, default=4)
+    parser.add_argument("--shards-per-writer", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=random.randrange(2**31))
+    arguments = parser.parse_args()
+    print(f"seed {arguments.seed}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="guideloom-stress-race-") as scratch:
+        started = time.perf_counter()
+        completed = subprocess.run(
+            [sys.executable, str(HARDENING / "race_harness.py"), "--rounds", str(arguments.rounds),
+             "--seed", str(arguments.seed), "--root", str(Path(scratch) / "race")],
+            capture_output=True,
+            text=True,
+        )  # fmt: skip
+        lines = [json.loads(line) for line in completed.stdout.splitlines() if line.startswith("{")]
+        for line in lines[:-1]:
+            print("FAILED round:", json.dumps(line, indent=1), flush=True)
+        print("racing writers:", json.dumps(lines[-1]["summary"] if lines else completed.stderr[-3000:]),
+              f"({time.perf_counter() - started:.0f} s)", flush=True)  # fmt: skip
+        started = time.perf_counter()
+        figures = snapshots.run(
+            Path(scratch) / "snapshots", arguments.writers, arguments.shards_per_writer, pause=0.0, loaders=20
+        )
+        print("snapshots:", json.dumps(figures), f"({time.perf_counter() - started:.0f} s)", flush=True)
+    return completed.returncode
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

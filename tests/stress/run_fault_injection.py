@@ -1,0 +1,71 @@
+"""Fault injection, long run: hundreds of killed writers (every syscall instant too) and killed tokenize runs.
+
+    python tests/stress/run_fault_injection.py [--writer-cases 400] [--tokenize-cases 120] [--seed N]
+
+See ``tests/hardening/kill_harness.py`` and ``tests/hardening/tokenize_kills.py`` for what is
+injected and checked. Prints the figures; exit status 1 if any case failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "hardening"))
+
+import tokenize_kills
+
+HARDENING = Path(__file__).resolve().parent.parent / "hardening"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--writer-cases", type=int, default=400, help="random instants (besides every call instant)")
+    parser.add_argument("--no-exhaustive", action="store_true", help="skip the before/after every call instants")
+    parser.add_argument("--tokenize-cases", type=int, default=120)
+    parser.add_argument("--seed", type=int, default=random.randrange(2**31))
+    arguments = parser.parse_args()
+    print(f"seed {arguments.seed}", flush=True)
+    failed = False
+    with tempfile.TemporaryDirectory(prefix="guideloom-stress-kill-") as scratch:
+        root = Path(scratch)
+        started = time.perf_counter()
+        command = [sys.executable, str(HARDENING / "kill_harness.py"), "--cases", str(arguments.writer_cases),
+                   "--seed", str(arguments.seed), "--root", str(root / "writers")]  # fmt: skip
+        if not arguments.no_exhaustive:
+            command.append("--exhaustive")
+        completed = subprocess.run(command, capture_output=True, text=True)
+        lines = [json.loads(line) for line in completed.stdout.splitlines() if line.startswith("{")]
+        for line in lines:
+            if line.get("ok") is False:
+                print("FAILED writer case:", json.dumps(line, indent=1), flush=True)
+        summary = lines[-1] if lines and "summary" in lines[-1] else {"summary": {"error": completed.stderr[-3000:]}}
+        print("killed writers:", json.dumps(summary["summary"]), f"({time.perf_counter() - started:.0f} s)", flush=True)
+        failed |= completed.returncode != 0
+
+        started = time.perf_counter()
+        setup = tokenize_kills.prepare(root / "tokenize")
+        figures = {"cases": 0, "killed": 0, "failures": 0, "shards visible after the kill": 0}
+        for number, case in enumerate(tokenize_kills.plan(setup, arguments.tokenize_cases, arguments.seed)):
+            try:
+                outcome = tokenize_kills.run_case(setup, case)
+                figures["killed"] += outcome["killed"]
+                figures["shards visible after the kill"] += len(outcome["visible"])
+            except Exception:
+                figures["failures"] += 1
+                print(f"FAILED tokenize case {number} {json.dumps(case)}:\n{traceback.format_exc()}", flush=True)
+            figures["cases"] += 1
+        print("killed tokenize runs:", json.dumps(figures), f"({time.perf_counter() - started:.0f} s)", flush=True)
+        failed |= figures["failures"] > 0
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
