@@ -17,6 +17,8 @@ def _rate(row: dict[str, Any]) -> float | None:
 
 
 def _name(row: dict[str, Any]) -> str:
+    if row["library"] == "naive" and row.get("workers"):
+        return "naive (no workers: main process)"
     return row["library"] + (f" ({row['format']})" if row.get("format") else "")
 
 
