@@ -35,6 +35,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import struct
 import sys
 import tempfile
@@ -186,13 +187,14 @@ def apply(path: Path, mutation: dict[str, Any]) -> None:
         stop = min(len(data), start + mutation["remove"])
         file.write_bytes(data[:start] + mutation["insert"] + data[stop:])
     elif op == "crafted-name":
-        target = path / "shards" / mutation["name"]
-        if mutation["content"] == "copy":
-            target.write_bytes(shard_path(path, 1).read_bytes())
-        elif mutation["content"] == "symlink":
-            target.symlink_to(shard_path(path, 1))
+        name = mutation["name"]  # str, or bytes that need not be UTF-8
+        target = os.path.join(os.fsencode(path / "shards"), name if isinstance(name, bytes) else os.fsencode(name))
+        if mutation["content"] == "symlink":
+            os.symlink(shard_path(path, 1), target)
         else:
-            target.write_bytes(mutation["content"])
+            with open(target, "wb") as handle:
+                content = mutation["content"]
+                handle.write(shard_path(path, 1).read_bytes() if content == "copy" else content)
     elif op == "replace-shard":
         what = mutation["what"]
         file.unlink()
@@ -356,8 +358,11 @@ MUTATIONS: dict[str, st.SearchStrategy[dict[str, Any]]] = {
                         "000000000005.shard",
                     ]
                 ),
-                st.text(st.characters(exclude_characters="/\x00"), min_size=1, max_size=24).filter(
-                    lambda name: name not in (".", "..")
+                st.text(
+                    st.characters(exclude_characters="/\x00", exclude_categories=("Cs",)), min_size=1, max_size=24
+                ).filter(lambda name: name not in (".", "..")),
+                st.binary(min_size=1, max_size=24).filter(
+                    lambda name: b"/" not in name and b"\x00" not in name and name not in (b".", b"..")
                 ),
             ),
             st.sampled_from(["copy", "symlink", b"", b"junk" * 20]),
@@ -411,7 +416,7 @@ class Fuzzer:
         before = {name: (path / "shards" / name).read_bytes() for name in os.listdir(path / "shards")}
         apply(path, mutation)
         changed = self._changed(path, before)
-        on_disk = sum(entry.stat().st_size for entry in _regular_files(path))
+        on_disk = _bytes_on_disk(path)
         tracemalloc.start()  # traced only while probing: Hypothesis itself runs at full speed
         signal.setitimer(signal.ITIMER_REAL, ALARM_SECONDS)
         try:
@@ -512,15 +517,16 @@ class Fuzzer:
             assert [record for batch in batches for record in batch] == records
 
 
-def _regular_files(path: Path) -> list[os.DirEntry[str]]:
-    found = []
+def _bytes_on_disk(path: Path) -> int:
+    """Bytes the storage's regular files occupy (a sparse file counts what it really holds)."""
+    total = 0
     for directory, _, files in os.walk(path):
         for name in files:
             with contextlib.suppress(OSError):
-                entry = next(e for e in os.scandir(directory) if e.name == name)
-                if entry.is_file(follow_symlinks=False):
-                    found.append(entry)
-    return found
+                status = os.lstat(os.path.join(directory, name))
+                if stat.S_ISREG(status.st_mode):
+                    total += min(status.st_size, status.st_blocks * 512)
+    return total
 
 
 # ----------------------------------------------------------------------------- main

@@ -26,6 +26,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3000)
     parser.add_argument("--writers", type=int, default=4)
     parser.add_argument("--shards-per-writer", type=int, default=200)
+    parser.add_argument("--snapshot-runs", type=int, default=5)
     parser.add_argument("--seed", type=int, default=random.randrange(2**31))
     arguments = parser.parse_args()
     print(f"seed {arguments.seed}", flush=True)
@@ -43,10 +44,18 @@ def main() -> int:
         print("racing writers:", json.dumps(lines[-1]["summary"] if lines else completed.stderr[-3000:]),
               f"({time.perf_counter() - started:.0f} s)", flush=True)  # fmt: skip
         started = time.perf_counter()
-        figures = snapshots.run(
-            Path(scratch) / "snapshots", arguments.writers, arguments.shards_per_writer, pause=0.0, loaders=20
-        )
-        print("snapshots:", json.dumps(figures), f"({time.perf_counter() - started:.0f} s)", flush=True)
+        totals: dict[str, int] = {}
+        for run in range(arguments.snapshot_runs):
+            figures = snapshots.run(
+                Path(scratch) / f"snapshots-{run}",
+                arguments.writers,
+                arguments.shards_per_writer,
+                pause=0.005,
+                loaders=20,
+            )
+            for key, value in figures.items():
+                totals[key] = totals.get(key, 0) + value
+        print("snapshots:", json.dumps(totals), f"({time.perf_counter() - started:.0f} s)", flush=True)
     return completed.returncode
 
 
