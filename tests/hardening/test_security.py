@@ -166,6 +166,7 @@ def test_msgpack_length_bombs_allocate_nothing_large(tmp_path: Path) -> None:
                 assert tracemalloc.get_traced_memory()[1] < 4 << 20
             finally:
                 tracemalloc.stop()
+    tally("security", size_bombs=len(bombs))
 
 
 def test_pickle_storages_warn_once_that_they_must_be_trusted(tmp_path: Path) -> None:
@@ -399,6 +400,7 @@ def test_sizes_from_disk_are_bounded_before_allocating(
     with pytest.raises(CorruptStorageError):
         read(path, kind)
     assert peak() < 512 << 10, f"{peak()} bytes allocated to refuse {damage}"
+    tally("security", size_bombs=1)
 
 
 def test_tokens_checked_against_dtype_and_offsets_on_read(tmp_path: Path, peak: Callable[[], int]) -> None:
