@@ -30,7 +30,9 @@ class SampleSource:
 
     @property
     def reader(self) -> _Reader[Any]:
-        if self._reader is None or self._reader_pid != os.getpid():
+        # A forked worker keeps using the mappings it inherited: they stay valid even if a shard file
+        # is deleted meanwhile. A spawned one gets no reader (see __getstate__) and opens the shards.
+        if self._reader is None:
             self._reader = self.storage._open_reader(self.shard_ids)
             self._reader_pid = os.getpid()
         return self._reader
