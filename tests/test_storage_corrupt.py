@@ -295,3 +295,20 @@ def test_flipped_data_bit_is_found_by_verify(storage_path: Path) -> None:
     assert len(problems) == 1
     assert "shard 2" in problems[0]
     assert "checksum" in problems[0]
+
+
+def test_unknown_footer_flags_with_a_valid_checksum_are_format_mismatch(tmp_path: Path) -> None:
+    """A footer from a future layout (flags set, checksum right) is refused, not misread."""
+    from guideloom import FormatMismatchError, TokenStorage
+
+    storage = TokenStorage(tmp_path)
+    with storage.sync_writer() as writer:
+        writer.append(0, [1, 2, 3])
+    shard = tmp_path / "shards" / "000000000000.shard"
+    data = bytearray(shard.read_bytes())
+    footer_start = len(data) - FOOTER.size
+    struct.pack_into("<I", data, footer_start + 12, 1)  # flags
+    struct.pack_into("<I", data, footer_start + 52, zlib.crc32(data[footer_start : footer_start + 52]))
+    shard.write_bytes(bytes(data))
+    with pytest.raises(FormatMismatchError, match="flags"):
+        storage.sync_reader()

@@ -216,7 +216,7 @@ class ShardFile:
         finally:
             os.close(descriptor)
         footer = self._mapping[size - FOOTER.size :]
-        (magic, version, _flags, footer_shard, record_count, data_size, data_crc, index_crc, header_crc, footer_crc) = (
+        (magic, version, flags, footer_shard, record_count, data_size, data_crc, index_crc, header_crc, footer_crc) = (
             FOOTER.unpack(footer)
         )
         damaged = zlib.crc32(footer[: FOOTER.size - 12]) != footer_crc or any(footer[FOOTER.size - 8 :])
@@ -226,6 +226,9 @@ class ShardFile:
         if version != LAYOUT_VERSION:
             self.close()
             raise FormatMismatchError(f"shard {shard} has layout version {version}, expected {LAYOUT_VERSION}")
+        if flags != 0:
+            self.close()
+            raise FormatMismatchError(f"shard {shard} uses footer flags {flags:#x} this guideloom does not know")
         if header_crc != header.checksum:
             self.close()
             raise FormatMismatchError(f"shard {shard} was written for another storage header ({self.path})")
