@@ -338,3 +338,17 @@ def test_nothing_remaining_gives_no_batches() -> None:
     for drop_last in (False, True):
         assert BatchPlan(10, 3, 2, drop_last, start=10).batch_count == 0
         assert BatchPlan(0, 3, 2, drop_last).batch_count == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 300), st.integers(1, 7), st.integers(1, 5), st.booleans(), st.integers(0, 300), st.data())
+def test_full_rank_positions_equal_rank_positions_row_by_row(
+    n: int, local: int, world: int, drop_last: bool, start: int, data: st.DataObject
+) -> None:
+    plan = BatchPlan(n, local, world, drop_last, min(start, n))
+    rank = data.draw(st.integers(0, world - 1))
+    rows = plan.full_rank_positions(0, plan.full_batch_count, rank)
+    assert rows.shape == (plan.full_batch_count, local)
+    for batch, row in enumerate(rows):
+        assert row.tolist() == plan.rank_positions(batch, rank).tolist()
+    assert plan.batch_count - plan.full_batch_count in ((0,) if drop_last else (0, 1))

@@ -321,14 +321,10 @@ class StatefulDataLoader:
     def _index_batches(self, plan: BatchPlan, order: EpochOrder) -> Iterator[np.ndarray]:
         """This rank's sample indices batch by batch, permuted many batches at a time (it is vectorised)."""
         chunk = max(1, 4096 // self.local_batch_size)
-        full_batches = plan.batch_count - (0 if self.drop_last else 1)
-        offsets = np.arange(self.local_batch_size, dtype=np.int64)
-        first_position = plan.start + self.rank * self.local_batch_size
-        for first in range(0, max(full_batches, 0), chunk):
-            batches = np.arange(first, min(first + chunk, full_batches), dtype=np.int64)
-            positions = (first_position + batches * plan.global_batch_size)[:, None] + offsets
-            yield from order.sample_at(positions)
-        if full_batches < plan.batch_count:  # the last batch may be short and padded
+        for first in range(0, plan.full_batch_count, chunk):
+            stop = min(first + chunk, plan.full_batch_count)
+            yield from order.sample_at(plan.full_rank_positions(first, stop, self.rank))
+        if plan.full_batch_count < plan.batch_count:  # the last batch may be short and padded
             yield order.sample_at(plan.rank_positions(plan.batch_count - 1, self.rank))
 
     def state_dict(self) -> dict[str, Any]:

@@ -194,6 +194,23 @@ class BatchPlan:
             per_rank = min(self.global_batch_size, end - first) // self.world_size
         return np.arange(first + rank * per_rank, first + (rank + 1) * per_rank, dtype=np.int64)
 
+    @property
+    def full_batch_count(self) -> int:
+        """Leading global batches that are full; only the last one may be short (without `drop_last`)."""
+        return self.batch_count if self.drop_last else max(self.batch_count - 1, 0)
+
+    def full_rank_positions(self, first: int, stop: int, rank: int) -> npt.NDArray[np.int64]:
+        """`rank_positions` of the full batches `first .. stop - 1` at once, one row per batch (vectorised)."""
+        if not 0 <= first <= stop <= self.full_batch_count:
+            raise IndexError(f"batches {first}..{stop} are not full batches of this plan ({self.full_batch_count})")
+        rank = _check_int("rank", rank, 0)
+        if rank >= self.world_size:
+            raise IndexError(f"rank must be < world_size ({self.world_size}), got {rank}")
+        starts = (
+            self.start + rank * self.local_batch_size + np.arange(first, stop, dtype=np.int64) * self.global_batch_size
+        )
+        return starts[:, None] + np.arange(self.local_batch_size, dtype=np.int64)
+
     def batch_end(self, batch: int) -> int:
         """Resume position after global batch `batch`: `sample_count` once the epoch's last batch is done."""
         batch = self._check_batch(batch)
