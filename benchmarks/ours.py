@@ -1,15 +1,16 @@
 """guideloom behind the peers' adapter interface (see ``peers/__init__.py``), one variant per format.
 
 Token batches come from a ``TokenStorage`` (uint32) through ``StatefulDataLoader``; documents from a
-``DocumentStorage`` in the format the variant names: pickle, MessagePack or the spec's struct/NumPy
-format. Records are written in shards of 10,000, tokens in shards of about 12.5M tokens.
+``DocumentStorage`` in the format the variant names: pickle, MessagePack (tokens as typed arrays,
+``numpy_arrays=True``) or the spec's struct/NumPy format, which decodes a batch at once
+(``unpack_many``). Records are written in shards of 10,000, tokens in shards of about 12.5M tokens.
 """
 
 from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,21 @@ class TokenDocumentFormat(DocumentStorageFormat[dict[str, Any], dict[str, Any]])
         tokens = np.frombuffer(encoded_data, dtype="<i4", offset=self.prefix.size)
         return {"document_id": document_id, "tokens": tokens, "shard": shard}
 
+    def unpack_many(self, encoded_data: list[memoryview], shards: list[int]) -> list[dict[str, Any]]:
+        """A batch at once: one copy of its bytes, ids gathered and tokens widened to int64 by NumPy."""
+        if not encoded_data:
+            return []
+        words = np.frombuffer(b"".join(encoded_data), "<i4")
+        ends = np.cumsum(np.fromiter(map(len, encoded_data), np.int64, len(encoded_data))) // 4
+        starts = np.empty_like(ends)
+        starts[0], starts[1:] = 0, ends[:-1]
+        document_ids = words[starts].view("<u4").tolist()
+        tokens = words.astype(np.int64)
+        return [
+            {"document_id": document_id, "tokens": tokens[start + 1 : end], "shard": shard}
+            for document_id, start, end, shard in zip(document_ids, starts.tolist(), ends.tolist(), shards, strict=True)
+        ]
+
 
 class PickleRecords(DocumentPickleFormat):
     """Pickle with the tokens stored as a NumPy array (the fast way to pickle token lists)."""
@@ -51,9 +67,9 @@ class PickleRecords(DocumentPickleFormat):
         return super().pack({"document_id": data["document_id"], "tokens": np.asarray(data["tokens"], np.int32)})
 
 
-FORMATS: dict[str, type[DocumentStorageFormat[Any, Any]]] = {
+FORMATS: dict[str, Callable[[], DocumentStorageFormat[Any, Any]]] = {
     "pickle": PickleRecords,
-    "msgpack": DocumentMsgpackFormat,
+    "msgpack": lambda: DocumentMsgpackFormat(numpy_arrays=True),
     "struct": TokenDocumentFormat,
 }
 
@@ -99,8 +115,8 @@ def write_documents(records: Iterable[dict[str, Any]], out_dir: Path, *, format:
     storage = DocumentStorage(out_dir, FORMATS[format]())
     with storage.sync_writer() as writer:
         for index, record in enumerate(records):
-            if format == "msgpack":
-                record = {"document_id": record["document_id"], "tokens": np.asarray(record["tokens"]).tolist()}
+            if format == "msgpack":  # tokens as a typed array, like the pickle variant's
+                record = {"document_id": record["document_id"], "tokens": np.asarray(record["tokens"], np.int32)}
             writer.append(index // RECORDS_PER_SHARD, record)
 
 

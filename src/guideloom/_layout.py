@@ -22,6 +22,7 @@ import os
 import re
 import stat
 import struct
+import sys
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -243,10 +244,18 @@ class ShardFile:
         self.element_count = self.data_size // header.element_size
         self.view = memoryview(self._mapping)
         self.offsets = np.frombuffer(self._mapping, "<u8", self.record_count + 1, padded(data_size))
+        # Indexing a memoryview gives Python ints several times faster than NumPy scalars do.
+        index_bytes = self.view[padded(data_size) : padded(data_size) + 8 * (self.record_count + 1)]
+        self._record_offsets = (
+            index_bytes.cast("Q")
+            if sys.byteorder == "little"
+            else memoryview(self.offsets.astype("=u8").tobytes()).cast("Q")
+        )
 
     def record_bounds(self, record: int) -> tuple[int, int]:
         """Element offsets of a record, checked so a damaged index can never read out of bounds."""
-        start, stop = self.offsets[record : record + 2].tolist()
+        start = self._record_offsets[record]
+        stop = self._record_offsets[record + 1]
         if not start <= stop <= self.element_count:
             raise CorruptStorageError(
                 f"shard {self.id} has a damaged index at record {record} ({self.path}): run verify"
@@ -271,6 +280,9 @@ class ShardFile:
     def close(self) -> None:
         """Release the mapping; if the user still holds views into it, it goes when they do."""
         self.offsets = np.empty(0, "<u8")
+        record_offsets, self._record_offsets = getattr(self, "_record_offsets", None), memoryview(b"").cast("Q")
+        if record_offsets is not None:
+            record_offsets.release()
         view, self.view = getattr(self, "view", None), memoryview(b"")
         mapping, self._mapping = self._mapping, None
         if view is not None:

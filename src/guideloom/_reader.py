@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
+from guideloom._formats import DocumentStorageFormat
 from guideloom._layout import ShardFile, StorageHeader, committed_shard_ids
 
 Out = TypeVar("Out")
@@ -110,11 +111,11 @@ class DocumentReader(_Reader[Out]):
         self,
         path: Path,
         header: StorageHeader,
-        unpack: Callable[[memoryview, int], Out],
+        document_format: DocumentStorageFormat[Any, Out],
         shard_ids: list[int] | None = None,
     ) -> None:
         super().__init__(path, header, shard_ids)
-        self._unpack = unpack
+        self._format = document_format
 
     def read_encoded(self, index: int) -> tuple[memoryview, int]:
         """The record's bytes (a read-only view into the mapping) and its shard id."""
@@ -127,7 +128,7 @@ class DocumentReader(_Reader[Out]):
     def read(self, index: int) -> Out:
         """Decode record ``index``."""
         encoded, shard = self.read_encoded(index)
-        return self._unpack(encoded, shard)
+        return self._format.unpack(encoded, shard)
 
     def read_many(self, indices: np.ndarray) -> list[Out]:
         """Decode the records at ``indices`` (int64, each checked), locating them all at once."""
@@ -137,11 +138,19 @@ class DocumentReader(_Reader[Out]):
             check_index(bad, len(self))
         positions = np.searchsorted(self.record_starts, indices, side="right") - 1
         records = indices - self.record_starts[positions]
-        decoded = []
+        shards = self.shards
+        encoded, shard_ids = [], []
         for position, record in zip(positions.tolist(), records.tolist(), strict=True):
-            shard = self.shards[position]
+            shard = shards[position]
             start, stop = shard.record_bounds(record)
-            decoded.append(self._unpack(shard.view[start:stop], shard.id))
+            encoded.append(shard.view[start:stop])
+            shard_ids.append(shard.id)
+        decoded = self._format.unpack_many(encoded, shard_ids)
+        if not isinstance(decoded, list) or len(decoded) != len(encoded):
+            got = f"{len(decoded)} records" if isinstance(decoded, list) else f"a {type(decoded).__name__}"
+            raise TypeError(
+                f"{type(self._format).__name__}.unpack_many must return a list of {len(encoded)} records, got {got}"
+            )
         return decoded
 
 

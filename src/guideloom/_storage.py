@@ -202,7 +202,7 @@ class DocumentStorage(_Storage, Generic[In, Out]):
         header = self._header_for_reading()
         if isinstance(self.format, DocumentPickleFormat):
             _warn_untrusted_once(self.path)
-        return DocumentReader(self.path, header, self.format.unpack, shard_ids)
+        return DocumentReader(self.path, header, self.format, shard_ids)
 
 
 TokenInput = Any  # list of ints, a 1-D integer NumPy array or a 1-D integer tensor
