@@ -228,6 +228,7 @@ class TokenStorage(_Storage):
             if self.dtype.name not in TOKEN_DTYPES:
                 raise ValueError(f"dtype must be one of {', '.join(TOKEN_DTYPES)}, got {self.dtype}")
         self.dtype = self.dtype.newbyteorder("=")
+        self._stored_dtype = self.dtype.newbyteorder("<")
         self._limits = np.iinfo(self.dtype)
         self._existing_header()
 
@@ -235,13 +236,16 @@ class TokenStorage(_Storage):
         return StorageHeader("tokens", dtype=self.dtype.name)
 
     def _encode(self, tokens: TokenInput) -> tuple[memoryview, int]:
+        if type(tokens) is np.ndarray and tokens.dtype == self._stored_dtype and tokens.ndim == 1:
+            if tokens.flags.c_contiguous:  # the common case, already as stored: no conversion, no copy
+                return memoryview(tokens.data).cast("B"), tokens.size
         array = _token_array(tokens)
         if array.size and not np.can_cast(array.dtype, self.dtype, "safe"):  # else every id fits
             low, high = int(array.min()), int(array.max())
             if low < self._limits.min or high > self._limits.max:
                 bad = low if low < self._limits.min else high
                 raise ValueError(f"token id {bad} does not fit the storage dtype {self.dtype}")
-        stored = np.ascontiguousarray(array, dtype=self.dtype.newbyteorder("<"))
+        stored = np.ascontiguousarray(array, dtype=self._stored_dtype)
         return memoryview(stored.data).cast("B"), stored.size
 
     def sync_writer(self) -> SyncWriter[TokenInput]:

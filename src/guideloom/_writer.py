@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import mmap
 import os
 import socket
 import uuid
 import zlib
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Generic, TypeVar
@@ -38,26 +40,80 @@ from guideloom._layout import (
 In = TypeVar("In")
 MAX_OPEN_FILES = 64
 WRITE_BUFFER = 256 * 1024  # one system call per many small records; larger payloads bypass it
+BACKGROUND_CHUNK = 8 * 1024 * 1024
+
+
+class _Background:
+    """The writer's one helper thread: it checksums and flushes to disk what shards have written so far.
+
+    One thread runs the tasks in submission order, so a shard's checksum is extended in order.
+    """
+
+    def __init__(self) -> None:
+        self._executor: ThreadPoolExecutor | None = None
+        self._pid = 0
+
+    def submit(self, task: Callable[[], None]) -> Future[None]:
+        if self._executor is None or self._pid != os.getpid():  # a forked child needs its own thread
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="guideloom-writer")
+            self._pid = os.getpid()
+        return self._executor.submit(task)
+
+    def shutdown(self) -> None:
+        if self._executor is not None and self._pid == os.getpid():
+            self._executor.shutdown(wait=True, cancel_futures=True)
+        self._executor = None
+
+
+def _file_checksum(path: Path, start: int, stop: int, crc: int, sync: bool) -> int:
+    """``crc`` extended over bytes ``[start, stop)`` of the file at ``path`` (read back from the page cache)."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        base = start - start % mmap.ALLOCATIONGRANULARITY
+        with mmap.mmap(descriptor, stop - base, access=mmap.ACCESS_READ, offset=base) as mapping:
+            with memoryview(mapping) as whole, whole[start - base :] as view:
+                crc = zlib.crc32(view, crc)
+        if sync:
+            os.fdatasync(descriptor)
+        return crc
+    finally:
+        os.close(descriptor)
 
 
 class _ShardInProgress:
-    """One shard being appended to: its file, running checksum and record offsets."""
+    """One shard being appended to: its file, record offsets, and the checksum grown in the background.
 
-    def __init__(self, shard: int, path: Path) -> None:
+    Every ``BACKGROUND_CHUNK`` bytes, the helper thread checksums the newly written data and flushes
+    it to disk while appends go on, so committing has only the last chunk left to do.
+    """
+
+    def __init__(self, shard: int, path: Path, background: _Background) -> None:
         self.shard = shard
         self.path = path
         self.file: IO[bytes] | None = open(path, "xb", buffering=WRITE_BUFFER)
         self.offsets: list[int] = [0]
         self.data_size = 0
-        self.data_crc = 0
+        self.data_crc = 0  # of the data before ``handed_off``, once ``pending`` is done
+        self.handed_off = 0
+        self.pending: deque[Future[None]] = deque()
+        self._background = background
 
     def write(self, payload: memoryview, element_count: int) -> None:
         if self.file is None:
             self.file = open(self.path, "ab", buffering=WRITE_BUFFER)
         self.file.write(payload)
-        self.data_crc = zlib.crc32(payload, self.data_crc)
         self.data_size += payload.nbytes
         self.offsets.append(self.offsets[-1] + element_count)
+        if self.data_size - self.handed_off >= BACKGROUND_CHUNK:
+            self.file.flush()
+            start, stop = self.handed_off, self.data_size
+            self.pending.append(self._background.submit(lambda: self._checksum(start, stop)))
+            self.handed_off = stop
+            while self.pending and self.pending[0].done():
+                self.pending.popleft().result()  # a failure (a full disk, EIO) surfaces at the next append
+
+    def _checksum(self, start: int, stop: int) -> None:
+        self.data_crc = _file_checksum(self.path, start, stop, self.data_crc, sync=True)
 
     def suspend(self) -> None:
         """Close the file to bound open descriptors; it reopens on the next write."""
@@ -69,6 +125,12 @@ class _ShardInProgress:
         """Append offsets and footer, then make the file durable."""
         if self.file is None:
             self.file = open(self.path, "ab", buffering=WRITE_BUFFER)
+        self.file.flush()
+        while self.pending:
+            self.pending.popleft().result()
+        if self.data_size > self.handed_off:
+            self.data_crc = _file_checksum(self.path, self.handed_off, self.data_size, self.data_crc, sync=False)
+            self.handed_off = self.data_size
         index = np.asarray(self.offsets, dtype="<u8").tobytes()
         footer = pack_footer(
             self.shard, len(self.offsets) - 1, self.data_size, self.data_crc, zlib.crc32(index), header
@@ -81,6 +143,9 @@ class _ShardInProgress:
         self.file = None
 
     def abort(self) -> None:
+        for future in self.pending:
+            future.cancel()
+        self.pending.clear()
         with contextlib.suppress(OSError):
             if self.file is not None:
                 self.file.close()
@@ -104,20 +169,29 @@ class SyncWriter(Generic[In]):
         self._token = f"{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:12]}"
         self._open: OrderedDict[int, _ShardInProgress] = OrderedDict()
         self._committed: set[int] = set()
+        self._background = _Background()
+        self._last: _ShardInProgress | None = None  # the shard appended to last, while it is open
         self._closed = False
 
     def append(self, shard: int, data: In) -> None:
         """Append one sample to ``shard`` (created on first use)."""
         if self._closed:
             raise ValueError("this writer is closed")
+        last = self._last
+        if last is not None and type(shard) is int and shard == last.shard and last.file is not None:
+            payload, element_count = self._encode(data)  # appending to the same shard again: the fast path
+            last.write(payload, element_count)
+            return
         shard = check_shard_id(shard)
         payload, element_count = self._encode(data)
-        self._shard(shard).write(payload, element_count)
+        self._last = self._shard(shard)
+        self._last.write(payload, element_count)
 
     def commit(self, shard: int) -> None:
         """Commit ``shard`` now: it becomes visible to new readers and immutable."""
         shard = check_shard_id(shard)
         in_progress = self._open.pop(shard, None)
+        self._last = None
         if in_progress is None:
             raise ValueError(f"shard {shard} has nothing appended by this writer")
         try:
@@ -134,15 +208,19 @@ class SyncWriter(Generic[In]):
         if self._closed:
             return
         self._closed = True
+        self._last = None
         first_error: Exception | None = None
-        for shard in list(self._open):
-            if not commit:
-                self._open.pop(shard).abort()
-                continue
-            try:
-                self.commit(shard)
-            except Exception as error:  # commit the others, then report the first failure
-                first_error = first_error or error
+        try:
+            for shard in list(self._open):
+                if not commit:
+                    self._open.pop(shard).abort()
+                    continue
+                try:
+                    self.commit(shard)
+                except Exception as error:  # commit the others, then report the first failure
+                    first_error = first_error or error
+        finally:
+            self._background.shutdown()
         if first_error is not None:
             raise first_error
 
@@ -159,7 +237,7 @@ class SyncWriter(Generic[In]):
             raise ShardExistsError(f"shard {shard} is already committed ({final}); committed shards are immutable")
         self._make_room()
         temporary = self._path / INCOMPLETE_DIR / f"{shard_file_name(shard)}.{self._token}"
-        in_progress = _ShardInProgress(shard, temporary)
+        in_progress = _ShardInProgress(shard, temporary, self._background)
         self._open[shard] = in_progress
         return in_progress
 
