@@ -10,6 +10,7 @@ where the work runs, never what a batch holds.
 from __future__ import annotations
 
 import os
+import sys
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -398,5 +399,6 @@ class StatefulDataLoader:
     ) -> None:
         self.close()
 
-    def __del__(self) -> None:
-        self.close()
+    def __del__(self, finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
+        if not finalizing():  # at interpreter exit the OS releases everything, and modules are torn down
+            self.close()

@@ -47,6 +47,7 @@ class _Reader(Generic[Out]):
             raise
         counts = [shard.record_count for shard in self.shards]
         self.record_starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
+        self._shard_ids = np.array([shard.id for shard in self.shards], np.int64)
         self._closed = False
 
     def __len__(self) -> int:
@@ -133,19 +134,18 @@ class DocumentReader(_Reader[Out]):
     def read_many(self, indices: np.ndarray) -> list[Out]:
         """Decode the records at ``indices`` (int64, each checked), locating them all at once."""
         self._check_open()
-        if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= len(self)):
-            bad = int(indices.min()) if int(indices.min()) < 0 else int(indices.max())
-            check_index(bad, len(self))
-        positions = np.searchsorted(self.record_starts, indices, side="right") - 1
-        records = indices - self.record_starts[positions]
         shards = self.shards
-        encoded, shard_ids = [], []
-        for position, record in zip(positions.tolist(), records.tolist(), strict=True):
+        positions = np.searchsorted(self.record_starts, indices, side="right") - 1
+        position_list = positions.tolist()
+        if position_list and (min(position_list) < 0 or max(position_list) >= len(shards)):  # out of range
+            check_index(int(indices.min()) if min(position_list) < 0 else int(indices.max()), len(self))
+        records = (indices - self.record_starts[positions]).tolist()
+        encoded = []
+        for position, record in zip(position_list, records, strict=True):
             shard = shards[position]
             start, stop = shard.record_bounds(record)
             encoded.append(shard.view[start:stop])
-            shard_ids.append(shard.id)
-        decoded = self._format.unpack_many(encoded, shard_ids)
+        decoded = self._format.unpack_many(encoded, self._shard_ids[positions].tolist())
         if not isinstance(decoded, list) or len(decoded) != len(encoded):
             got = f"{len(decoded)} records" if isinstance(decoded, list) else f"a {type(decoded).__name__}"
             raise TypeError(

@@ -13,6 +13,7 @@ import contextlib
 import mmap
 import os
 import socket
+import sys
 import uuid
 import zlib
 from collections import OrderedDict, deque
@@ -255,8 +256,9 @@ class SyncWriter(Generic[In]):
     ) -> None:
         self.close(commit=error is None)
 
-    def __del__(self) -> None:
-        if not getattr(self, "_closed", True):
+    def __del__(self, finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
+        # At interpreter exit modules are torn down; the files left in incomplete/ are leftovers then.
+        if not getattr(self, "_closed", True) and not finalizing():
             self.close(commit=False)
 
 
