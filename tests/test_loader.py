@@ -488,11 +488,15 @@ def test_worker_batches_keep_types_dtypes_and_values(tmp_path: Path) -> None:
         assert torch.equal(got["nested"][0][0], expected["nested"][0][0])
 
 
-def test_uint64_ids_beyond_int64_are_refused_not_wrapped(tmp_path: Path) -> None:
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_uint64_ids_beyond_int64_are_refused_not_wrapped(tmp_path: Path, num_workers: int) -> None:
+    """Batches are built in groups; the error still comes at the batch holding the id, not before."""
     storage = TokenStorage(tmp_path, dtype="uint64")
     with storage.sync_writer() as writer:
         writer.append(0, np.array([1, 2, 3, 2**63 + 5], np.uint64))
-    with StatefulDataLoader.from_storage(storage, device="cpu", local_batch_size=1, sequence_length=2) as loader:
+    with StatefulDataLoader.from_storage(
+        storage, device="cpu", local_batch_size=1, sequence_length=2, num_workers=num_workers
+    ) as loader:
         iterator = iter(loader)
         assert next(iterator).tolist() == [[1, 2]]
         with pytest.raises(ValueError, match="int64"):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import islice
 from types import TracebackType
@@ -25,10 +25,11 @@ import torch.utils.data
 
 from guideloom._errors import StateMismatchError
 from guideloom._order import BatchPlan, EpochOrder
-from guideloom._samples import Batcher, SampleSource, TokenWindowSource, make_source
+from guideloom._samples import Batcher, SampleSource, make_source
 
 STATE_VERSION = 1
-THREAD_GROUP = 16
+THREAD_GROUP = 16  # batches built together, up to GROUP_BYTES of token windows
+GROUP_BYTES = 8 * 1024 * 1024
 
 
 def _positive_int(name: str, value: object, minimum: int = 1) -> int:
@@ -134,26 +135,37 @@ class _CurrentEpochBatches:
         return self.batches
 
 
+def _grouped(batcher: Batcher, index_batches: Iterator[np.ndarray], group_size: int) -> Iterator[Any]:
+    """Batches in order, built ``group_size`` at a time (token windows are then fetched in one go)."""
+    while group := list(islice(index_batches, group_size)):
+        try:
+            built: Iterable[Any] = batcher.many(group)
+        except Exception:  # build them one by one, so the error surfaces at the batch it belongs to
+            built = map(batcher, group)
+        yield from built
+
+
 def _prefetched(
-    thread: ThreadPoolExecutor, batcher: Batcher, index_batches: Iterator[np.ndarray], depth: int
+    thread: ThreadPoolExecutor, batcher: Batcher, index_batches: Iterator[np.ndarray], group_size: int, depth: int
 ) -> Iterator[Any]:
-    """Batches in order, built ahead by a background thread in groups of ``THREAD_GROUP``.
+    """Batches in order, built ahead by a background thread in groups of ``group_size``.
 
     Groups keep the hand-off cost per batch small; ``depth`` groups are in flight at most.
     """
-
-    def build(group: list[np.ndarray]) -> list[Any]:
-        return [batcher(indices) for indices in group]
-
-    pending: deque[Future[list[Any]]] = deque()
+    pending: deque[tuple[list[np.ndarray], Future[list[Any]]]] = deque()
     while True:
-        group = list(islice(index_batches, THREAD_GROUP))
+        group = list(islice(index_batches, group_size))
         if group:
-            pending.append(thread.submit(build, group))
+            pending.append((group, thread.submit(batcher.many, group)))
         if not pending:
             return
         if len(pending) >= depth or not group:
-            yield from pending.popleft().result()
+            built_group, future = pending.popleft()
+            try:
+                built: Iterable[Any] = future.result()
+            except Exception:  # again one by one, so the error surfaces at the batch it belongs to
+                built = map(batcher, built_group)
+            yield from built
 
 
 class StatefulDataLoader:
@@ -201,7 +213,7 @@ class StatefulDataLoader:
         self._torch_loader: torch.utils.data.DataLoader[Any] | None = None
         self._threads: ThreadPoolExecutor | None = None
         self._prefetch_depth = max(2, prefetch_factor)
-        if num_workers > 0 and collate is None and isinstance(source, TokenWindowSource):
+        if num_workers > 0 and self._batcher.builds_groups:
             # Token windows are a memory copy that releases the GIL: one background thread beats worker
             # processes (whose queues pickle every batch) and beats more threads, which only contend for
             # the GIL (measured in benchmarks/README.md).
@@ -303,8 +315,14 @@ class StatefulDataLoader:
         plan = self._plan(self.position)
         order = EpochOrder(self.sample_count, shuffle=self.shuffle, seed=self.seed, epoch=self.epoch)
         index_batches = self._index_batches(plan, order)
+        window_bytes = 8 * (self.sequence_length or 0) * self.local_batch_size
+        group_size = max(1, min(THREAD_GROUP, GROUP_BYTES // max(1, window_bytes)))
         if self._threads is not None:
-            batches: Iterator[Any] = _prefetched(self._threads, self._batcher, index_batches, self._prefetch_depth)
+            batches: Iterator[Any] = _prefetched(
+                self._threads, self._batcher, index_batches, group_size, self._prefetch_depth
+            )
+        elif self._torch_loader is None and self._batcher.builds_groups:
+            batches = _grouped(self._batcher, index_batches, group_size)
         elif self._torch_loader is None:
             batches = map(self._batcher, index_batches)
         else:

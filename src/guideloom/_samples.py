@@ -138,6 +138,24 @@ class Batcher:
         self.source = source
         self.collate = collate
 
+    @property
+    def builds_groups(self) -> bool:
+        """Whether ``many`` fetches several batches in one go: token windows with the default collate.
+
+        Only then, since no user code runs: building a group again one batch at a time is harmless.
+        """
+        return self.collate is None and isinstance(self.source, TokenWindowSource)
+
+    def many(self, index_batches: list[np.ndarray]) -> list[Any]:
+        """The batches of several index arrays, in order; token windows are fetched in one go.
+
+        Batches of token windows are then views into one array (it is freed when all are).
+        """
+        if self.builds_groups and len(index_batches) > 1:
+            windows = torch.from_numpy(self.source.fetch(np.concatenate(index_batches)))
+            return list(torch.split(windows, [len(indices) for indices in index_batches]))
+        return [self(indices) for indices in index_batches]
+
     def __call__(self, indices: Sequence[int] | np.ndarray) -> Any:
         samples = self.source.fetch(np.asarray(indices, np.int64))
         if self.collate is None:

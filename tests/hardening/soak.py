@@ -70,6 +70,8 @@ class SoakResult:
     seconds: float = 0.0
     samples: list[dict[str, float]] = field(default_factory=list)
     mismatches: int = 0
+    # processes below this one before the run (an earlier test's, still exiting): not the loaders'
+    earlier_processes: set[int] = field(default_factory=descendants)
 
     def column(self, name: str) -> list[float]:
         return [sample[name] for sample in self.samples]
@@ -113,7 +115,7 @@ def _digest(rows: np.ndarray) -> tuple[int, int]:
 
 
 def _measure(result: SoakResult, started: float) -> None:
-    workers = descendants()
+    workers = descendants() - result.earlier_processes
     result.samples.append(
         {
             "batch": result.batches,
