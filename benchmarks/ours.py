@@ -90,13 +90,19 @@ def write_tokens(documents: Iterable[np.ndarray], out_dir: Path, *, sequence_len
 
 
 def _token_loader(
-    out_dir: Path, sequence_length: int, batch_size: int, seed: int, num_workers: int
+    out_dir: Path,
+    sequence_length: int,
+    batch_size: int,
+    seed: int,
+    num_workers: int,
+    window_dtype: torch.dtype = torch.int64,
 ) -> StatefulDataLoader:
     return StatefulDataLoader.from_storage(
         TokenStorage(out_dir),
         device="cpu",
         local_batch_size=batch_size,
         sequence_length=sequence_length,
+        window_dtype=window_dtype,
         shuffle=True,
         seed=seed,
         drop_last=True,
@@ -105,9 +111,16 @@ def _token_loader(
 
 
 def token_batches(
-    out_dir: Path, *, sequence_length: int = 2048, batch_size: int = 8, seed: int = 0, num_workers: int = 0
+    out_dir: Path,
+    *,
+    sequence_length: int = 2048,
+    batch_size: int = 8,
+    seed: int = 0,
+    num_workers: int = 0,
+    window_dtype: torch.dtype = torch.int64,
 ) -> Iterator[torch.Tensor]:
-    with _token_loader(out_dir, sequence_length, batch_size, seed, num_workers) as loader:
+    """int64 batches as every peer gives; ``window_dtype=torch.int32`` is guideloom's option, reported apart."""
+    with _token_loader(out_dir, sequence_length, batch_size, seed, num_workers, window_dtype) as loader:
         yield from loader
 
 

@@ -123,11 +123,14 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
 
         return _timed(write_records)
     if kind == "token_epoch":
+        import torch
+
         out = data / f"tokens-{library}"
 
         def read_epoch() -> float:
             tokens = 0
-            for batch in implementation.token_batches(out, num_workers=spec["workers"]):
+            extra = {"window_dtype": getattr(torch, spec["window_dtype"])} if spec.get("window_dtype") else {}
+            for batch in implementation.token_batches(out, num_workers=spec["workers"], **extra):
                 tokens += batch.numel()
             return float(tokens)
 
@@ -144,7 +147,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
 
         return _timed(read_documents)
     if kind == "documents_in_memory":
-        import torch  # noqa: F401  (imported before timing, as the loaders' runs do)
+        import torch  # imported before timing, as the loaders' runs do
         from peers._common import NormalizingCollate
 
         # The collate every loader above is given (normalise each record, then pad), over the records
@@ -312,7 +315,11 @@ def main() -> int:
             [{"library": "tofile"}, {"library": "tofile", "fsync": True}] + [{"library": lib} for lib in libraries],
         ),
         "write_documents": ("writes", document_variants),
-        "token_epoch": ("tokens", [{"library": lib, "workers": w} for w in (0, 2) for lib in libraries]),
+        "token_epoch": (
+            "tokens",
+            [{"library": lib, "workers": w} for w in (0, 2) for lib in libraries]
+            + [{"library": "guideloom", "workers": 0, "window_dtype": "int32"}],
+        ),
         "documents_in_memory": ("documents", [{"library": "in-memory"}]),
         "document_epoch": ("documents", [{**v, "workers": w} for w in (0, 2) for v in document_variants]),
         "resume": ("resume", [{"library": lib, "fraction": f} for f in (0.1, 0.9) for lib in libraries]),

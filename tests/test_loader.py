@@ -501,3 +501,53 @@ def test_uint64_ids_beyond_int64_are_refused_not_wrapped(tmp_path: Path, num_wor
         assert next(iterator).tolist() == [[1, 2]]
         with pytest.raises(ValueError, match="int64"):
             next(iterator)
+
+
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_int32_windows_are_the_int64_windows(tmp_path: Path, num_workers: int) -> None:
+    storage = make_tokens(tmp_path / "tokens")
+    batches = {}
+    for window_dtype in (torch.int64, torch.int32):
+        with StatefulDataLoader.from_storage(
+            storage,
+            device="cpu",
+            local_batch_size=3,
+            sequence_length=5,
+            shuffle=True,
+            window_dtype=window_dtype,
+            num_workers=num_workers,
+        ) as loader:
+            batches[window_dtype] = list(loader) + list(loader)  # two epochs
+    assert {batch.dtype for batch in batches[torch.int32]} == {torch.int32}
+    assert as_lists(batches[torch.int32]) == as_lists(batches[torch.int64])
+
+
+def test_uint32_ids_beyond_int32_are_refused_at_their_batch(tmp_path: Path) -> None:
+    storage = TokenStorage(tmp_path, dtype="uint32")
+    with storage.sync_writer() as writer:
+        writer.append(0, np.array([1, 2, 3, 2**31], np.uint32))
+    with StatefulDataLoader.from_storage(
+        storage, device="cpu", local_batch_size=1, sequence_length=2, window_dtype=torch.int32
+    ) as loader:
+        iterator = iter(loader)
+        assert next(iterator).tolist() == [[1, 2]]
+        with pytest.raises(ValueError, match=r"uint32 token ids of 2\*\*31 or more.*int32"):
+            next(iterator)
+
+
+def test_window_dtype_is_checked(tmp_path: Path) -> None:
+    wide = TokenStorage(tmp_path / "wide", dtype="int64")
+    with wide.sync_writer() as writer:
+        writer.append(0, [1, 2, 3])
+    with pytest.raises(ValueError, match="cannot hold the int64 ids"):
+        StatefulDataLoader.from_storage(
+            wide, device="cpu", local_batch_size=1, sequence_length=2, window_dtype=torch.int32
+        )
+    with pytest.raises(ValueError, match=r"torch\.int64 or torch\.int32"):
+        StatefulDataLoader.from_storage(
+            wide, device="cpu", local_batch_size=1, sequence_length=2, window_dtype=torch.float32
+        )
+    with pytest.raises(ValueError, match="applies to token windows"):
+        StatefulDataLoader.from_storage(
+            make_documents(tmp_path / "documents"), device="cpu", local_batch_size=1, window_dtype=torch.int32
+        )

@@ -240,6 +240,7 @@ class StatefulDataLoader:
         device: torch.device | str,
         local_batch_size: int,
         sequence_length: int | None = None,
+        window_dtype: torch.dtype | None = None,
         shuffle: bool = False,
         seed: int = 0,
         drop_last: bool = False,
@@ -252,7 +253,8 @@ class StatefulDataLoader:
         """A loader over the shards of ``storage`` committed now.
 
         ``collate(samples)`` builds a batch (default: token windows stacked into an int64 tensor of
-        shape ``(local_batch_size, sequence_length)``; documents as the list of decoded records);
+        shape ``(local_batch_size, sequence_length)``, or int32 with ``window_dtype=torch.int32``;
+        documents as the list of decoded records);
         every tensor in it is moved to ``device``. ``num_workers`` > 0 decodes and collates in that
         many background processes, ``prefetch_factor`` batches ahead each. Token windows with the
         default collate are a plain memory copy: one background thread builds them instead, 16
@@ -275,7 +277,7 @@ class StatefulDataLoader:
         if not isinstance(timeout, int | float) or timeout < 0:
             raise ValueError(f"timeout must be a non-negative number of seconds, got {timeout!r}")
         rank, world_size = _resolve_ranks(rank, world_size)
-        source = make_source(storage, sequence_length)
+        source = make_source(storage, sequence_length, window_dtype)
         return cls(
             source,
             collate,
@@ -315,7 +317,7 @@ class StatefulDataLoader:
         plan = self._plan(self.position)
         order = EpochOrder(self.sample_count, shuffle=self.shuffle, seed=self.seed, epoch=self.epoch)
         index_batches = self._index_batches(plan, order)
-        window_bytes = 8 * (self.sequence_length or 0) * self.local_batch_size
+        window_bytes = 8 * (self.sequence_length or 0) * self.local_batch_size  # int64, or less
         group_size = max(1, min(THREAD_GROUP, GROUP_BYTES // max(1, window_bytes)))
         if self._threads is not None:
             batches: Iterator[Any] = _prefetched(

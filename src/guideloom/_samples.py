@@ -74,11 +74,16 @@ class DocumentSource(SampleSource):
 
 
 class TokenWindowSource(SampleSource):
-    """Sample ``k`` is ``stream[k*S:(k+1)*S]``; samples arrive stacked as an int64 array ``(n, S)``."""
+    """Sample ``k`` is ``stream[k*S:(k+1)*S]``; samples arrive stacked as an ``(n, S)`` array (int64 or int32)."""
 
-    def __init__(self, storage: TokenStorage, shard_ids: list[int], sequence_length: int) -> None:
+    def __init__(
+        self, storage: TokenStorage, shard_ids: list[int], sequence_length: int, window_dtype: np.dtype[Any]
+    ) -> None:
         super().__init__(storage, shard_ids)
         self.sequence_length = sequence_length
+        self.window_dtype = window_dtype
+        # Stored ids this dtype cannot hold all wrap to negative values (uint64 -> int64, uint32 -> int32).
+        self._check_sign = storage.dtype.kind == "u" and storage.dtype.itemsize == window_dtype.itemsize
 
     @property
     def sample_count(self) -> int:
@@ -90,7 +95,7 @@ class TokenWindowSource(SampleSource):
         reader = self.reader
         assert isinstance(reader, TokenReader)
         length = self.sequence_length
-        windows = np.empty((len(indices), length), np.int64)
+        windows = np.empty((len(indices), length), self.window_dtype)
         starts = np.asarray(indices, np.int64) * length
         positions = np.searchsorted(reader.token_starts, starts, side="right") - 1
         offsets = (starts - reader.token_starts[positions]).tolist()
@@ -101,10 +106,11 @@ class TokenWindowSource(SampleSource):
             else:  # the window crosses into the next shard(s)
                 start = int(starts[row])
                 reader.read_tokens(start, start + length, out=windows[row])
-        if reader.dtype == np.uint64 and bool((windows < 0).any()):  # ids of 2**63 and up wrapped
+        if self._check_sign and bool((windows < 0).any()):
             raise ValueError(
-                f"the storage at {reader.path} holds uint64 token ids of 2**63 or more, which do not fit "
-                "the loader's int64 batches"
+                f"the storage at {reader.path} holds {reader.dtype} token ids of "
+                f"2**{8 * self.window_dtype.itemsize - 1} or more, which do not fit the loader's "
+                f"{self.window_dtype} batches"
             )
         return windows
 
@@ -112,10 +118,16 @@ class TokenWindowSource(SampleSource):
         return torch.from_numpy(samples)
 
 
-def make_source(storage: object, sequence_length: int | None) -> DocumentSource | TokenWindowSource:
-    """The source for the shards of ``storage`` committed now, checking ``sequence_length`` fits its kind."""
+def make_source(
+    storage: object, sequence_length: int | None, window_dtype: torch.dtype | None = None
+) -> DocumentSource | TokenWindowSource:
+    """The source for the shards of ``storage`` committed now, checking the arguments fit its kind."""
     if not isinstance(storage, DocumentStorage | TokenStorage):
         raise TypeError(f"storage must be a DocumentStorage or TokenStorage, got {type(storage).__name__}")
+    if window_dtype is not None and not isinstance(storage, TokenStorage):
+        raise ValueError("window_dtype must be omitted for a DocumentStorage: it applies to token windows")
+    if window_dtype not in (None, torch.int64, torch.int32):
+        raise ValueError(f"window_dtype must be torch.int64 or torch.int32, got {window_dtype!r}")
     if isinstance(storage, TokenStorage):
         if sequence_length is None:
             raise ValueError("sequence_length is required for a TokenStorage (use T + 1 for next-token targets)")
@@ -127,7 +139,10 @@ def make_source(storage: object, sequence_length: int | None) -> DocumentSource 
     shard_ids = committed_shard_ids(storage.path)
     if isinstance(storage, TokenStorage):
         assert sequence_length is not None
-        return TokenWindowSource(storage, shard_ids, sequence_length)
+        window_numpy_dtype = np.dtype(np.int32 if window_dtype == torch.int32 else np.int64)
+        if window_numpy_dtype == np.int32 and storage.dtype.itemsize == 8:
+            raise ValueError(f"window_dtype=torch.int32 cannot hold the {storage.dtype} ids of {storage.path}")
+        return TokenWindowSource(storage, shard_ids, sequence_length, window_numpy_dtype)
     return DocumentSource(storage, shard_ids)
 
 
