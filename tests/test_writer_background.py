@@ -93,6 +93,29 @@ def test_a_failed_background_flush_fails_the_commit_and_publishes_nothing(
     assert list((tmp_path / "tokens" / "incomplete").iterdir()) == []
 
 
+def test_a_shard_whose_background_flush_failed_is_never_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Even if the caller catches the failure and goes on appending, the shard cannot be committed."""
+    monkeypatch.setattr(guideloom._writer, "BACKGROUND_CHUNK", 1024)
+    monkeypatch.setattr(guideloom._writer, "_file_checksum", failing_sync)
+    storage = TokenStorage(tmp_path / "tokens", "uint32")
+    with storage.sync_writer() as writer:
+        failures = 0
+        for _ in range(100):
+            try:
+                writer.append(0, np.arange(1000, dtype=np.uint32))
+            except OSError:
+                failures += 1
+        assert failures >= 1
+        monkeypatch.setattr(guideloom._writer, "_file_checksum", real_checksum)  # the disk works again
+        with pytest.raises(OSError, match="shard 0 cannot be committed: writing it failed earlier"):
+            writer.commit(0)
+        writer.append(1, [1, 2, 3])  # other shards are unaffected
+    assert [file.name for file in (tmp_path / "tokens" / "shards").iterdir()] == ["000000000001.shard"]
+    assert storage.verify() == []
+
+
 def test_the_same_shard_appended_to_after_another_goes_to_the_right_file(tmp_path: Path) -> None:
     storage = TokenStorage(tmp_path / "tokens", "uint32")
     with storage.sync_writer() as writer:

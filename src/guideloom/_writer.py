@@ -97,6 +97,7 @@ class _ShardInProgress:
         self.data_crc = 0  # of the data before ``handed_off``, once ``pending`` is done
         self.handed_off = 0
         self.pending: deque[Future[None]] = deque()
+        self.failure: BaseException | None = None  # a background failure: the shard can never be committed
         self._background = background
 
     def write(self, payload: memoryview, element_count: int) -> None:
@@ -111,7 +112,14 @@ class _ShardInProgress:
             self.pending.append(self._background.submit(lambda: self._checksum(start, stop)))
             self.handed_off = stop
             while self.pending and self.pending[0].done():
-                self.pending.popleft().result()  # a failure (a full disk, EIO) surfaces at the next append
+                self._result_of(self.pending.popleft())  # a failure (a full disk, EIO) surfaces here
+
+    def _result_of(self, future: Future[None]) -> None:
+        try:
+            future.result()
+        except BaseException as error:
+            self.failure = self.failure or error
+            raise
 
     def _checksum(self, start: int, stop: int) -> None:
         self.data_crc = _file_checksum(self.path, start, stop, self.data_crc, sync=True)
@@ -128,7 +136,9 @@ class _ShardInProgress:
             self.file = open(self.path, "ab", buffering=WRITE_BUFFER)
         self.file.flush()
         while self.pending:
-            self.pending.popleft().result()
+            self._result_of(self.pending.popleft())
+        if self.failure is not None:  # its checksum misses a chunk: committing it would publish a lie
+            raise OSError(f"shard {self.shard} cannot be committed: writing it failed earlier ({self.failure})")
         if self.data_size > self.handed_off:
             self.data_crc = _file_checksum(self.path, self.handed_off, self.data_size, self.data_crc, sync=False)
             self.handed_off = self.data_size
