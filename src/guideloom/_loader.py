@@ -135,9 +135,20 @@ class _CurrentEpochBatches:
         return self.batches
 
 
+def _group_sizes(largest: int) -> Iterator[int]:
+    """1, 2, 4, ... up to ``largest``, then ``largest`` for ever: the first batch comes as soon as it can."""
+    size = 1
+    while True:
+        yield size
+        size = min(2 * size, largest)
+
+
 def _grouped(batcher: Batcher, index_batches: Iterator[np.ndarray], group_size: int) -> Iterator[Any]:
-    """Batches in order, built ``group_size`` at a time (token windows are then fetched in one go)."""
-    while group := list(islice(index_batches, group_size)):
+    """Batches in order, built up to ``group_size`` at a time (token windows are then fetched in one go)."""
+    for size in _group_sizes(group_size):
+        group = list(islice(index_batches, size))
+        if not group:
+            return
         try:
             built: Iterable[Any] = batcher.many(group)
         except Exception:  # build them one by one, so the error surfaces at the batch it belongs to
@@ -148,13 +159,13 @@ def _grouped(batcher: Batcher, index_batches: Iterator[np.ndarray], group_size: 
 def _prefetched(
     thread: ThreadPoolExecutor, batcher: Batcher, index_batches: Iterator[np.ndarray], group_size: int, depth: int
 ) -> Iterator[Any]:
-    """Batches in order, built ahead by a background thread in groups of ``group_size``.
+    """Batches in order, built ahead by a background thread in groups of up to ``group_size``.
 
     Groups keep the hand-off cost per batch small; ``depth`` groups are in flight at most.
     """
     pending: deque[tuple[list[np.ndarray], Future[list[Any]]]] = deque()
-    while True:
-        group = list(islice(index_batches, group_size))
+    for size in _group_sizes(group_size):
+        group = list(islice(index_batches, size))
         if group:
             pending.append((group, thread.submit(batcher.many, group)))
         if not pending:
