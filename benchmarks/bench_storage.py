@@ -180,6 +180,7 @@ def bench_document_reads(directory: Path, count: int, repeats: int, seed: int) -
         "custom struct/NumPy": TokenDocumentFormat(),
         "pickle": DocumentPickleFormat(),
         "msgpack": DocumentMsgpackFormat(),
+        "msgpack, tokens as a NumPy array": DocumentMsgpackFormat(numpy_arrays=True),
         "json": DocumentJsonFormat(),
     }
     order = np.random.default_rng(seed + 1).permutation(count).tolist()
@@ -193,6 +194,8 @@ def bench_document_reads(directory: Path, count: int, repeats: int, seed: int) -
         storage = DocumentStorage(path, document_format)
         with storage.sync_writer() as writer:
             for record in records(count, np.random.default_rng(seed)):
+                if "NumPy array" in name:
+                    record = {**record, "tokens": np.asarray(record["tokens"], np.int32)}
                 writer.append(0, record)
         with storage.sync_reader() as reader:
             assert len(reader) == count and reader.read(count - 1)["document_id"] == count - 1
