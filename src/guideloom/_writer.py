@@ -136,9 +136,12 @@ class _ShardInProgress:
             self.file = open(self.path, "ab", buffering=WRITE_BUFFER)
         self.file.flush()
         while self.pending:
-            self._result_of(self.pending.popleft())
+            with contextlib.suppress(Exception):  # recorded in self.failure, raised just below
+                self._result_of(self.pending.popleft())
         if self.failure is not None:  # its checksum misses a chunk: committing it would publish a lie
-            raise OSError(f"shard {self.shard} cannot be committed: writing it failed earlier ({self.failure})")
+            raise OSError(
+                f"shard {self.shard} cannot be committed: writing it failed earlier ({self.failure})"
+            ) from self.failure
         if self.data_size > self.handed_off:
             self.data_crc = _file_checksum(self.path, self.handed_off, self.data_size, self.data_crc, sync=False)
             self.handed_off = self.data_size
