@@ -77,13 +77,18 @@ def failing_sync(path: Path, start: int, stop: int, crc: int, sync: bool) -> Any
 real_checksum = guideloom._writer._file_checksum
 
 
-def test_a_failed_background_flush_fails_the_commit_and_publishes_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def failing_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> TokenStorage:
+    """A token storage whose writers' background flushes fail, every KiB."""
     monkeypatch.setattr(guideloom._writer, "BACKGROUND_CHUNK", 1024)
     monkeypatch.setattr(guideloom._writer, "_file_checksum", failing_sync)
-    storage = TokenStorage(tmp_path / "tokens", "uint32")
-    writer = storage.sync_writer()
+    return TokenStorage(tmp_path / "tokens", "uint32")
+
+
+def test_a_failed_background_flush_fails_the_commit_and_publishes_nothing(
+    tmp_path: Path, failing_disk: TokenStorage
+) -> None:
+    writer = failing_disk.sync_writer()
     with pytest.raises(OSError, match="injected"):
         for _ in range(100):  # the failure surfaces at a later append, or at the commit
             writer.append(0, np.arange(1000, dtype=np.uint32))
@@ -94,12 +99,10 @@ def test_a_failed_background_flush_fails_the_commit_and_publishes_nothing(
 
 
 def test_a_shard_whose_background_flush_failed_is_never_committed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing_disk: TokenStorage
 ) -> None:
     """Even if the caller catches the failure and goes on appending, the shard cannot be committed."""
-    monkeypatch.setattr(guideloom._writer, "BACKGROUND_CHUNK", 1024)
-    monkeypatch.setattr(guideloom._writer, "_file_checksum", failing_sync)
-    storage = TokenStorage(tmp_path / "tokens", "uint32")
+    storage = failing_disk
     with storage.sync_writer() as writer:
         failures = 0
         for _ in range(100):
