@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 from pathlib import Path
 from typing import Any
@@ -100,3 +101,44 @@ def test_resume_with_another_world_size_loses_and_repeats_nothing(storage: Path,
     assert len(set(before)) == len(before) == 30
     assert len(set(after) - set(before)) == 101 - 30, "a sample was skipped or seen twice across the restart"
     assert len(after) == 71 + (-71 % 3), "only the wrap-around padding of the last batch may repeat"
+
+
+def loader_before_group_main(rank: int, world_size: int, port: int, storage_path: str, out: str) -> None:
+    """One rank that builds its loader before the process group exists, with no RANK in its environment."""
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        os.environ.pop(name, None)
+    loader = StatefulDataLoader.from_storage(
+        TokenStorage(storage_path), device="cpu", local_batch_size=LOCAL_BATCH, sequence_length=SEQUENCE_LENGTH
+    )
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
+    try:
+        with loader:
+            try:
+                next(iter(loader))
+                message = "no error"
+            except ValueError as error:
+                message = str(error)
+        gathered: list[Any] = [None] * world_size
+        dist.all_gather_object(gathered, message)
+        if rank == 0:
+            Path(out).write_text(json.dumps(gathered))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.timeout(180)
+def test_a_loader_whose_ranks_the_process_group_contradicts_refuses_to_iterate(storage: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    mp.start_processes(
+        loader_before_group_main,
+        args=(2, free_port(), str(storage), str(out)),
+        nprocs=2,
+        join=True,
+        start_method="spawn",
+    )
+    messages = json.loads(out.read_text())
+    assert messages == [
+        "this loader took rank 0 of 1 from the environment when it was created, but the initialised process "
+        f"group says rank {rank} of 2: build the loader after init_process_group, or pass rank= and world_size="
+        for rank in (0, 1)
+    ]

@@ -364,6 +364,22 @@ def test_rank_and_world_size_come_from_the_environment(tmp_path: Path, monkeypat
         assert [ids(batch) for batch in loader] == [[2, 3], [6, 7]]
 
 
+def test_a_world_size_without_a_rank_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    storage = make_documents(tmp_path, count=8)
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")  # what Lightning's launcher sets before the process group exists
+    with pytest.raises(ValueError) as error:
+        StatefulDataLoader.from_storage(storage, device="cpu", local_batch_size=2)
+    assert str(error.value) == (
+        "WORLD_SIZE=2 is set but RANK is not, and torch.distributed is not initialised, so this process's rank "
+        "is unknown: build the loader after init_process_group (under Lightning, inside train_dataloader()), "
+        "or pass rank= and world_size="
+    )
+    with StatefulDataLoader.from_storage(storage, device="cpu", local_batch_size=2, rank=1, world_size=2) as loader:
+        assert [ids(batch) for batch in loader] == [[2, 3], [6, 7]]
+
+
 def test_loader_ignores_shards_committed_after_it_was_created(tmp_path: Path) -> None:
     storage = make_documents(tmp_path, count=6, shards=2)
     with StatefulDataLoader.from_storage(storage, device="cpu", local_batch_size=10, num_workers=1) as loader:

@@ -40,22 +40,55 @@ def _positive_int(name: str, value: object, minimum: int = 1) -> int:
     return value
 
 
-def _resolve_ranks(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    """Explicit values, else an initialised torch.distributed group, else RANK/WORLD_SIZE, else 0/1."""
+def _resolve_ranks(rank: int | None, world_size: int | None) -> tuple[int, int, bool]:
+    """Explicit values, else an initialised torch.distributed group, else RANK/WORLD_SIZE, else 0/1.
+
+    Never a guess: ``WORLD_SIZE`` > 1 without ``RANK`` (as Lightning's launcher leaves it before the
+    process group exists) is an error. The last value says whether the ranks came from the environment.
+    """
     if rank is None and world_size is None:
         if torch.distributed.is_available() and torch.distributed.is_initialized():
-            return torch.distributed.get_rank(), torch.distributed.get_world_size()
-        try:
-            rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-        except ValueError:
-            raise ValueError("the RANK and WORLD_SIZE environment variables must be integers") from None
+            return torch.distributed.get_rank(), torch.distributed.get_world_size(), True
+        rank, world_size = _environment_ranks()
+        implicit = True
     elif rank is None or world_size is None:
         raise ValueError("rank and world_size must be given together (or both omitted)")
+    else:
+        implicit = False
     world_size = _positive_int("world_size", world_size)
     rank = _positive_int("rank", rank, minimum=0)
     if rank >= world_size:
         raise ValueError(f"rank must be < world_size ({world_size}), got {rank}")
+    return rank, world_size, implicit
+
+
+def _environment_ranks() -> tuple[int, int]:
+    """RANK and WORLD_SIZE from the environment; 0 of 1 when neither is set."""
+    values = {name: os.environ.get(name) for name in ("RANK", "WORLD_SIZE")}
+    try:
+        rank, world_size = int(values["RANK"] or 0), int(values["WORLD_SIZE"] or 1)
+    except ValueError:
+        raise ValueError("the RANK and WORLD_SIZE environment variables must be integers") from None
+    if values["RANK"] is None and world_size > 1:
+        raise ValueError(
+            f"WORLD_SIZE={world_size} is set but RANK is not, and torch.distributed is not initialised, so "
+            "this process's rank is unknown: build the loader after init_process_group (under Lightning, "
+            "inside train_dataloader()), or pass rank= and world_size="
+        )
     return rank, world_size
+
+
+def _check_process_group(rank: int, world_size: int) -> None:
+    """Refuse ranks that an initialised process group contradicts: the ranks would read overlapping data."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return
+    group = (torch.distributed.get_rank(), torch.distributed.get_world_size())
+    if group != (rank, world_size):
+        raise ValueError(
+            f"this loader took rank {rank} of {world_size} from the environment when it was created, but the "
+            f"initialised process group says rank {group[0]} of {group[1]}: build the loader after "
+            "init_process_group, or pass rank= and world_size="
+        )
 
 
 def map_tensors(batch: Any, change: Callable[[Any], Any], kind: type = torch.Tensor) -> Any:
@@ -201,6 +234,7 @@ class StatefulDataLoader:
         num_workers: int,
         prefetch_factor: int,
         timeout: float,
+        ranks_from_environment: bool = False,
     ) -> None:
         self._source = source
         self._batcher = Batcher(source, collate)
@@ -211,6 +245,7 @@ class StatefulDataLoader:
         self.drop_last = drop_last
         self.rank = rank
         self.world_size = world_size
+        self._ranks_to_check = ranks_from_environment  # against a process group initialised later
         self.num_workers = num_workers
         self.sample_count = source.sample_count
         if self.sample_count == 0:
@@ -287,7 +322,7 @@ class StatefulDataLoader:
         seed = _positive_int("seed", seed, minimum=-(2**63))
         if not isinstance(timeout, int | float) or timeout < 0:
             raise ValueError(f"timeout must be a non-negative number of seconds, got {timeout!r}")
-        rank, world_size = _resolve_ranks(rank, world_size)
+        rank, world_size, ranks_from_environment = _resolve_ranks(rank, world_size)
         source = make_source(storage, sequence_length, window_dtype)
         return cls(
             source,
@@ -302,6 +337,7 @@ class StatefulDataLoader:
             num_workers=num_workers,
             prefetch_factor=prefetch_factor,
             timeout=float(timeout),
+            ranks_from_environment=ranks_from_environment,
         )
 
     @property
@@ -318,6 +354,9 @@ class StatefulDataLoader:
     def __iter__(self) -> Iterator[Any]:
         """The rest of the current epoch, or the next epoch if this one is complete."""
         self._check_open()
+        if self._ranks_to_check:
+            _check_process_group(self.rank, self.world_size)
+            self._ranks_to_check = False
         if self._plan(self.position).batch_count == 0:
             self.epoch += 1
             self.position = 0
