@@ -38,7 +38,7 @@ class MixtureOrder:
     def __init__(self, schedule: Schedule, component_sizes: Sequence[int], *, shuffle: bool, seed: int) -> None:
         if len(component_sizes) != len(schedule.names):
             raise ValueError(f"component_sizes must give {len(schedule.names)} sizes, got {len(component_sizes)}")
-        used_by_name: list[bool] = [bool(used) for used in schedule.counts.any(axis=0)]
+        used_by_name = [bool(schedule.counts[:, k].any()) for k in range(len(schedule.names))]
         for name, size, used in zip(schedule.names, component_sizes, used_by_name, strict=True):
             if size < 0:
                 raise ValueError(f"component {name!r} has a negative size {size}")
