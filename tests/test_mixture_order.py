@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guideloom._mixture import MixtureOrder
+from guideloom._mixture_order import MixtureOrder
 from guideloom._schedule import largest_remainder, parse_schedule
 
 NAMES = ("a", "b", "c", "d", "e")
