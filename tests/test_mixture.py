@@ -92,7 +92,7 @@ def test_proportions_hold_in_every_block_of_the_global_order(components: dict[st
         read = [sample[0] for batch in epochs_of(loader, 3) for sample in samples(batch)]
     blocks = np.array(read).reshape(-1, 16)
     assert len(blocks) == 30
-    assert all(np.bincount(block, minlength=3).tolist() == [4, 0, 12] for block in blocks)
+    assert all(np.bincount(block, minlength=3).tolist() == [2, 0, 14] for block in blocks)  # 2.28, 0.007, 13.71
 
 
 def test_a_schedule_switch_lands_on_its_sample_in_a_later_epoch(components: dict[str, TokenStorage]) -> None:
@@ -170,7 +170,9 @@ def test_document_mixture_resumes_after_every_step(
 def test_records_of_several_formats_share_a_batch(documents: dict[str, DocumentStorage[Any, Any]]) -> None:
     mixture = Mixture(documents, {"json": 1, "msgpack": 1}, samples_per_epoch=16, block_size=4)
     seen: list[list[Any]] = []
-    with StatefulDataLoader.from_storage(mixture, seen.append, device="cpu", local_batch_size=4, shuffle=True) as loader:
+    with StatefulDataLoader.from_storage(
+        mixture, seen.append, device="cpu", local_batch_size=4, shuffle=True
+    ) as loader:
         list(loader)
     assert all(sorted(record["from"] for record in batch) == ["json", "json", "msgpack", "msgpack"] for batch in seen)
 
@@ -191,7 +193,7 @@ def read_ranks(mixture: Mixture, world_size: int, state: Any, steps: int | None)
         iterators.append(iter(loader))
     read: list[Any] = []
     try:
-        for step in range(steps if steps is not None else len(loaders[0])):
+        for _ in range(steps if steps is not None else len(loaders[0])):
             batches = [next(iterator, None) for iterator in iterators]
             if batches[0] is None:
                 break

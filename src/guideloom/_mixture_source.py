@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from guideloom._errors import StateMismatchError
-from guideloom._growth import ShardDigest, describe_ranges, parse_ranges, recorded_shards
+from guideloom._growth import ShardDigest, describe_shards, parse_ranges, recorded_shards
 from guideloom._mixture import Mixture
 from guideloom._mixture_order import MixtureOrder
 from guideloom._schedule import Schedule
@@ -96,7 +96,7 @@ class MixtureSource:
             self._identity = {
                 "kind": KIND,
                 "components": [
-                    [name, describe_ranges(source.shard_ids), source.sample_count]
+                    [name, describe_shards(source.shard_ids), source.sample_count]
                     for name, source in zip(self.mixture.names, self.components, strict=True)
                 ],
                 "digest": self._digest().to_text(),
@@ -136,7 +136,8 @@ class MixtureSource:
                 raise StateMismatchError(
                     f"the state was taken with the mixture's {key}={recorded.get(key)!r}, this loader has {mine[key]!r}"
                 )
-        source = self if recorded == mine else self._over_recorded_shards(recorded)
+        same_shards = all(recorded.get(key) == mine[key] for key in ("components", "digest", "samples_per_epoch"))
+        source = self if same_shards else self._over_recorded_shards(recorded)
         source._check_schedule(recorded, epoch, position)
         return source
 
