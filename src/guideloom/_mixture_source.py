@@ -92,7 +92,6 @@ class MixtureSource:
     def identity(self) -> dict[str, Any]:
         if self._identity is None:
             first = self.components[0].identity()
-            fingerprints = "|".join(str(source.identity().get("fingerprint")) for source in self.components)
             self._identity = {
                 "kind": KIND,
                 "components": [
@@ -100,9 +99,7 @@ class MixtureSource:
                     for name, source in zip(self.mixture.names, self.components, strict=True)
                 ],
                 "digest": self._digest().to_text(),
-                "fingerprint": f"{zlib.crc32(fingerprints.encode()):08x}-mixture",
                 "source": {key: value for key, value in first.items() if key not in _SHARD_KEYS},
-                "sequence_length": first.get("sequence_length"),
                 "schedule": _stage_digests(self.mixture.schedule),
                 "block_size": self.mixture.block_size,
                 "samples_per_epoch": self._sample_count,
