@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guideloom._boundaries import PieceRows, window_pieces
+from guideloom._boundaries import PieceRows, split_batch, window_pieces
 
 
 def expected_arrays(rows: list[list[int]], pads: list[int], tokens: np.ndarray) -> dict[str, object]:
@@ -113,3 +113,49 @@ def test_window_pieces_match_the_stored_document_lengths(length: int, lengths: l
         expected_lengths.extend(runs)
     assert counts.tolist() == expected_counts
     assert piece_lengths.tolist() == expected_lengths
+
+
+def three_rows() -> PieceRows:
+    return PieceRows(np.arange(12).reshape(3, 4), np.array([4, 1, 3, 2, 1]), np.array([1, 2, 2]), np.array([0, 0, 1]))
+
+
+def test_take_picks_rows_with_their_pieces() -> None:
+    taken = three_rows().take(np.array([2, 0, 2]))
+    assert taken.input_ids.tolist() == [[8, 9, 10, 11], [0, 1, 2, 3], [8, 9, 10, 11]]
+    assert (taken.piece_lengths.tolist(), taken.piece_counts.tolist(), taken.padding.tolist()) == (
+        [2, 1, 4, 2, 1],
+        [2, 1, 2],
+        [1, 0, 1],
+    )
+
+
+def test_a_row_alone_is_a_one_row_batch_without_its_batch_dimension() -> None:
+    row = three_rows()[2]
+    assert row["input_ids"].tolist() == [8, 9, 10, 11]
+    assert row["position_ids"].tolist() == [0, 1, 0, 0]
+    assert row["labels"].tolist() == [-100, 9, -100, -100]
+    assert (row["cu_seqlens"].tolist(), row["max_seqlen"]) == ([0, 2, 3, 4], 2)
+    assert [sample["input_ids"].tolist() for sample in three_rows()] == np.arange(12).reshape(3, 4).tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(piece_rows(), st.data())
+def test_a_split_batch_equals_the_batches_of_its_parts(
+    case: tuple[int, list[list[int]], list[int]], data: st.DataObject
+) -> None:
+    length, rows, pads = case
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(rows)), max_size=3)))
+    sizes = [stop - start for start, stop in itertools.pairwise([0, *cuts, len(rows)])]
+    whole = PieceRows(
+        np.arange(len(rows) * length).reshape(len(rows), length),
+        np.array([piece for pieces in rows for piece in pieces], np.int64),
+        np.array([len(pieces) for pieces in rows], np.int64),
+        np.array(pads, np.int64),
+    )
+    for found, part in zip(split_batch(whole.batch(), sizes), whole.split(sizes), strict=True):
+        expected = part.batch()
+        assert list(found) == list(expected)
+        for key, value in expected.items():
+            assert (found[key].tolist() if key != "max_seqlen" else found[key]) == (
+                value.tolist() if key != "max_seqlen" else value
+            ), key

@@ -10,7 +10,9 @@ is computed with whole-array operations, never per token or per piece.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -35,18 +37,41 @@ class PieceRows:
     def __len__(self) -> int:
         return len(self.input_ids)
 
+    def __getitem__(self, row: int) -> dict[str, Any]:
+        """Row ``row`` alone, as the batch dict of one row without its batch dimension (what a user collate sees)."""
+        if not -len(self) <= row < len(self):
+            raise IndexError(f"row {row} is out of range for {len(self)} rows")
+        batch = self.take(np.array([row % len(self)], np.int64)).batch()
+        return {
+            key: value[0] if key in ("input_ids", "position_ids", "labels") else value for key, value in batch.items()
+        }
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for row in range(len(self)):
+            yield self[row]
+
+    def take(self, rows: np.ndarray) -> PieceRows:
+        """The rows at these positions (int64), in that order."""
+        piece_bounds = np.concatenate([[0], np.cumsum(self.piece_counts)]).astype(np.int64)
+        counts = self.piece_counts[rows]
+        first = piece_bounds[rows]
+        pieces = np.repeat(first - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()), dtype=np.int64)
+        return PieceRows(self.input_ids[rows], self.piece_lengths[pieces], counts, self.padding[rows])
+
     def split(self, sizes: list[int]) -> list[PieceRows]:
         """Consecutive groups of ``sizes`` rows."""
         row_bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        piece_bounds = np.concatenate([[0], np.cumsum(self.piece_counts)]).astype(np.int64)[row_bounds]
+        piece_bounds = np.concatenate([[0], np.cumsum(self.piece_counts)]).astype(np.int64)[row_bounds].tolist()
         return [
             PieceRows(
                 self.input_ids[start:stop],
-                self.piece_lengths[piece_bounds[part] : piece_bounds[part + 1]],
+                self.piece_lengths[piece_start:piece_stop],
                 self.piece_counts[start:stop],
                 self.padding[start:stop],
             )
-            for part, (start, stop) in enumerate(zip(row_bounds[:-1].tolist(), row_bounds[1:].tolist(), strict=True))
+            for (start, stop), (piece_start, piece_stop) in zip(
+                pairwise(row_bounds.tolist()), pairwise(piece_bounds), strict=True
+            )
         ]
 
     @staticmethod
@@ -131,3 +156,20 @@ def window_pieces(window_starts: np.ndarray, length: int, document_starts: np.nd
     points[:-1][is_inner] = document_starts[which] + shift
     points[-1] = rows * length
     return inner + 1, np.diff(points)
+
+
+def split_batch(batch: dict[str, Any], sizes: list[int]) -> list[dict[str, Any]]:
+    """A batch dict of several batches' rows cut back into those batches (each row starts a piece)."""
+    length = batch["input_ids"].shape[1]
+    cu_seqlens = batch["cu_seqlens"]
+    row_bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    cuts = np.searchsorted(cu_seqlens.numpy(), row_bounds * length).tolist()
+    parts: list[dict[str, Any]] = [{} for _ in sizes]
+    for key in ("input_ids", "position_ids", "labels"):
+        for part, tensor in zip(parts, torch.split(batch[key], sizes), strict=True):
+            part[key] = tensor
+    for part, (first, last), (row, _) in zip(parts, pairwise(cuts), pairwise(row_bounds.tolist()), strict=True):
+        part_seqlens = cu_seqlens[first : last + 1] - row * length
+        part["cu_seqlens"] = part_seqlens
+        part["max_seqlen"] = int((part_seqlens[1:] - part_seqlens[:-1]).max()) if last > first else 0
+    return parts
