@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from guideloom import StatefulDataLoader, TokenStorage
 from guideloom._boundaries import PieceRows, split_batch, window_pieces
 
 
@@ -159,3 +163,57 @@ def test_a_split_batch_equals_the_batches_of_its_parts(
             assert (found[key].tolist() if key != "max_seqlen" else found[key]) == (
                 value.tolist() if key != "max_seqlen" else value
             ), key
+
+
+# The loader with document_boundaries=True, against the stored document lengths.
+
+DOCUMENTS = {0: [5, 0, 12, 3], 1: [1, 30], 4: [9, 0, 9, 9, 4, 15, 2, 2]}
+
+
+def write_documents(path: Path) -> TokenStorage:
+    storage = TokenStorage(path)
+    rng = np.random.default_rng(0)
+    with storage.sync_writer() as writer:
+        for shard, lengths in DOCUMENTS.items():
+            for length in lengths:
+                writer.append(shard, rng.integers(0, 1000, length))
+    return storage
+
+
+def boundary_loader(storage: TokenStorage, **options: Any) -> StatefulDataLoader:
+    return StatefulDataLoader.from_storage(storage, device="cpu", local_batch_size=3, sequence_length=7, **options)
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_boundary_windows_are_the_plain_windows(tmp_path: Path, shuffle: bool) -> None:
+    storage = write_documents(tmp_path / "tokens")
+    with boundary_loader(storage, shuffle=shuffle, seed=5) as loader:
+        plain = [batch.tolist() for batch in loader]
+    with boundary_loader(storage, shuffle=shuffle, seed=5, document_boundaries=True) as loader:
+        assert [batch["input_ids"].tolist() for batch in loader] == plain
+
+
+def test_boundary_batch_keys_match_the_stored_document_lengths(tmp_path: Path) -> None:
+    storage = write_documents(tmp_path / "tokens")
+    owner = document_of_each_token([length for lengths in DOCUMENTS.values() for length in lengths])
+    with storage.sync_reader() as reader:
+        stream = reader.read_tokens(0, reader.token_count).tolist()
+    with boundary_loader(storage, document_boundaries=True) as loader:
+        batches = list(loader)
+    windows = [range(window * 7, window * 7 + 7) for window in range(len(stream) // 7)]
+    for batch, rows in zip(batches, [windows[first : first + 3] for first in range(0, len(windows), 3)], strict=True):
+        positions, cuts = [], []
+        for row in rows:
+            for at, token in enumerate(row):
+                starts_piece = at == 0 or owner[token] != owner[token - 1]
+                positions.append(0 if starts_piece else positions[-1] + 1)
+                if starts_piece:
+                    cuts.append(len(positions) - 1)
+        flat = [stream[token] for row in rows for token in row]
+        assert batch["input_ids"].reshape(-1).tolist() == flat
+        assert batch["position_ids"].reshape(-1).tolist() == positions
+        assert batch["labels"].reshape(-1).tolist() == [
+            -100 if position == 0 else token for token, position in zip(flat, positions, strict=True)
+        ]
+        assert batch["cu_seqlens"].tolist() == [*cuts, len(flat)]
+        assert batch["max_seqlen"] == max(b - a for a, b in itertools.pairwise([*cuts, len(flat)]))

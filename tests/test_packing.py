@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from guideloom import StatefulDataLoader, TokenStorage
 from guideloom._packing import best_fit_decreasing, document_pieces, pack_shard
 from guideloom._packing_cache import load_or_build
 
@@ -152,3 +155,108 @@ def test_an_unwritable_cache_warns_and_packs_in_memory(cache_dir: Path) -> None:
     with pytest.warns(RuntimeWarning, match="GUIDELOOM_CACHE_DIR"):
         packing = load_or_build(offsets_of([3, 4, 5]), 8)
     assert_same_packing(packing, pack_shard(offsets_of([3, 4, 5]), 8))
+
+
+# The loader with pack_documents=True, against the reference above on the stored document lengths.
+
+SHARD_DOCUMENTS = {0: [5, 0, 12, 3, 7, 16], 2: [1, 30, 2], 3: [], 5: [9, 9, 9, 4, 0, 15, 2, 2]}
+
+
+def write_numbered(path: Path, shard_documents: dict[int, list[int]]) -> TokenStorage:
+    """Documents whose tokens are their stream positions + 1 (never the pad id 0)."""
+    storage = TokenStorage(path)
+    position = 1
+    with storage.sync_writer() as writer:
+        for shard, lengths in shard_documents.items():
+            for length in lengths:
+                writer.append(shard, np.arange(position, position + length))
+                position += length
+    return storage
+
+
+def reference_rows(shard_documents: dict[int, list[int]], capacity: int) -> list[list[int]]:
+    """Every packed row's tokens (unpadded), shards in ascending id, by the reference packing."""
+    rows, position = [], 1
+    for shard in sorted(shard_documents):
+        lengths = shard_documents[shard]
+        pieces = reference_pieces(lengths, capacity)
+        for row in reference_best_fit_decreasing([length for _, length in pieces], capacity):
+            rows.append([position + pieces[piece][0] + offset for piece in row for offset in range(pieces[piece][1])])
+        position += sum(lengths)
+    return rows
+
+
+def packed_loader(storage: TokenStorage, capacity: int, **options: Any) -> StatefulDataLoader:
+    return StatefulDataLoader.from_storage(
+        storage,
+        device="cpu",
+        local_batch_size=options.pop("batch", 3),
+        sequence_length=capacity,
+        pack_documents=True,
+        **options,
+    )
+
+
+@pytest.mark.parametrize("capacity", [4, 8, 13])
+def test_packed_rows_are_the_reference_packing_in_storage_order(tmp_path: Path, cache_dir: Path, capacity: int) -> None:
+    storage = write_numbered(tmp_path / "tokens", SHARD_DOCUMENTS)
+    with packed_loader(storage, capacity, pad_id=0) as loader:
+        served = [row for batch in loader for row in batch["input_ids"].tolist()]
+    expected = reference_rows(SHARD_DOCUMENTS, capacity)
+    assert served == [row + [0] * (capacity - len(row)) for row in expected]
+
+
+def test_a_shuffled_packed_epoch_serves_every_token_once(tmp_path: Path, cache_dir: Path) -> None:
+    storage = write_numbered(tmp_path / "tokens", SHARD_DOCUMENTS)
+    with packed_loader(storage, 8, shuffle=True, seed=3, pad_id=0) as loader:
+        tokens = np.concatenate([batch["input_ids"].reshape(-1).numpy() for batch in loader])
+    total = sum(map(sum, SHARD_DOCUMENTS.values()))
+    assert sorted(tokens[tokens != 0].tolist()) == list(range(1, total + 1))
+    assert int((tokens == 0).sum()) == len(tokens) - total
+
+
+def test_packed_batches_pad_with_pad_id_in_window_dtype(tmp_path: Path, cache_dir: Path) -> None:
+    storage = write_numbered(tmp_path / "tokens", {0: [3, 2]})
+    with packed_loader(storage, 8, pad_id=7, window_dtype=torch.int32) as loader:
+        [batch] = list(loader)
+    assert batch["input_ids"].dtype == torch.int32
+    assert batch["input_ids"].tolist() == [[1, 2, 3, 4, 5, 7, 7, 7]]
+    assert batch["position_ids"].tolist() == [[0, 1, 2, 0, 1, 0, 0, 0]]
+    assert batch["labels"].tolist() == [[-100, 2, 3, -100, 5, -100, -100, -100]]
+    assert (batch["cu_seqlens"].tolist(), batch["max_seqlen"]) == ([0, 3, 5, 8], 3)
+
+
+def test_packed_batch_keys_match_the_stored_document_lengths(tmp_path: Path, cache_dir: Path) -> None:
+    storage = write_numbered(tmp_path / "tokens", SHARD_DOCUMENTS)
+    starts = {}  # token -> (its document's first token, the piece start it belongs to)
+    position = 1
+    for lengths in SHARD_DOCUMENTS.values():
+        for length in lengths:
+            for offset in range(length):
+                starts[position + offset] = position + offset - offset % 8
+            position += length
+    with packed_loader(storage, 8, batch=4, shuffle=True) as loader:
+        for batch in loader:
+            flat = batch["input_ids"].reshape(-1).tolist()
+            positions = [0 if token == 0 else token - starts[token] for token in flat]
+            assert batch["position_ids"].reshape(-1).tolist() == positions
+            labels = [-100 if position == 0 else token for token, position in zip(flat, positions, strict=True)]
+            assert batch["labels"].reshape(-1).tolist() == labels
+            cuts = [
+                index
+                for index in range(len(flat))
+                if index % 8 == 0 or (positions[index] == 0 and (flat[index] != 0 or flat[index - 1] != 0))
+            ]
+            assert batch["cu_seqlens"].tolist() == [*cuts, len(flat)]
+            assert batch["max_seqlen"] == max(b - a for a, b in itertools.pairwise([*cuts, len(flat)]))
+
+
+def test_the_packing_is_cached_and_used_again(tmp_path: Path, cache_dir: Path) -> None:
+    storage = write_numbered(tmp_path / "tokens", SHARD_DOCUMENTS)
+    with packed_loader(storage, 8) as loader:
+        first = [batch["input_ids"].tolist() for batch in loader]
+    files = {path: path.stat().st_mtime_ns for path in cached_files(cache_dir)}
+    assert len(files) == 3  # one per non-empty shard
+    with packed_loader(storage, 8) as loader:
+        assert [batch["input_ids"].tolist() for batch in loader] == first
+    assert {path: path.stat().st_mtime_ns for path in cached_files(cache_dir)} == files

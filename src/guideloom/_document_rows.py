@@ -55,7 +55,7 @@ class PackedShards:
         piece_counts = np.empty(len(indices), np.int64)
         fills = np.empty(len(indices), np.int64)
         for row, (position, local) in enumerate(zip(positions.tolist(), local_rows.tolist(), strict=True)):
-            packing, tokens = self.packings[position], reader._tokens[position]
+            packing, tokens = self.packings[position], reader.shard_tokens(position)
             first, stop = int(packing.row_starts[local]), int(packing.row_starts[local + 1])
             starts = packing.piece_starts[first:stop].tolist()
             lengths = packing.piece_lengths[first:stop].tolist()
