@@ -35,3 +35,11 @@ def run_python() -> Callable[..., subprocess.CompletedProcess[str]]:
         )
 
     return run
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _packing_cache_in_a_temporary_directory(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Packings of pack_documents=True are cached here, never in the user's cache directory."""
+    import os
+
+    os.environ["GUIDELOOM_CACHE_DIR"] = str(tmp_path_factory.mktemp("guideloom-cache"))

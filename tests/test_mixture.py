@@ -283,3 +283,26 @@ def test_a_component_with_a_share_but_no_samples_is_refused(tmp_path: Path) -> N
 def test_parse_schedule_is_what_a_mixture_uses(components: dict[str, TokenStorage]) -> None:
     mixture = Mixture(components, weights=STAGES, block_size=8)
     assert mixture.schedule.to_json() == parse_schedule(tuple(WINDOWS), None, STAGES, 8).to_json()
+
+
+# --- window modes inside a mixture ----------------------------------------------------------------------
+
+MODES = [{"document_boundaries": True}, {"pack_documents": True, "pad_id": 7}]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_window_modes_inside_a_mixture_resume_after_every_step(
+    components: dict[str, TokenStorage], mode: dict[str, Any], num_workers: int
+) -> None:
+    mixture = Mixture(components, WEIGHTS, samples_per_epoch=30, block_size=8)
+    assert_resumes_after_every_step(lambda: loader_of(mixture, shuffle=True, num_workers=num_workers, **mode))
+
+
+def test_document_boundaries_in_a_mixture_keep_the_mixtures_windows(components: dict[str, TokenStorage]) -> None:
+    mixture = Mixture(components, WEIGHTS, samples_per_epoch=30, block_size=8)
+    with loader_of(mixture, shuffle=True) as plain, loader_of(mixture, shuffle=True, document_boundaries=True) as aware:
+        for windows, batch in zip(plain, aware, strict=True):
+            assert set(batch) == {"input_ids", "position_ids", "labels", "cu_seqlens", "max_seqlen"}
+            assert batch["input_ids"].tolist() == windows.tolist()
+            assert int(batch["cu_seqlens"][-1]) == windows.numel()
