@@ -306,3 +306,18 @@ def test_document_boundaries_in_a_mixture_keep_the_mixtures_windows(components: 
             assert set(batch) == {"input_ids", "position_ids", "labels", "cu_seqlens", "max_seqlen"}
             assert batch["input_ids"].tolist() == windows.tolist()
             assert int(batch["cu_seqlens"][-1]) == windows.numel()
+
+
+def test_fetch_gives_the_same_samples_whether_or_not_they_were_announced(components: dict[str, TokenStorage]) -> None:
+    from guideloom._sources import make_source
+
+    mixture = Mixture(components, WEIGHTS, samples_per_epoch=40, block_size=8)
+    source = make_source(mixture, sequence_length=S, shuffle=True, seed=7)
+    positions = np.array([3, 39, 40, 41, 0, 17])  # 40 and 41 are padding: they wrap around
+    cold = source.fetch(positions, 2).tolist()
+    source.prefetch(np.arange(48)[::-1], 1)
+    assert source.fetch(positions, 2).tolist() == cold  # another epoch's announcement is not used
+    source.prefetch(np.arange(48)[::-1], 2)
+    assert source.fetch(positions, 2).tolist() == cold
+    assert source.fetch(np.array([], np.int64), 2).shape == (0, S)
+    source.close()

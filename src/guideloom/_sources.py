@@ -20,7 +20,6 @@ from guideloom._checks import check_sequence_length
 from guideloom._errors import StateMismatchError
 from guideloom._growth import ShardDigest, describe_shards, over_recorded_shards
 from guideloom._mixture import Mixture
-from guideloom._mixture_source import MixtureSource
 from guideloom._reader import DocumentReader, StorageReader, TokenReader
 from guideloom._storage import DocumentStorage, TokenStorage
 
@@ -289,6 +288,7 @@ def make_source(
     (``shuffle`` and ``seed`` key the components' passes and the blocks' slot order).
     """
     from guideloom._document_sources import check_window_modes, window_source  # they build on this module
+    from guideloom._mixture_source import MixtureSource  # as does this one
 
     if isinstance(storage, Mixture):
         parts = [
