@@ -18,7 +18,7 @@ import numpy as np
 
 from guideloom._checks import check_sequence_length
 from guideloom._formats import DocumentStorageFormat
-from guideloom._layout import ShardFile, StorageHeader, committed_shard_ids
+from guideloom._layout import ShardFile, StorageHeader, committed_shard_ids, verify_shards
 
 Out = TypeVar("Out")
 R = TypeVar("R", bound="StorageReader[Any]")
@@ -73,14 +73,7 @@ class StorageReader(Generic[Out]):
 
     def verify(self, progress: Callable[[int], None] | None = None) -> list[str]:
         """Check every shard's checksums; the problems found, each naming its shard."""
-        problems = []
-        for shard in self.shards:
-            problem = shard.verify()
-            if problem is not None:
-                problems.append(problem)
-            if progress is not None:
-                progress(shard.data_size)
-        return problems
+        return verify_shards(self.shards, progress, [])
 
     def __iter__(self) -> Iterator[Out]:
         for index in range(len(self)):

@@ -8,7 +8,7 @@ import stat
 import time
 import uuid
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -27,6 +27,7 @@ from guideloom._layout import (
     fsync_directory,
     publish,
     read_header,
+    verify_shards,
 )
 from guideloom._reader import AsyncReader, DocumentReader, StorageReader, TokenReader
 from guideloom._writer import AsyncWriter, SyncWriter
@@ -99,8 +100,12 @@ class StorageBase:
 
         Each problem names its shard. ``progress`` is called with the bytes checked per shard.
         """
+        problems: list[str] = []
+        return verify_shards(self._each_shard(problems), progress, problems)
+
+    def _each_shard(self, problems: list[str]) -> Iterator[ShardFile]:
+        """Each committed shard, opened in turn and closed after; one that cannot be opened is a problem."""
         header = self.header_for_reading()
-        problems = []
         for shard_id in committed_shard_ids(self.path):
             try:
                 shard = ShardFile(self.path, shard_id, header)
@@ -108,14 +113,9 @@ class StorageBase:
                 problems.append(str(error))  # a shard that cannot even be opened is one more problem
                 continue
             try:
-                problem = shard.verify()
-                if problem is not None:
-                    problems.append(problem)
-                if progress is not None:
-                    progress(shard.data_size)
+                yield shard
             finally:
                 shard.close()
-        return problems
 
     def clean_leftovers(self, older_than: float = 3600.0) -> list[Path]:
         """Delete files that dead writers left in ``incomplete/``, untouched for ``older_than`` seconds.
