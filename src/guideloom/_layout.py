@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from guideloom._checks import check_int
 from guideloom._errors import CorruptStorageError, FormatMismatchError, StorageNotFoundError
 
 LAYOUT_VERSION = 1
@@ -87,12 +88,7 @@ def shard_file_name(shard: int) -> str:
 
 def check_shard_id(shard: object) -> int:
     """Validate a caller's shard id: a non-negative int below 10**12."""
-    if isinstance(shard, bool) or not isinstance(shard, int | np.integer):
-        raise TypeError(f"shard must be a non-negative int, got {type(shard).__name__}")
-    shard = int(shard)
-    if not 0 <= shard <= MAX_SHARD_ID:
-        raise ValueError(f"shard must be between 0 and {MAX_SHARD_ID}, got {shard}")
-    return shard
+    return check_int("shard", shard, minimum=0, maximum=MAX_SHARD_ID)
 
 
 def read_header(path: Path) -> StorageHeader:

@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from guideloom._checks import check_sequence_length
+from guideloom._checks import check_int, check_sequence_length
 from guideloom._formats import DocumentStorageFormat
 from guideloom._layout import ShardFile, StorageHeader, committed_shard_ids, verify_shards
 
@@ -26,11 +26,10 @@ R = TypeVar("R", bound="StorageReader[Any]")
 
 def check_index(index: object, length: int, what: str = "index") -> int:
     """Validate a global index: an int in [0, length)."""
-    if isinstance(index, bool) or not isinstance(index, int | np.integer):
-        raise TypeError(f"{what} must be an int, got {type(index).__name__}")
+    index = check_int(what, index)
     if not 0 <= index < length:
         raise IndexError(f"{what} {index} is out of range for a storage of {length} records")
-    return int(index)
+    return index
 
 
 class StorageReader(Generic[Out]):

@@ -89,6 +89,10 @@ def describe_shards(shard_ids: list[int]) -> str:
     return ", ".join(ranges) or "none"
 
 
+def _shards(shard_ids: list[int]) -> str:
+    return f"shard {shard_ids[0]}" if len(shard_ids) == 1 else f"shards {describe_shards(shard_ids)}"
+
+
 def parse_shards(text: str) -> list[int]:
     """The shard ids ``describe_shards`` wrote; ValueError if ``text`` is not such a description."""
     if text == "none":
@@ -163,8 +167,8 @@ class PinnedShards(Generic[ReaderT]):
         except ValueError:
             return f"it read {then}, this loader reads {now}"
         added, missing = sorted(set(self.shard_ids) - before), sorted(before - set(self.shard_ids))
-        changes = [f"shards {describe_shards(added)} are new"] if added else []
-        changes += [f"shards {describe_shards(missing)} are gone"] if missing else []
+        changes = [f"{_shards(added)} {'is' if len(added) == 1 else 'are'} new"] if added else []
+        changes += [f"{_shards(missing)} {'is' if len(missing) == 1 else 'are'} gone"] if missing else []
         if not changes:
             changes = ["the same shard ids hold other contents (rewritten, or another storage)"]
         return f"it read {then}, this loader reads {now}: {', and '.join(changes)}"
@@ -260,6 +264,8 @@ def make_source(
         raise TypeError(f"storage must be a DocumentStorage or TokenStorage, got {type(storage).__name__}")
     if window_dtype is not None and not isinstance(storage, TokenStorage):
         raise ValueError("window_dtype must be omitted for a DocumentStorage: it applies to token windows")
+    if window_dtype is not None and not isinstance(window_dtype, torch.dtype):
+        raise TypeError(f"window_dtype must be torch.int64 or torch.int32, got {type(window_dtype).__name__}")
     if window_dtype not in (None, torch.int64, torch.int32):
         raise ValueError(f"window_dtype must be torch.int64 or torch.int32, got {window_dtype!r}")
     if isinstance(storage, TokenStorage) and sequence_length is None:

@@ -14,6 +14,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
+from guideloom._checks import check_choice, check_number, check_path
 from guideloom._errors import CorruptStorageError, FormatMismatchError, StorageNotFoundError, UntrustedFormatWarning
 from guideloom._formats import DocumentPickleFormat, DocumentStorageFormat, format_identity
 from guideloom._layout import (
@@ -34,12 +35,6 @@ from guideloom._writer import AsyncWriter, SyncWriter
 
 In = TypeVar("In")
 Out = TypeVar("Out")
-
-
-def _as_path(path: object) -> Path:
-    if not isinstance(path, str | os.PathLike):
-        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
-    return Path(path)
 
 
 class StorageBase:
@@ -122,6 +117,7 @@ class StorageBase:
 
         Files of live writers are younger than that as long as they keep appending.
         """
+        older_than = check_number("older_than", older_than, minimum=0)
         removed: list[Path] = []
         now = time.time()
         incomplete = self.path / INCOMPLETE_DIR
@@ -153,7 +149,7 @@ class AnyFormatStorage(StorageBase):
     """A storage opened without its format class: enough to inspect, verify and clean it (the command line)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = _as_path(path)
+        self.path = check_path("path", path)
         self.header = read_header(self.path)
 
     def _expected_header(self) -> StorageHeader:
@@ -185,7 +181,7 @@ class DocumentStorage(StorageBase, Generic[In, Out]):
     """Whole records, each encoded by ``format`` and decoded as one sample."""
 
     def __init__(self, path: str | os.PathLike[str], format: DocumentStorageFormat[In, Out]) -> None:
-        self.path = _as_path(path)
+        self.path = check_path("path", path)
         if isinstance(format, type):
             raise TypeError(
                 f"format must be a format instance, got the class {format.__name__}: pass {format.__name__}()"
@@ -233,7 +229,7 @@ class TokenStorage(StorageBase):
     """Documents of token ids, concatenated into one stream served as fixed windows."""
 
     def __init__(self, path: str | os.PathLike[str], dtype: str | np.dtype[Any] | type | None = None) -> None:
-        self.path = _as_path(path)
+        self.path = check_path("path", path)
         recorded = None
         with contextlib.suppress(StorageNotFoundError):
             recorded = read_header(self.path)
@@ -242,12 +238,7 @@ class TokenStorage(StorageBase):
         if dtype is None:
             self.dtype = np.dtype(recorded.dtype if recorded is not None else "uint32")
         else:
-            try:
-                self.dtype = np.dtype(dtype)
-            except TypeError:
-                raise TypeError(f"dtype must be a NumPy integer dtype, got {dtype!r}") from None
-            if self.dtype.name not in TOKEN_DTYPES:
-                raise ValueError(f"dtype must be one of {', '.join(TOKEN_DTYPES)}, got {self.dtype}")
+            self.dtype = _token_dtype(dtype)
         self.dtype = self.dtype.newbyteorder("=")
         self._stored_dtype = self.dtype.newbyteorder("<")
         self._limits = np.iinfo(self.dtype)
@@ -285,6 +276,18 @@ class TokenStorage(StorageBase):
 
     def open_reader(self, shard_ids: list[int] | None = None) -> TokenReader:
         return TokenReader(self.path, self.header_for_reading(), shard_ids)
+
+
+def _token_dtype(dtype: object) -> np.dtype[Any]:
+    """``dtype`` (a name, NumPy dtype or type) as one of the token dtypes; else an error listing them.
+
+    As in NumPy, what is no dtype at all (a misspelt name too) is a TypeError; another dtype a ValueError.
+    """
+    try:
+        name = np.dtype(dtype).name  # type: ignore[call-overload]
+    except TypeError:
+        raise TypeError(f"dtype must be one of {', '.join(TOKEN_DTYPES)}, got {dtype!r}") from None
+    return np.dtype(check_choice("dtype", name, TOKEN_DTYPES))
 
 
 def _token_array(tokens: TokenInput) -> np.ndarray:
