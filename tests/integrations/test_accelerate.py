@@ -1,4 +1,4 @@
-"""accelerate: prepare() passes the loader through; with register_for_checkpointing, save_state/load_state resume exactly."""
+"""accelerate: prepare() passes the loader through; register_for_checkpointing makes save_state/load_state exact."""
 
 from __future__ import annotations
 
