@@ -299,6 +299,20 @@ def test_cli_names_the_directory_holding_the_tokenizer(
     )
 
 
+@pytest.mark.parametrize("workers", ["0", "-1", "two"])
+def test_cli_workers_must_be_a_positive_integer(
+    tmp_path: Path, tokenizer_path: Path, capsys: pytest.CaptureFixture[str], workers: str
+) -> None:
+    source = write_jsonl(tmp_path / "a.jsonl", DOCUMENTS)
+    with pytest.raises(SystemExit) as exit_info:
+        cli(tokenize_command(source, tmp_path / "out", "--tokenizer", tokenizer_path, "--workers", workers))
+    assert exit_info.value.code == 2
+    shown = workers if workers != "two" else "'two'"
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"guideloom tokenize: error: argument --workers: must be a positive integer, got {shown}"
+    )
+
+
 @pytest.mark.parametrize("dtype", ["float32", "unit16"])
 def test_cli_dtype_must_be_a_token_dtype(
     tmp_path: Path, tokenizer_path: Path, capsys: pytest.CaptureFixture[str], dtype: str

@@ -1,6 +1,6 @@
 """Worker processes for a tokenize run: each tokenizes whole files, one at a time, the largest first.
 
-A worker asks for its first file once it has loaded the tokenizer, so the first ready takes the largest.
+A worker asks for its first file once it has loaded the tokenizer (the first ready takes the largest).
 
 Each worker has two pipes of its own (jobs in, events out), so a worker killed at any instant holds no
 lock the others need; its death is seen through its process sentinel. The first failure cancels the
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import signal
 import traceback
 from collections import deque
@@ -36,8 +37,7 @@ class RemoteTraceback(Exception):
 
 
 def _picklable(error: BaseException) -> BaseException:
-    import pickle
-
+    """The error itself if it survives pickling to the parent, else a RuntimeError that says what it was."""
     try:
         pickle.loads(pickle.dumps(error))
     except Exception:

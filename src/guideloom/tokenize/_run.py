@@ -76,9 +76,10 @@ def _note_committed(error: BaseException, plan: TokenizePlan, results: dict[int,
         return
     done = sorted(shard for shard, (count, _) in results.items() if count)
     if done:
+        verb = "was" if len(done) == 1 else "were"
         error.add_note(
-            f"{len(done)} of {plural(len(plan.jobs), 'shard')} {'was' if len(done) == 1 else 'were'} committed before the failure (the failed file's "
-            f"shard was not); fix the input and rerun with {plan.names.skip_existing} to write the rest"
+            f"{len(done)} of {plural(len(plan.jobs), 'shard')} {verb} committed before the failure (the failed "
+            f"file's shard was not); fix the input and rerun with {plan.names.skip_existing} to write the rest"
         )
     else:
         error.add_note("no shard of this run was committed")
