@@ -45,7 +45,8 @@ def as_tensor(batch: Any) -> torch.Tensor:
         batch = batch["input_ids"] if "input_ids" in batch else next(iter(batch.values()))
     if isinstance(batch, np.ndarray):
         batch = torch.from_numpy(batch.astype(np.int64, copy=False))
-    return batch.to(torch.int64)
+    tensor: torch.Tensor = batch.to(torch.int64)
+    return tensor
 
 
 def _close(loader: Any) -> None:
