@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 from accelerate import Accelerator
-from conftest import VOCABULARY
 
 from guideloom import StatefulDataLoader, TokenStorage
+from tests.integrations.conftest import VOCABULARY
 
 BATCHES = 20  # the epoch has 15 batches: the resumed run crosses into the second epoch
 SAVED_AT = 8

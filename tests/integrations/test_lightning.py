@@ -12,10 +12,10 @@ from typing import Any
 
 import lightning
 import torch
-from conftest import VOCABULARY
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from guideloom import StatefulDataLoader, TokenStorage
+from tests.integrations.conftest import VOCABULARY
 
 STEPS = 20  # the epoch has 15 batches: the resumed run crosses into the second epoch
 SAVED_AT = 6

@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from conftest import VOCABULARY
 from transformers import (
     GPT2Config,
     GPT2LMHeadModel,
@@ -22,6 +21,7 @@ from transformers import (
 
 from guideloom import StatefulDataLoader, TokenStorage
 from guideloom.integrations.transformers import STATE_KEY, LoaderStateCallback
+from tests.integrations.conftest import VOCABULARY
 
 
 def language_model_batch(rows: list[np.ndarray]) -> dict[str, torch.Tensor]:
