@@ -128,6 +128,13 @@ def test_the_callback_requires_ignore_data_skip(tokens: TokenStorage, tmp_path: 
         make_trainer(loader, tmp_path, [LoaderStateCallback(loader)], ignore_data_skip=False)
 
 
+def test_a_checkpoint_without_the_loader_state_is_refused(tokens: TokenStorage, tmp_path: Path) -> None:
+    with make_loader(tokens) as loader:
+        arguments = TrainingArguments(output_dir=str(tmp_path), ignore_data_skip=True)
+        with pytest.raises(ValueError, match="holds no loader state"):
+            LoaderStateCallback(loader).on_train_begin(arguments, TrainerState(global_step=4), TrainerControl())
+
+
 def test_the_callback_takes_only_a_resumable_loader() -> None:
     with pytest.raises(TypeError, match="state_dict"):
         LoaderStateCallback([1, 2, 3])  # type: ignore[arg-type]
