@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from conftest import VOCABULARY
 from transformers import (
     GPT2Config,
     GPT2LMHeadModel,
@@ -22,6 +21,8 @@ from transformers import (
 
 from guideloom import StatefulDataLoader, TokenStorage
 from guideloom.integrations.transformers import STATE_KEY, LoaderStateCallback
+
+VOCABULARY = 64  # the token ids of the tokens fixture are below it
 
 
 def language_model_batch(rows: list[np.ndarray]) -> dict[str, torch.Tensor]:
