@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import child_environment
+
 
 @pytest.fixture
 def storage_path(tmp_path: Path) -> Path:
@@ -19,7 +21,7 @@ def storage_path(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def run_python() -> Callable[..., subprocess.CompletedProcess[str]]:
-    """Run a Python snippet in a fresh interpreter; ``args`` become ``sys.argv[1:]``.
+    """Run a Python snippet in a fresh interpreter; ``args`` become ``sys.argv[1:]``; ``tests.*`` imports there.
 
     Used where a failure could take the test process down (a segfault, a hang, a
     huge allocation) or where a clean process is needed (memory measurements).
@@ -32,6 +34,7 @@ def run_python() -> Callable[..., subprocess.CompletedProcess[str]]:
             text=True,
             timeout=timeout,
             check=False,
+            env=child_environment(),
         )
 
     return run

@@ -8,7 +8,7 @@ import stat
 import time
 import uuid
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -27,8 +27,9 @@ from guideloom._layout import (
     fsync_directory,
     publish,
     read_header,
+    verify_shards,
 )
-from guideloom._reader import AsyncReader, DocumentReader, TokenReader, _Reader
+from guideloom._reader import AsyncReader, DocumentReader, StorageReader, TokenReader
 from guideloom._writer import AsyncWriter, SyncWriter
 
 In = TypeVar("In")
@@ -41,7 +42,7 @@ def _as_path(path: object) -> Path:
     return Path(path)
 
 
-class _Storage:
+class StorageBase:
     """What both storages share: the directory, its header, verification and clean-up."""
 
     path: Path
@@ -78,11 +79,16 @@ class _Storage:
             fsync_directory(self.path.parent)
         return header
 
-    def _open_reader(self, shard_ids: list[int] | None = None) -> _Reader[Any]:
+    def open_reader(self, shard_ids: list[int] | None = None) -> StorageReader[Any]:
         """A reader of the given shards (a loader's pinned snapshot), or of all committed now."""
         raise NotImplementedError
 
-    def _header_for_reading(self) -> StorageHeader:
+    def committed_shards(self) -> list[int]:
+        """Ids of the shards committed now, ascending."""
+        return committed_shard_ids(self.path)
+
+    def header_for_reading(self) -> StorageHeader:
+        """The header on disk, checked against this storage's; a missing storage is StorageNotFoundError."""
         header = self._existing_header()
         if header is None:
             read_header(self.path)  # raises the precise StorageNotFoundError
@@ -94,8 +100,12 @@ class _Storage:
 
         Each problem names its shard. ``progress`` is called with the bytes checked per shard.
         """
-        header = self._header_for_reading()
-        problems = []
+        problems: list[str] = []
+        return verify_shards(self._each_shard(problems), progress, problems)
+
+    def _each_shard(self, problems: list[str]) -> Iterator[ShardFile]:
+        """Each committed shard, opened in turn and closed after; one that cannot be opened is a problem."""
+        header = self.header_for_reading()
         for shard_id in committed_shard_ids(self.path):
             try:
                 shard = ShardFile(self.path, shard_id, header)
@@ -103,14 +113,9 @@ class _Storage:
                 problems.append(str(error))  # a shard that cannot even be opened is one more problem
                 continue
             try:
-                problem = shard.verify()
-                if problem is not None:
-                    problems.append(problem)
-                if progress is not None:
-                    progress(shard.data_size)
+                yield shard
             finally:
                 shard.close()
-        return problems
 
     def clean_leftovers(self, older_than: float = 3600.0) -> list[Path]:
         """Delete files that dead writers left in ``incomplete/``, untouched for ``older_than`` seconds.
@@ -144,6 +149,22 @@ class _Storage:
         return f"{type(self).__name__}({str(self.path)!r})"
 
 
+class AnyFormatStorage(StorageBase):
+    """A storage opened without its format class: enough to inspect, verify and clean it (the command line)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = _as_path(path)
+        self.header = read_header(self.path)
+
+    def _expected_header(self) -> StorageHeader:
+        return self.header
+
+    def open_reader(self, shard_ids: list[int] | None = None) -> StorageReader[object]:
+        return StorageReader(self.path, self.header, shard_ids)
+
+
+_Storage = StorageBase  # the former name, still imported by the command line until it uses AnyFormatStorage
+
 _warned_paths: set[Path] = set()
 
 
@@ -160,7 +181,7 @@ def _warn_untrusted_once(path: Path) -> None:
         )
 
 
-class DocumentStorage(_Storage, Generic[In, Out]):
+class DocumentStorage(StorageBase, Generic[In, Out]):
     """Whole records, each encoded by ``format`` and decoded as one sample."""
 
     def __init__(self, path: str | os.PathLike[str], format: DocumentStorageFormat[In, Out]) -> None:
@@ -190,7 +211,7 @@ class DocumentStorage(_Storage, Generic[In, Out]):
 
     def sync_reader(self) -> DocumentReader[Out]:
         """A reader of the shards committed now; use it as ``with storage.sync_reader() as reader``."""
-        return self._open_reader()
+        return self.open_reader()
 
     def async_writer(self) -> AsyncWriter[In]:
         return AsyncWriter(self.sync_writer())
@@ -198,8 +219,8 @@ class DocumentStorage(_Storage, Generic[In, Out]):
     def async_reader(self) -> AsyncReader[Out]:
         return AsyncReader(self.sync_reader)
 
-    def _open_reader(self, shard_ids: list[int] | None = None) -> DocumentReader[Out]:
-        header = self._header_for_reading()
+    def open_reader(self, shard_ids: list[int] | None = None) -> DocumentReader[Out]:
+        header = self.header_for_reading()
         if isinstance(self.format, DocumentPickleFormat):
             _warn_untrusted_once(self.path)
         return DocumentReader(self.path, header, self.format, shard_ids)
@@ -208,7 +229,7 @@ class DocumentStorage(_Storage, Generic[In, Out]):
 TokenInput = Any  # list of ints, a 1-D integer NumPy array or a 1-D integer tensor
 
 
-class TokenStorage(_Storage):
+class TokenStorage(StorageBase):
     """Documents of token ids, concatenated into one stream served as fixed windows."""
 
     def __init__(self, path: str | os.PathLike[str], dtype: str | np.dtype[Any] | type | None = None) -> None:
@@ -254,7 +275,7 @@ class TokenStorage(_Storage):
 
     def sync_reader(self) -> TokenReader:
         """A reader of the shards committed now: documents by index and the token stream."""
-        return self._open_reader()
+        return self.open_reader()
 
     def async_writer(self) -> AsyncWriter[TokenInput]:
         return AsyncWriter(self.sync_writer())
@@ -262,8 +283,8 @@ class TokenStorage(_Storage):
     def async_reader(self) -> AsyncReader[np.ndarray]:
         return AsyncReader(self.sync_reader)
 
-    def _open_reader(self, shard_ids: list[int] | None = None) -> TokenReader:
-        return TokenReader(self.path, self._header_for_reading(), shard_ids)
+    def open_reader(self, shard_ids: list[int] | None = None) -> TokenReader:
+        return TokenReader(self.path, self.header_for_reading(), shard_ids)
 
 
 def _token_array(tokens: TokenInput) -> np.ndarray:

@@ -1,6 +1,6 @@
 """Fuzzing of everything read from disk: thousands of damaged storages, each opened, read, verified.
 
-The cases run in subprocesses (``fuzz_probe.py``, which documents the properties), three at once,
+The cases run in subprocesses (``harness.py``, which documents the properties), three at once,
 so a crash in a mapping or in ``np.frombuffer`` fails the test instead of taking pytest down:
 every subprocess must exit normally (no signal) and report no failure.
 ``tests/stress/run_fuzz.py`` runs many more cases (and atheris, where it installs).
@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from hardening_support import HERE, tally
+
+from tests.hardening.campaigns import tally
+from tests.helpers import child_environment, module_command
 
 SEED = int(os.environ.get("GUIDELOOM_HARDENING_SEED", "20261129"))
 GROUPS = ("header,layout", "footer,index", "size,bytes")
@@ -25,21 +26,15 @@ EXAMPLES = 250  # per target: 1,500 cases in all
 def test_damaged_files_give_clear_errors_only(tmp_path: Path) -> None:
     processes = {
         targets: subprocess.Popen(
-            [
-                sys.executable,
-                str(HERE / "fuzz_probe.py"),
-                "--targets",
-                targets,
-                "--examples",
-                str(EXAMPLES),
-                "--seed",
-                str(SEED),
-                "--root",
-                str(tmp_path / targets.replace(",", "-")),
-            ],
+            module_command(
+                "tests.hardening.fuzz.harness",
+                *("--targets", targets, "--examples", EXAMPLES, "--seed", SEED),
+                *("--root", tmp_path / targets.replace(",", "-")),
+            ),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            env=child_environment(),
         )
         for targets in GROUPS
     }

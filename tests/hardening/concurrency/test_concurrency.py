@@ -1,6 +1,6 @@
 """Concurrency: readers and loaders opened while writers commit see consistent snapshots; racing writers.
 
-See ``snapshots.py`` for what a consistent snapshot is and ``race_harness.py`` for the races.
+See ``snapshots.py`` for what a consistent snapshot is and ``harness.py`` for the races.
 """
 
 from __future__ import annotations
@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import snapshots
-from hardening_support import HERE, tally
+
+from tests.hardening.campaigns import tally
+from tests.hardening.concurrency import snapshots
+from tests.helpers import child_environment, module_command
 
 SEED = int(os.environ.get("GUIDELOOM_HARDENING_SEED", "20261129"))
 
@@ -28,18 +29,10 @@ def test_readers_and_loaders_see_consistent_snapshots_while_writers_commit(tmp_p
 @pytest.mark.timeout(240)
 def test_writers_racing_for_one_shard_exactly_one_wins(tmp_path: Path) -> None:
     completed = subprocess.run(
-        [
-            sys.executable,
-            str(HERE / "race_harness.py"),
-            "--rounds",
-            "100",
-            "--seed",
-            str(SEED),
-            "--root",
-            str(tmp_path),
-        ],
+        module_command("tests.hardening.concurrency.harness", "--rounds", 100, "--seed", SEED, "--root", tmp_path),
         capture_output=True,
         text=True,
+        env=child_environment(),
         timeout=220,
     )
     lines = [json.loads(line) for line in completed.stdout.splitlines() if line.startswith("{")]

@@ -1,70 +1,10 @@
-"""What the hardening campaigns share: a campaign tally, a raw-bytes format, process probes.
-
-The CI tests in this directory and the long runs in ``tests/stress/`` use the same code with
-different case counts. Each campaign adds its figures with :func:`tally`; the conftest prints
-them at the end of the session (also without ``-s``), and stress scripts print them themselves.
-"""
+"""Process probes for the hardening campaigns: child processes, memory, descriptors, shared memory (from /proc)."""
 
 from __future__ import annotations
 
 import os
 import re
-from collections import Counter
 from pathlib import Path
-from typing import Any
-
-from guideloom import DocumentStorage, TokenStorage
-from guideloom.types import DocumentStorageFormat
-
-HERE = Path(__file__).resolve().parent
-
-# campaign name -> counter of what was tried / found
-CAMPAIGNS: dict[str, Counter[str]] = {}
-
-
-def tally(campaign: str, **counts: int) -> None:
-    """Add figures to a campaign's tally (e.g. ``cases=30, failures=0``)."""
-    CAMPAIGNS.setdefault(campaign, Counter()).update(counts)
-
-
-def tally_max(campaign: str, **values: int) -> None:
-    """Keep the largest value seen for each figure (e.g. the slowest error, in milliseconds)."""
-    counter = CAMPAIGNS.setdefault(campaign, Counter())
-    for key, value in values.items():
-        counter[key] = max(counter[key], value)
-
-
-def summary_lines() -> list[str]:
-    lines = []
-    for campaign in sorted(CAMPAIGNS):
-        figures = ", ".join(f"{key} {value}" for key, value in sorted(CAMPAIGNS[campaign].items()))
-        lines.append(f"{campaign}: {figures}")
-    return lines
-
-
-class RawFormat(DocumentStorageFormat[bytes, bytes]):
-    """Records are the bytes themselves: decoding can never fail, so only the storage is tested."""
-
-    name = "raw-bytes"
-
-    def pack(self, data: bytes) -> bytes:
-        return bytes(data)
-
-    def unpack(self, encoded_data: memoryview, shard: int) -> bytes:
-        return bytes(encoded_data)
-
-
-def open_storage(path: Path, kind: str) -> Any:
-    """The storage of a hardening fixture: raw-bytes documents or uint16 tokens."""
-    return TokenStorage(path, "uint16") if kind == "tokens" else DocumentStorage(path, RawFormat())
-
-
-def comparable(record: Any) -> Any:
-    """A read record in a form that compares by value (token arrays as lists)."""
-    return record.tolist() if hasattr(record, "tolist") else record
-
-
-# ----------------------------------------------------------------------------- processes and memory
 
 
 def children(pid: int | None = None) -> set[int]:

@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from hardening_support import descendants, open_descriptors, pss_anon_kib, rss_anon_kib
 
 from guideloom import DocumentJsonFormat, DocumentStorage, StatefulDataLoader, TokenStorage
+from tests.hardening.processes import descendants, open_descriptors, pss_anon_kib, rss_anon_kib
 
 SEQUENCE = 65
 

@@ -1,6 +1,6 @@
 """A writer process for the snapshot tests: commits shards ``worker, worker + workers, ...`` one by one.
 
-    python snapshot_writer.py PATH WORKER WORKERS COUNT LOG [PAUSE]
+    python -m tests.hardening.concurrency.snapshot_writer PATH WORKER WORKERS COUNT LOG [PAUSE]
 
 After each commit returns, the shard id is appended to LOG (flushed), so a reader knows which
 shards were certainly committed before it looked. Shard ``s`` holds :func:`shard_records` ``(s)``.
@@ -12,11 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from hardening_support import RawFormat
-
 from guideloom import DocumentStorage
+from tests.helpers import RawFormat
 
 
 def shard_records(shard: int) -> list[bytes]:

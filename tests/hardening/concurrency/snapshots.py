@@ -11,15 +11,15 @@ Used by ``test_concurrency.py`` and ``tests/stress/run_concurrency.py``.
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from hardening_support import HERE, RawFormat
-from snapshot_writer import shard_records
-
 from guideloom import DocumentStorage, StatefulDataLoader
+from tests.hardening.concurrency.snapshot_writer import shard_records
+from tests.helpers import RawFormat, child_environment, module_command
+
+WRITER = "tests.hardening.concurrency.snapshot_writer"
 
 
 def committed(logs: list[Path]) -> list[set[int]]:
@@ -60,16 +60,8 @@ def run(
     logs = [root / f"writer-{worker}.log" for worker in range(writers)]
     processes = [
         subprocess.Popen(
-            [
-                sys.executable,
-                str(HERE / "snapshot_writer.py"),
-                str(path),
-                str(worker),
-                str(writers),
-                str(shards_per_writer),
-                str(logs[worker]),
-                str(pause),
-            ]
+            module_command(WRITER, path, worker, writers, shards_per_writer, logs[worker], pause),
+            env=child_environment(),
         )
         for worker in range(writers)
     ]

@@ -1,9 +1,9 @@
 """Run the ``guideloom`` command with a SIGKILL injected at the k-th call of a system function.
 
-    python inject_cli.py NAME K WHEN ARGS...     e.g.  os.fsync 3 after tokenize IN OUT --tokenizer T
-    python inject_cli.py count 0 - ARGS...       run normally, print the call counts as JSON on stderr
+    python -m tests.hardening.fault_injection.inject_cli NAME K WHEN ARGS...  e.g.  os.fsync 3 after tokenize IN OUT
+    python -m tests.hardening.fault_injection.inject_cli count 0 - ARGS...    run normally, print the call counts
 
-NAME is one of kill_harness.CALL_POINTS (``os.fsync``, ``os.link``, ``open``, ...), WHEN ``before``
+NAME is one of ``harness.CALL_POINTS`` (``os.fsync``, ``os.link``, ``open``, ...), WHEN ``before``
 or ``after`` the real call. Only this process is patched (spawned workers are not).
 """
 
@@ -13,11 +13,8 @@ import json
 import os
 import sys
 from collections import Counter
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from kill_harness import _install_call_points
+from tests.hardening.fault_injection.harness import _install_call_points
 
 
 def main() -> int:

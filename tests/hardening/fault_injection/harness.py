@@ -1,8 +1,9 @@
 """Fault injection for writers: a forked child writes a storage and dies by SIGKILL at an injected instant.
 
-Run as a script (the tests and ``tests/stress/run_fault_injection.py`` do)::
+Run as a script, from the repository (the tests and ``tests/stress/run_fault_injection.py`` do)::
 
-    python kill_harness.py --cases 40 --seed 7 --root DIR [--modes line,call,delay,pair] [--exhaustive]
+    python -m tests.hardening.fault_injection.harness --cases 40 --seed 7 --root DIR \
+        [--modes line,call,delay,pair] [--exhaustive]
 
 The harness imports guideloom once and forks one child per case, so a case costs milliseconds. A
 child runs the same write workload every time (shards 2, 3, 4 by one writer with an early commit,
@@ -48,13 +49,10 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from hardening_support import comparable, open_storage
-
 import guideloom
 from guideloom import StorageNotFoundError
 from guideloom._layout import HEADER_NAME, committed_shard_ids, shard_file_name
+from tests.helpers import comparable, open_storage
 
 BASE = (0, 1)
 SEQUENCE = (2, 3, 4, 5)  # the commit order of the workload

@@ -1,6 +1,6 @@
 """Writers racing: forked processes commit the same shard, or create one storage with different formats.
 
-    python race_harness.py --rounds 150 --seed 1 --root DIR
+    python -m tests.hardening.concurrency.harness --rounds 150 --seed 1 --root DIR
 
 Each round forks 2 or 3 writer processes that wait on a common barrier (a pipe the harness opens
 once they are all ready), placed either before their first append (the race is then on the
@@ -25,18 +25,14 @@ import os
 import random
 import shutil
 import signal
-import sys
 import tempfile
 import traceback
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from hardening_support import RawFormat
-
 from guideloom import DocumentStorage, FormatMismatchError, ShardExistsError
+from tests.helpers import RawFormat
 
 WON, LOST, MISMATCH = 0, 3, 4
 

@@ -1,6 +1,7 @@
 """Fuzz everything guideloom reads from disk, with Hypothesis, in this (expendable) process.
 
-    python fuzz_probe.py --targets header,footer,index,size,bytes,layout --examples 300 --seed 1 [--no-loader]
+    python -m tests.hardening.fuzz.harness --targets header,footer,index,size,bytes,layout --examples 300 --seed 1 \
+        [--no-loader]
 
 Each case copies a pristine storage (raw-bytes documents or uint16 tokens, three shards with empty
 records and padding), damages it as drawn, then opens it, reads every record (one by one, in one
@@ -37,7 +38,6 @@ import shutil
 import signal
 import stat
 import struct
-import sys
 import tempfile
 import traceback
 import tracemalloc
@@ -50,18 +50,14 @@ import numpy as np
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from hardening_support import comparable, open_storage
-
 import guideloom._cli
 from guideloom import CorruptStorageError, FormatMismatchError, StorageNotFoundError
 from guideloom._cli import main as cli
 from guideloom._layout import FOOTER
+from tests.helpers import CRAFTED_SHARD_NAMES, FOOTER_FIELDS, comparable, open_storage, shard_file, with_footer
 
 KINDS = ("documents", "tokens")
 SHARDS = (0, 1, 2)
-FIELDS = ("magic", "version", "flags", "shard", "record_count", "data_size", "data_crc", "index_crc", "header_crc")
 SLACK = 1 << 20
 ALARM_SECONDS = 10
 VALID_NAME = re.compile(r"[0-9]{12}\.shard")
@@ -91,10 +87,6 @@ def make_pristine(path: Path, kind: str) -> None:
                     writer.append(shard, rng.bytes(size))
 
 
-def shard_path(path: Path, shard: int) -> Path:
-    return path / "shards" / f"{shard:012d}.shard"
-
-
 def read_all(path: Path, kind: str) -> list[Any]:
     with open_storage(path, kind).sync_reader() as reader:
         return [comparable(record) for record in reader]
@@ -107,16 +99,11 @@ def _footer(data: bytes) -> list[Any]:
     return list(FOOTER.unpack(data[-FOOTER.size :]))
 
 
-def _with_footer(data: bytes, fields: list[Any]) -> bytes:
-    body = FOOTER.pack(*fields)[: FOOTER.size - 12]
-    return data[: -FOOTER.size] + body + struct.pack("<I", zlib.crc32(body)) + bytes(8)
-
-
 def apply(path: Path, mutation: dict[str, Any]) -> None:
     """Damage the storage at ``path`` as ``mutation`` says."""
     op = mutation["op"]
     header = path / "guideloom.json"
-    file = shard_path(path, mutation.get("shard", 0))
+    file = shard_file(path, mutation.get("shard", 0))
     if op == "header-bytes":
         header.write_bytes(mutation["data"])
     elif op == "header-json":
@@ -154,9 +141,9 @@ def apply(path: Path, mutation: dict[str, Any]) -> None:
         data = file.read_bytes()
         fields = _footer(data)
         for name, value in mutation["fields"].items():
-            fields[FIELDS.index(name)] = value
+            fields[FOOTER_FIELDS.index(name)] = value
         if mutation["fix_crc"]:
-            data = _with_footer(data, fields)
+            data = with_footer(data, fields)
         else:
             body = FOOTER.pack(*fields)[: FOOTER.size - 12]
             data = data[: -FOOTER.size] + body + data[-12:]
@@ -176,7 +163,7 @@ def apply(path: Path, mutation: dict[str, Any]) -> None:
             struct.pack_into("<Q", data, start + 8 * (position % (record_count + 1)), value)
         if mutation["fix_crc"]:
             fields[7] = zlib.crc32(bytes(data[start : start + 8 * (record_count + 1)]))
-            data = bytearray(_with_footer(bytes(data), fields))
+            data = bytearray(with_footer(bytes(data), fields))
         file.write_bytes(bytes(data))
     elif op == "truncate":
         size = file.stat().st_size
@@ -190,11 +177,11 @@ def apply(path: Path, mutation: dict[str, Any]) -> None:
         name = mutation["name"]  # str, or bytes that need not be UTF-8
         target = os.path.join(os.fsencode(path / "shards"), name if isinstance(name, bytes) else os.fsencode(name))
         if mutation["content"] == "symlink":
-            os.symlink(shard_path(path, 1), target)
+            os.symlink(shard_file(path, 1), target)
         else:
             with open(target, "wb") as handle:
                 content = mutation["content"]
-                handle.write(shard_path(path, 1).read_bytes() if content == "copy" else content)
+                handle.write(shard_file(path, 1).read_bytes() if content == "copy" else content)
     elif op == "replace-shard":
         what = mutation["what"]
         file.unlink()
@@ -203,7 +190,7 @@ def apply(path: Path, mutation: dict[str, Any]) -> None:
         elif what == "fifo":
             os.mkfifo(file)
         elif what == "symlink":
-            file.symlink_to(shard_path(path, 2))
+            file.symlink_to(shard_file(path, 2))
         elif what == "dangling-symlink":
             file.symlink_to(path / "nowhere")
         elif what == "empty":
@@ -341,23 +328,7 @@ MUTATIONS: dict[str, st.SearchStrategy[dict[str, Any]]] = {
         st.builds(
             lambda name, content: {"op": "crafted-name", "name": name, "content": content},
             st.one_of(
-                st.sampled_from(
-                    [
-                        "000000000001.shard.evil",
-                        "000000000001.shard\n",
-                        "00000000000\u0661.shard",
-                        "0000000000001.shard",
-                        "00000000001.shard",
-                        "1.shard",
-                        "-00000000001.shard",
-                        " 00000000001.shard",
-                        "000000000001.SHARD",
-                        ".000000000001.shard",
-                        "000000000005.shard~",
-                        "00000000000\uff15.shard",
-                        "000000000005.shard",
-                    ]
-                ),
+                st.sampled_from([*CRAFTED_SHARD_NAMES, "000000000005.shard"]),  # the last: a new shard, valid
                 st.text(
                     st.characters(exclude_characters="/\x00", exclude_categories=("Cs",)), min_size=1, max_size=24
                 ).filter(lambda name: name not in (".", "..")),

@@ -30,8 +30,9 @@ from typing import Any
 
 from guideloom import TokenStorage
 from guideloom._layout import HEADER_NAME, committed_shard_ids, shard_file_name
+from tests.helpers import child_environment, module_command
 
-HERE = Path(__file__).resolve().parent
+INJECT_CLI = "tests.hardening.fault_injection.inject_cli"
 WORDS = "the a fox dog jumps over lazy quick brown alpha beta gamma delta naïve café 東京 def return".split()
 
 
@@ -56,7 +57,7 @@ def _tokenize_arguments(setup: Setup, output: Path, workers: int, *extra: str) -
 
 def prepare(root: Path, files: int = 8, documents: int = 150) -> Setup:
     """Inputs, a tokenizer, and an undisturbed run: its shard files, duration and call counts."""
-    from guideloom._tokenize import train_tokenizer
+    from guideloom.tokenize import train_tokenizer
 
     rng = random.Random(0)
     inputs = root / "inputs"
@@ -79,9 +80,10 @@ def prepare(root: Path, files: int = 8, documents: int = 150) -> Setup:
     }
     counted = root / "counted"
     completed = subprocess.run(
-        [sys.executable, str(HERE / "inject_cli.py"), "count", "0", "-", *_tokenize_arguments(setup, counted, 1)],
+        module_command(INJECT_CLI, "count", "0", "-", *_tokenize_arguments(setup, counted, 1)),
         capture_output=True,
         text=True,
+        env=child_environment(),
     )
     assert completed.returncode == 0, completed.stderr
     setup.calls = json.loads(completed.stderr.rsplit("COUNTS ", 1)[1])
@@ -129,9 +131,10 @@ def run_case(setup: Setup, case: dict[str, Any]) -> dict[str, Any]:
     else:
         name, k, when = case["target"]
         completed = subprocess.run(
-            [sys.executable, str(HERE / "inject_cli.py"), name, str(k), when, *arguments],
+            module_command(INJECT_CLI, name, k, when, *arguments),
             capture_output=True,
             text=True,
+            env=child_environment(),
         )
         killed = completed.returncode == -signal.SIGKILL
         assert killed or completed.returncode == 0, completed.stderr

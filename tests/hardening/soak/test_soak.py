@@ -10,8 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import soak
-from hardening_support import tally
+
+from tests.hardening.campaigns import tally
+from tests.hardening.soak import harness as soak
 
 BATCHES = 3000
 GROWTH_LIMIT_MIB = 4.0

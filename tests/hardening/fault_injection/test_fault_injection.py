@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hardening_support import HERE, tally
+
+from tests.hardening.campaigns import tally
+from tests.hardening.fault_injection import tokenize_kills
+from tests.helpers import child_environment, module_command
 
 SEED = int(os.environ.get("GUIDELOOM_HARDENING_SEED", "20261129"))
 
@@ -23,9 +25,10 @@ SEED = int(os.environ.get("GUIDELOOM_HARDENING_SEED", "20261129"))
 def test_writer_killed_at_random_instants(tmp_path: Path) -> None:
     """60 instants: k-th line of guideloom code, before/after the k-th syscall, random delays, with a partner."""
     completed = subprocess.run(
-        [sys.executable, str(HERE / "kill_harness.py"), "--cases", "60", "--seed", str(SEED), "--root", str(tmp_path)],
+        module_command("tests.hardening.fault_injection.harness", "--cases", 60, "--seed", SEED, "--root", tmp_path),
         capture_output=True,
         text=True,
+        env=child_environment(),
         timeout=200,
     )
     lines = [json.loads(line) for line in completed.stdout.splitlines() if line.startswith("{")]
@@ -42,15 +45,12 @@ def test_writer_killed_at_random_instants(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def tokenize_setup(tmp_path_factory: pytest.TempPathFactory) -> Any:
     pytest.importorskip("tokenizers")
-    import tokenize_kills
-
     return tokenize_kills.prepare(tmp_path_factory.mktemp("tokenize"))
 
 
 @pytest.mark.timeout(240)
 def test_tokenize_killed_at_random_instants(tokenize_setup: Any) -> None:
     """Killed ``guideloom tokenize`` runs leave committed shards intact; ``--skip-existing`` finishes them."""
-    import tokenize_kills
 
     killed = 0
     for case in tokenize_kills.plan(tokenize_setup, 6, SEED):
@@ -64,7 +64,6 @@ def test_tokenize_killed_at_random_instants(tokenize_setup: Any) -> None:
 def test_tokenize_killed_while_creating_the_header_or_committing(tokenize_setup: Any, target: list[Any]) -> None:
     """Killed before the header is published, the output holds only empty shards/ and incomplete/: a rerun
     must take it for the unfinished storage it is (it once refused it as a foreign non-empty directory)."""
-    import tokenize_kills
 
     outcome = tokenize_kills.run_case(tokenize_setup, {"mode": "call", "workers": 1, "target": target})
     assert outcome["killed"]
