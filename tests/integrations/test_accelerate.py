@@ -11,6 +11,8 @@ from accelerate import Accelerator
 from guideloom import StatefulDataLoader, TokenStorage
 from tests.integrations.conftest import VOCABULARY
 
+VOCABULARY = 64  # the token ids of the tokens fixture are below it
+
 BATCHES = 20  # the epoch has 15 batches: the resumed run crosses into the second epoch
 SAVED_AT = 8
 
