@@ -170,7 +170,9 @@ def test_document_mixture_resumes_after_every_step(
 def test_records_of_several_formats_share_a_batch(documents: dict[str, DocumentStorage[Any, Any]]) -> None:
     mixture = Mixture(documents, {"json": 1, "msgpack": 1}, samples_per_epoch=16, block_size=4)
     seen: list[list[Any]] = []
-    with StatefulDataLoader.from_storage(mixture, seen.append, device="cpu", local_batch_size=4, shuffle=True) as loader:
+    with StatefulDataLoader.from_storage(
+        mixture, seen.append, device="cpu", local_batch_size=4, shuffle=True
+    ) as loader:
         list(loader)
     assert all(sorted(record["from"] for record in batch) == ["json", "json", "msgpack", "msgpack"] for batch in seen)
 
