@@ -131,13 +131,13 @@ def piece_arrays(
     if len(lengths) and int(lengths.min()) < 1:
         raise AssertionError("a piece of no tokens")
     # +1 per token, and at each piece start a step back to 0: positions are a cumulative sum of steps.
-    position_ids = new_array(input_ids.shape, np.int64)
+    # One block for both arrays: one allocation per batch (or group), which the allocator reuses.
+    position_ids, labels = np.empty((2, *input_ids.shape), np.int64)
     flat_positions = position_ids.reshape(-1)
     flat_positions.fill(1)
     flat_positions[:1] = 0
     flat_positions[starts[1:]] = 1 - lengths[:-1]
     np.cumsum(flat_positions, out=flat_positions)
-    labels = new_array(input_ids.shape, np.int64)
     np.copyto(labels, input_ids)
     flat_labels = labels.reshape(-1)
     for start, stop in zip(starts[is_padding].tolist(), cu_seqlens[1:][is_padding].tolist(), strict=True):
