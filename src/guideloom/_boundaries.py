@@ -109,15 +109,6 @@ class PieceRows:
         return lengths, is_padding
 
 
-def new_array(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    """An uninitialised int32 / int64 array from torch's allocator, which reuses batch-sized blocks.
-
-    A batch allocates several multi-megabyte arrays at once; NumPy maps each afresh, and writing one
-    then costs a page fault per page, several times the cost of filling it.
-    """
-    return torch.empty(shape, dtype=torch.int32 if np.dtype(dtype) == np.int32 else torch.int64).numpy()
-
-
 def piece_arrays(
     input_ids: np.ndarray, lengths: np.ndarray, is_padding: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from guideloom._boundaries import PieceRows, new_array, window_pieces
+from guideloom._boundaries import PieceRows, window_pieces
 from guideloom._packing import ShardPacking
 from guideloom._packing_cache import load_or_build
 from guideloom._reader import TokenReader
@@ -77,7 +77,7 @@ class PackedShards:
         row_ends = ends[np.cumsum(piece_counts) - 1]
         row_starts = np.concatenate([[0], row_ends[:-1]])
         destinations = ends - lengths - np.repeat(row_starts, piece_counts) + rows_of_pieces * length
-        out = new_array((len(indices), length), dtype)
+        out = np.empty((len(indices), length), dtype)
         flat = out.reshape(-1)
         tokens = {position: reader.shard_tokens(position) for position in used}
         for shard, start, stop, destination in zip(
