@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -38,3 +39,9 @@ def run_python() -> Callable[..., subprocess.CompletedProcess[str]]:
         )
 
     return run
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _packing_cache_in_a_temporary_directory(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Packings of pack_documents=True are cached here, never in the user's cache directory."""
+    os.environ["GUIDELOOM_CACHE_DIR"] = str(tmp_path_factory.mktemp("guideloom-cache"))

@@ -149,6 +149,9 @@ class StatefulDataLoader:
         local_batch_size: int,
         sequence_length: int | None = None,
         window_dtype: torch.dtype | None = None,
+        document_boundaries: bool = False,
+        pack_documents: bool = False,
+        pad_id: int = 0,
         shuffle: bool = False,
         seed: int = 0,
         drop_last: bool = False,
@@ -167,6 +170,10 @@ class StatefulDataLoader:
         many background processes, ``prefetch_factor`` batches ahead each. Token windows with the
         default collate are a plain memory copy: one background thread builds them instead, 16
         batches at a time. ``timeout`` (seconds, 0 = none) bounds the wait for a worker's batch.
+        ``document_boundaries=True`` (the same windows, with where their documents start) or
+        ``pack_documents=True`` (whole documents packed into rows, padded with ``pad_id``) give
+        batches as a dict of ``input_ids``, ``position_ids``, ``labels``, ``cu_seqlens`` and
+        ``max_seqlen`` (see docs/pretraining.md).
         """
         collate = check_callable("collate", collate, optional=True)
         device = check_device(device)
@@ -178,7 +185,14 @@ class StatefulDataLoader:
         seed = check_int("seed", seed, minimum=-(2**63))
         timeout = check_number("timeout", timeout, minimum=0)
         rank, world_size, ranks_from_environment = _resolve_ranks(rank, world_size)
-        source = make_source(storage, sequence_length=sequence_length, window_dtype=window_dtype)
+        source = make_source(
+            storage,
+            sequence_length=sequence_length,
+            window_dtype=window_dtype,
+            document_boundaries=document_boundaries,
+            pack_documents=pack_documents,
+            pad_id=pad_id,
+        )
         return cls(
             source,
             collate,

@@ -186,6 +186,11 @@ class TokenReader(StorageReader[np.ndarray]):
                 self.read_tokens(start, start + length, out=out[row])
         return out
 
+    def shard_tokens(self, position: int) -> np.ndarray:
+        """All tokens of the reader's shard at ``position`` (in ``shards``): a read-only view into its mapping."""
+        self._check_open()
+        return self._tokens[position]
+
     def read(self, index: int) -> np.ndarray:
         """Document ``index``'s tokens: a read-only view into the mapping."""
         self._check_open()

@@ -238,13 +238,17 @@ class TokenWindowSource(PinnedShards[TokenReader]):
         reader = self.reader
         windows = np.empty((len(indices), self.sequence_length), self.window_dtype)
         reader.read_windows(indices, self.sequence_length, out=windows)
+        self.check_ids(windows)
+        return windows
+
+    def check_ids(self, windows: np.ndarray) -> None:
+        """Refuse windows holding ids the window dtype cannot hold (they were cast to negative values)."""
         if self._check_sign and bool((windows < 0).any()):
             raise ValueError(
-                f"the storage at {reader.path} holds {reader.dtype} token ids of "
+                f"the storage at {self.reader.path} holds {self.reader.dtype} token ids of "
                 f"2**{8 * self.window_dtype.itemsize - 1} or more, which do not fit the loader's "
                 f"{self.window_dtype} batches"
             )
-        return windows
 
     def default_collate(self, samples: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(samples)
@@ -257,9 +261,21 @@ class TokenWindowSource(PinnedShards[TokenReader]):
 
 
 def make_source(
-    storage: object, *, sequence_length: int | None, window_dtype: torch.dtype | None = None
+    storage: object,
+    *,
+    sequence_length: int | None,
+    window_dtype: torch.dtype | None = None,
+    document_boundaries: bool = False,
+    pack_documents: bool = False,
+    pad_id: int = 0,
 ) -> DocumentSource | TokenWindowSource:
-    """The source for the shards of ``storage`` committed now, checking the arguments fit its kind."""
+    """The source for the shards of ``storage`` committed now, checking the arguments fit its kind.
+
+    ``document_boundaries`` / ``pack_documents`` (with ``pad_id``) choose a document-aware window mode.
+    """
+    from guideloom._document_sources import check_window_modes, window_source  # they build on this module
+
+    check_window_modes(storage, document_boundaries, pack_documents, pad_id)
     if not isinstance(storage, DocumentStorage | TokenStorage):
         raise TypeError(f"storage must be a DocumentStorage or TokenStorage, got {type(storage).__name__}")
     if window_dtype is not None and not isinstance(storage, TokenStorage):
@@ -280,7 +296,9 @@ def make_source(
     window_numpy_dtype = np.dtype(np.int32 if window_dtype == torch.int32 else np.int64)
     if window_numpy_dtype == np.int32 and storage.dtype.itemsize == 8:
         raise ValueError(f"window_dtype=torch.int32 cannot hold the {storage.dtype} ids of {storage.path}")
-    source = TokenWindowSource(storage, shard_ids, sequence_length, window_numpy_dtype)
+    source = window_source(
+        storage, shard_ids, sequence_length, window_numpy_dtype, document_boundaries, pack_documents, pad_id
+    )
     tokens = source.reader.token_count
     why = f": sequence_length={sequence_length} is longer than its {tokens} tokens" if tokens else " (empty storage)"
     return _not_empty(source, why)
