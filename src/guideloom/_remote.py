@@ -190,7 +190,8 @@ class ObjectStore:
     def failure(self, error: BaseException, doing: str) -> Exception:
         """An error a user can act on, for a failed call to the store."""
         text = str(error) or type(error).__name__
-        if isinstance(error, PermissionError) or "AccessDenied" in text or "InvalidAccessKeyId" in text:
+        denied = ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoCredentials", "credentials")
+        if isinstance(error, PermissionError) or any(word in text or word in type(error).__name__ for word in denied):
             return PermissionError(
                 f"{doing} was denied: {text} (credentials come from storage_options or the usual environment "
                 "variables, e.g. AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_PROFILE)"

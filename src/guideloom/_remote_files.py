@@ -234,7 +234,8 @@ class RemoteShards:
         self._queued: set[int] = set()
         limit = files.cache.limit_bytes
         largest = max((info.size for info in infos), default=1)
-        self.max_open: int | None = None if limit is None else max(2, limit // max(largest, 1))
+        # Room for the shards a reader holds plus the one being downloaded, so the limit holds with one reader.
+        self.max_open: int | None = None if limit is None else max(1, limit // max(largest, 1) - 1)
 
     def open(self, position: int) -> ShardFile:
         info = self.infos[position]
@@ -255,6 +256,7 @@ class RemoteShards:
         lease = self._leases.pop(position, None)
         if lease is not None:
             lease.release()
+            self.files.cache.make_room(0)  # what no reader holds any more is evicted as soon as it is over the limit
 
     def prefetch(self, positions: list[int]) -> None:
         """Download these shards in the background, in order (a hint: failures surface when they are read)."""

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import S3Server
+from s3_support import S3Server
 
 from guideloom import (
     DocumentJsonFormat,
@@ -111,7 +111,7 @@ def test_the_header_is_never_overwritten(s3_url: str, s3_server: S3Server, tmp_p
 
 def test_a_missing_storage_is_named(s3_url: str, s3_server: S3Server, tmp_path: Path) -> None:
     storage = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path)
-    with pytest.raises(StorageNotFoundError, match="guideloom.json is missing"):
+    with pytest.raises(StorageNotFoundError, match=r"guideloom\.json is missing"):
         storage.sync_reader()
 
 
