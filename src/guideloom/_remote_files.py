@@ -44,7 +44,6 @@ from guideloom._remote import ObjectStore
 
 _SHARD = re.compile(r"([0-9]{12})\.shard")
 _MARKER = re.compile(r"([0-9]{12})\.r([0-9]+)\.e([0-9]+)\.c([0-9a-f]{8})\.meta")
-PREFETCH_SHARDS = 4
 
 
 def default_cache_dir() -> Path:
@@ -264,7 +263,9 @@ class RemoteShards:
             self._prefetcher = ThreadPoolExecutor(1, thread_name_prefix="guideloom-prefetch")
             self._prefetcher_pid = os.getpid()
             self._queued = set()
-        limit = PREFETCH_SHARDS if self.max_open is None else max(0, self.max_open - 1)
+        # Without a cache limit every shard the epoch needs is fetched, in the order it needs them;
+        # with one, only as many as fit next to those a reader holds.
+        limit = len(positions) if self.max_open is None else max(0, self.max_open - 1)
         for position in positions[:limit]:
             if position in self._queued or position in self._leases:
                 continue
