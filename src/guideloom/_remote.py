@@ -83,9 +83,9 @@ class ObjectStore:
         except Exception as error:
             raise self.failure(error, f"listing {self.name_of(directory)}") from error
         names = {}
-        prefix = self.key(directory).rstrip("/") + "/"
+        prefix = self.fs._strip_protocol(self.key(directory)).rstrip("/") + "/"
         for entry in entries:
-            name = str(entry["name"])
+            name = self.fs._strip_protocol(str(entry["name"]))
             if entry.get("type") == "file" and name.startswith(prefix):
                 names[name[len(prefix) :]] = int(entry.get("size") or 0)
         return names

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -115,3 +116,28 @@ def test_the_server_stopped_mid_epoch_raises_then_the_loader_continues(
             s3_server.start()
         batches.extend(loader)  # the failed batch and the rest, from where the loader stopped
     assert [batch.tolist() for batch in batches] == expected
+
+
+def test_the_loader_prefetches_the_epochs_shards_so_it_needs_the_server_only_at_first(
+    s3_url: str, s3_server: S3Server, tmp_path: Path
+) -> None:
+    local = TokenStorage(tmp_path / "local")
+    _fill(local)
+    _fill(_storage(s3_url, s3_server, tmp_path / "w"))
+    expected = _epoch(local, shuffle=True)
+    cache = tmp_path / "cache"
+    remote = _storage(s3_url, s3_server, cache)
+    with StatefulDataLoader.from_storage(
+        remote, device="cpu", local_batch_size=4, sequence_length=16, shuffle=True
+    ) as loader:
+        batches = iter(loader)
+        taken = [next(batches).tolist()]
+        deadline = time.monotonic() + 60
+        while len(list(cache.rglob("*.shard"))) < 6 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        s3_server.stop()
+        try:
+            taken += [batch.tolist() for batch in batches]
+        finally:
+            s3_server.start()
+    assert taken == expected
