@@ -149,7 +149,7 @@ class RemoteFiles:
             if problem is not None:
                 problems.append(problem)
             if progress is not None:
-                progress(info.size)
+                progress(info.element_count * header.element_size)
         return problems
 
     def download_checked(self, info: ShardInfo, header: StorageHeader) -> CacheLease:
