@@ -15,17 +15,15 @@ Errors print as ``guideloom COMMAND: error: MESSAGE`` on stderr, like argparse's
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from guideloom import __version__
 from guideloom._errors import GuideloomError, StorageNotFoundError
 from guideloom._layout import INCOMPLETE_DIR, SHARDS_DIR, committed_shard_ids, shard_file_name
-from guideloom._remote import is_url
+from guideloom._remote import is_url, parse_storage_options
 from guideloom._storage import AnyFormatStorage
 from guideloom._text import plural
 
@@ -34,22 +32,9 @@ REPORTED_ERRORS = (GuideloomError, ValueError, TypeError, OSError, ImportError, 
 Run = Callable[[], int]
 
 
-def _storage_options(text: str | None) -> dict[str, Any] | None:
-    """``--storage-options``: a JSON object handed to fsspec (URLs only)."""
-    if text is None:
-        return None
-    try:
-        options = json.loads(text)
-    except ValueError as error:
-        raise ValueError(f"--storage-options must be a JSON object: {error}") from None
-    if not isinstance(options, dict):
-        raise ValueError(f"--storage-options must be a JSON object, got {text!r}")
-    return options
-
-
 def _open(text: str, options: str | None = None) -> AnyFormatStorage:
     if is_url(text):
-        return AnyFormatStorage(text, storage_options=_storage_options(options))
+        return AnyFormatStorage(text, storage_options=parse_storage_options(options))
     if options is not None:
         raise ValueError(f"--storage-options apply to URLs only, but {text} is a local path")
     path = Path(text)

@@ -9,6 +9,7 @@ is "check, then put" (see docs/object-storage.md).
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,19 @@ S3_DEFAULTS: dict[str, Any] = {
 def is_url(location: object) -> bool:
     """Whether a storage location names an object store (``scheme://...``) rather than a local path."""
     return isinstance(location, str) and "://" in location and not location.startswith("file://")
+
+
+def parse_storage_options(text: str | None) -> dict[str, Any] | None:
+    """The command line's ``--storage-options``: a JSON object handed to fsspec (URLs only)."""
+    if text is None:
+        return None
+    try:
+        options = json.loads(text)
+    except ValueError as error:
+        raise ValueError(f"--storage-options must be a JSON object: {error}") from None
+    if not isinstance(options, dict):
+        raise ValueError(f"--storage-options must be a JSON object, got {text!r}")
+    return options
 
 
 class ObjectStore:
