@@ -9,7 +9,6 @@ import torch
 from accelerate import Accelerator
 
 from guideloom import StatefulDataLoader, TokenStorage
-from tests.integrations.conftest import VOCABULARY
 
 VOCABULARY = 64  # the token ids of the tokens fixture are below it
 

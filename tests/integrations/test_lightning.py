@@ -15,7 +15,6 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from guideloom import StatefulDataLoader, TokenStorage
-from tests.integrations.conftest import VOCABULARY
 
 VOCABULARY = 64  # the token ids of the tokens fixture are below it
 STEPS = 20  # the epoch has 15 batches: the resumed run crosses into the second epoch

@@ -21,7 +21,6 @@ from transformers import (
 
 from guideloom import StatefulDataLoader, TokenStorage
 from guideloom.integrations.transformers import STATE_KEY, LoaderStateCallback
-from tests.integrations.conftest import VOCABULARY
 
 VOCABULARY = 64  # the token ids of the tokens fixture are below it
 

@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from guideloom._storage import TokenStorage
 from guideloom.tokenize._inputs import iter_documents
 from guideloom.tokenize._plan import FileJob, Settings
 from guideloom.tokenize._tokenizer import encode
@@ -49,7 +48,7 @@ def tokenize_file(
     """
     if cancelled():
         raise Cancelled
-    storage = TokenStorage(settings.output, settings.dtype)
+    storage = settings.storage()
     documents = tokens = 0
     reported = 0
     texts: list[str] = []
