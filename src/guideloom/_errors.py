@@ -30,5 +30,9 @@ class StateMismatchError(GuideloomError):
     """A loader state dict does not belong to this storage or configuration."""
 
 
+class UnfinishedWriteError(GuideloomError):
+    """A named distributed write into the storage never finished; it must be run again or abandoned first."""
+
+
 class UntrustedFormatWarning(UserWarning):
     """Reading a pickle storage: decoding pickle can run code, so only read storages you trust."""
