@@ -62,8 +62,6 @@ class StorageDatasink(Datasink[TaskResult]):
 
     def on_write_start(self, schema: pa.Schema | None = None) -> None:
         """On the driver, before any task: create the storage and fix the write's first shard id."""
-        if schema is not None and self.column is not None and self.column not in schema.names:
-            raise ValueError(f"column {self.column!r} is not in the dataset, whose columns are {schema.names}")
         self.storage._create()
         self.first_shard = start_write(self.storage.path, self.write_id)
 
