@@ -56,7 +56,7 @@ def _tokenize_arguments(setup: Setup, output: Path, workers: int, *extra: str) -
 
 def prepare(root: Path, files: int = 8, documents: int = 150) -> Setup:
     """Inputs, a tokenizer, and an undisturbed run: its shard files, duration and call counts."""
-    from guideloom._tokenize import train_tokenizer
+    from guideloom.tokenize import train_tokenizer
 
     rng = random.Random(0)
     inputs = root / "inputs"
