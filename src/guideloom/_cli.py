@@ -44,6 +44,7 @@ class _AnyFormatStorage(_Storage):
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.location = str(path)
         self.header = read_header(path)
 
     def _expected_header(self) -> StorageHeader:

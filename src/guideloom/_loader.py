@@ -250,7 +250,7 @@ class StatefulDataLoader:
         self.sample_count = source.sample_count
         if self.sample_count == 0:
             source.close()
-            raise ValueError(f"the storage at {source.storage.path} has no samples to load (empty storage)")
+            raise ValueError(f"the storage at {source.storage.location} has no samples to load (empty storage)")
         self._fingerprint = source.reader.fingerprint
         self.epoch = 0
         self.position = 0

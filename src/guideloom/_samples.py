@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from guideloom._layout import committed_shard_ids
 from guideloom._reader import DocumentReader, TokenReader, _Reader
 from guideloom._storage import DocumentStorage, TokenStorage
 
@@ -48,6 +47,9 @@ class SampleSource:
     def default_collate(self, samples: Any) -> Any:
         raise NotImplementedError
 
+    def prefetch(self, indices: np.ndarray, epoch: int = 0) -> None:
+        """A hint: these samples are fetched soon, in order (a remote storage downloads their shards)."""
+
     def close(self) -> None:
         if self._reader is not None and self._reader_pid == os.getpid():
             self._reader.close()
@@ -71,6 +73,9 @@ class DocumentSource(SampleSource):
 
     def default_collate(self, samples: list[Any]) -> list[Any]:
         return samples
+
+    def prefetch(self, indices: np.ndarray, epoch: int = 0) -> None:
+        self.reader.prefetch_records(np.asarray(indices, np.int64))
 
 
 class TokenWindowSource(SampleSource):
@@ -99,8 +104,11 @@ class TokenWindowSource(SampleSource):
         starts = np.asarray(indices, np.int64) * length
         positions = np.searchsorted(reader.token_starts, starts, side="right") - 1
         offsets = (starts - reader.token_starts[positions]).tolist()
+        token_arrays = reader._tokens
         for row, (position, offset) in enumerate(zip(positions.tolist(), offsets, strict=True)):
-            tokens = reader._tokens[position]
+            tokens = token_arrays[position]
+            if tokens is None:
+                tokens = reader.tokens(position)
             if offset + length <= len(tokens):
                 windows[row] = tokens[offset : offset + length]
             else:  # the window crosses into the next shard(s)
@@ -108,7 +116,7 @@ class TokenWindowSource(SampleSource):
                 reader.read_tokens(start, start + length, out=windows[row])
         if self._check_sign and bool((windows < 0).any()):
             raise ValueError(
-                f"the storage at {reader.path} holds {reader.dtype} token ids of "
+                f"the storage at {reader.location} holds {reader.dtype} token ids of "
                 f"2**{8 * self.window_dtype.itemsize - 1} or more, which do not fit the loader's "
                 f"{self.window_dtype} batches"
             )
@@ -116,6 +124,11 @@ class TokenWindowSource(SampleSource):
 
     def default_collate(self, samples: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(samples)
+
+    def prefetch(self, indices: np.ndarray, epoch: int = 0) -> None:
+        reader = self.reader
+        assert isinstance(reader, TokenReader)
+        reader.prefetch_tokens(np.asarray(indices, np.int64) * self.sequence_length)
 
 
 def make_source(
@@ -136,12 +149,12 @@ def make_source(
     elif sequence_length is not None:
         raise ValueError("sequence_length must be omitted for a DocumentStorage: each record is one sample")
     storage._header_for_reading()  # a missing storage is StorageNotFoundError here, not at the first batch
-    shard_ids = committed_shard_ids(storage.path)
+    shard_ids = storage.committed_shard_ids()
     if isinstance(storage, TokenStorage):
         assert sequence_length is not None
         window_numpy_dtype = np.dtype(np.int32 if window_dtype == torch.int32 else np.int64)
         if window_numpy_dtype == np.int32 and storage.dtype.itemsize == 8:
-            raise ValueError(f"window_dtype=torch.int32 cannot hold the {storage.dtype} ids of {storage.path}")
+            raise ValueError(f"window_dtype=torch.int32 cannot hold the {storage.dtype} ids of {storage.location}")
         return TokenWindowSource(storage, shard_ids, sequence_length, window_numpy_dtype)
     return DocumentSource(storage, shard_ids)
 
