@@ -10,7 +10,6 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,6 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import ray
-import ray.cloudpickle
 
 from guideloom import DocumentJsonFormat, DocumentStorage, TokenStorage
 from guideloom._errors import UnfinishedWriteError
@@ -28,17 +26,6 @@ from guideloom.types import DocumentStorageFormat
 ROWS = 100_000
 BLOCKS = 16
 RETRY = {"max_retries": 3, "retry_exceptions": True}
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[str]:
-    """One local 2-CPU Ray cluster for the whole module (starting one is slow); yields its address."""
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this file
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    try:
-        yield ray.get_runtime_context().gcs_address
-    finally:
-        ray.shutdown()
 
 
 def token_rows(batch: pa.Table) -> pa.Table:
@@ -110,7 +97,7 @@ def read_ids(path: Path) -> list[int]:
         return list(reader)
 
 
-def test_rows_land_in_block_order_after_the_existing_shards(cluster: str, storage_path: Path) -> None:
+def test_rows_land_in_block_order_after_the_existing_shards(ray_cluster: str, storage_path: Path) -> None:
     with TokenStorage(storage_path).sync_writer() as writer:
         for shard in range(3):
             writer.append(shard, [shard, shard])
@@ -122,7 +109,7 @@ def test_rows_land_in_block_order_after_the_existing_shards(cluster: str, storag
     assert_exact(storage_path, before=3)
 
 
-def test_document_rows_whole_or_one_column(cluster: str, tmp_path: Path) -> None:
+def test_document_rows_whole_or_one_column(ray_cluster: str, tmp_path: Path) -> None:
     items = [{"id": i, "text": f"row {i}"} for i in range(50)]
     whole = DocumentStorage(tmp_path / "whole", DocumentJsonFormat())
     ray.data.from_items(items, override_num_blocks=4).write_datasink(StorageDatasink(whole))
@@ -133,7 +120,9 @@ def test_document_rows_whole_or_one_column(cluster: str, tmp_path: Path) -> None
         assert list(column) == [item["text"] for item in items]
 
 
-def test_failed_first_attempt_is_retried_without_duplicates(cluster: str, storage_path: Path, tmp_path: Path) -> None:
+def test_failed_first_attempt_is_retried_without_duplicates(
+    ray_cluster: str, storage_path: Path, tmp_path: Path
+) -> None:
     storage = DocumentStorage(storage_path, IdFormat(tmp_path, trigger=ROWS // 2 + 10, action="raise"))
     ray.data.range(ROWS, override_num_blocks=BLOCKS).write_datasink(
         StorageDatasink(storage, column="id"), ray_remote_args=RETRY
@@ -157,7 +146,9 @@ class FailAfterCommit(StorageDatasink):
         return result
 
 
-def test_retry_of_a_committed_shard_checks_it_and_skips_it(cluster: str, storage_path: Path, tmp_path: Path) -> None:
+def test_retry_of_a_committed_shard_checks_it_and_skips_it(
+    ray_cluster: str, storage_path: Path, tmp_path: Path
+) -> None:
     sink = FailAfterCommit(TokenStorage(storage_path), column="tokens", markers=tmp_path)
     token_dataset().write_datasink(sink, ray_remote_args=RETRY)
     assert (tmp_path / "failed").exists()
@@ -165,7 +156,7 @@ def test_retry_of_a_committed_shard_checks_it_and_skips_it(cluster: str, storage
     assert_exact(storage_path)
 
 
-def test_worker_killed_mid_write(cluster: str, storage_path: Path, tmp_path: Path) -> None:
+def test_worker_killed_mid_write(ray_cluster: str, storage_path: Path, tmp_path: Path) -> None:
     storage = DocumentStorage(storage_path, IdFormat(tmp_path, trigger=ROWS // 3, action="hang"))
 
     def kill_the_hanging_worker() -> None:
@@ -211,11 +202,11 @@ DRIVER = """
 """
 
 
-def test_rerun_after_the_driver_died_finishes_the_write(cluster: str, storage_path: Path, tmp_path: Path) -> None:
+def test_rerun_after_the_driver_died_finishes_the_write(ray_cluster: str, storage_path: Path, tmp_path: Path) -> None:
     with TokenStorage(storage_path).sync_writer() as writer:
         writer.append(7, [1, 2, 3])  # an existing shard: the write's first shard is 8
     script = textwrap.dedent(DRIVER).format(rows=ROWS, blocks=BLOCKS, rows_per_block=ROWS // BLOCKS)
-    driver = subprocess.Popen([sys.executable, "-c", script, cluster, str(storage_path), str(tmp_path)])
+    driver = subprocess.Popen([sys.executable, "-c", script, ray_cluster, str(storage_path), str(tmp_path)])
     try:
         while not (tmp_path / "driver-waits").exists():
             assert driver.poll() is None, "the driver ended before it reached block 10"
@@ -237,7 +228,7 @@ def test_rerun_after_the_driver_died_finishes_the_write(cluster: str, storage_pa
     assert leftovers(storage_path) == []
 
 
-def test_a_finished_named_write_run_again_changes_nothing(cluster: str, storage_path: Path) -> None:
+def test_a_finished_named_write_run_again_changes_nothing(ray_cluster: str, storage_path: Path) -> None:
     runs = []
     for _ in range(2):
         sink = StorageDatasink(TokenStorage(storage_path), column="tokens", write_id="small")
@@ -248,7 +239,7 @@ def test_a_finished_named_write_run_again_changes_nothing(cluster: str, storage_
     assert_exact(storage_path, rows=1000)
 
 
-def test_a_named_write_run_again_on_other_data_is_refused(cluster: str, storage_path: Path) -> None:
+def test_a_named_write_run_again_on_other_data_is_refused(ray_cluster: str, storage_path: Path) -> None:
     token_dataset(1000).write_datasink(StorageDatasink(TokenStorage(storage_path), column="tokens", write_id="w"))
     other = token_dataset(1000).map_batches(lambda batch: {"tokens": [tokens + 1 for tokens in batch["tokens"]]})
     with pytest.raises(Exception, match="committed with other data"):

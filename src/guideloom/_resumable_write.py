@@ -15,8 +15,9 @@ import os
 import re
 import uuid
 import zlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from guideloom._errors import CorruptStorageError, ShardExistsError, UnfinishedWriteError
 from guideloom._layout import (
@@ -25,11 +26,12 @@ from guideloom._layout import (
     SHARDS_DIR,
     ShardFile,
     StorageHeader,
-    committed_shard_ids,
-    fsync_directory,
     publish,
     shard_file_name,
 )
+
+if TYPE_CHECKING:
+    from guideloom._storage import _Storage
 
 WRITES_DIR = "writes"
 _WRITE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -48,96 +50,112 @@ def check_write_id(write_id: object) -> str | None:
     return write_id
 
 
-@dataclass
-class WriteRecord:
-    """What a named write keeps in the storage: where its shard ids start and whether it finished."""
+class WriteRecords:
+    """The named writes recorded in a storage: ``writes/<id>.json`` when one starts, ``<id>.done`` when it ends.
 
-    write_id: str
-    first_shard: int
-    finished: bool = False
-    shards: list[int] = field(default_factory=list)
-    records: int = 0
+    Both are created once and never changed (a hard link locally, a conditional create on an object
+    store), so a crash at any moment leaves either no record, a started one, or a finished one.
+    """
 
-    @classmethod
-    def load(cls, storage_path: Path, write_id: str) -> WriteRecord | None:
-        path = storage_path / WRITES_DIR / f"{write_id}.json"
-        try:
-            with open(path, "rb") as file:
-                raw = file.read(MAX_HEADER_BYTES + 1)
-        except FileNotFoundError:
+    def __init__(self, storage: _Storage) -> None:
+        self._storage = storage
+
+    def first_shard(self, write_id: str) -> int | None:
+        """The first shard id of the named write, if it started before."""
+        raw = self._read(f"{write_id}.json")
+        if raw is None:
             return None
         try:
             fields = json.loads(raw)
-            record = cls(**fields)
-            valid = isinstance(record.first_shard, int) and record.write_id == write_id
-        except (ValueError, TypeError, UnicodeDecodeError, RecursionError):
+            first_shard = fields["first_shard"]
+            valid = fields["write_id"] == write_id and type(first_shard) is int and first_shard >= 0
+        except (ValueError, TypeError, KeyError, UnicodeDecodeError, RecursionError):
             valid = False
-        if len(raw) > MAX_HEADER_BYTES or not valid:
-            raise CorruptStorageError(f"the write record {path} is damaged")
-        return record
+        if not valid:
+            raise CorruptStorageError(f"the write record {self._name(f'{write_id}.json')} is damaged")
+        return int(first_shard)
 
-    def save(self, storage_path: Path, *, exclusive: bool) -> bool:
-        """Write the record atomically; with ``exclusive``, only if none exists yet (True if written)."""
-        directory = storage_path / WRITES_DIR
-        directory.mkdir(exist_ok=True)
-        temporary = storage_path / INCOMPLETE_DIR / f"write-{self.write_id}.{uuid.uuid4().hex}"
+    def unfinished(self) -> list[str]:
+        names = self._names()
+        started = sorted(name.removesuffix(".json") for name in names if name.endswith(".json"))
+        return [write_id for write_id in started if f"{write_id}.done" not in names]
+
+    def start(self, write_id: str, first_shard: int) -> int:
+        """Record the write's first shard id; if the same write started meanwhile, its recorded one."""
+        record = {"write_id": write_id, "first_shard": first_shard}
+        if self._create(f"{write_id}.json", json.dumps(record).encode()):
+            return first_shard
+        recorded = self.first_shard(write_id)
+        assert recorded is not None
+        return recorded
+
+    def finish(self, write_id: str, shards: list[int], records: int) -> None:
+        self._create(
+            f"{write_id}.done", json.dumps({"write_id": write_id, "shards": shards, "records": records}).encode()
+        )
+
+    def _name(self, name: str) -> str:
+        return f"{self._storage.location}/{WRITES_DIR}/{name}"
+
+    def _read(self, name: str) -> bytes | None:
+        remote = self._storage._remote
+        if remote is not None:
+            return remote.store.read(f"{WRITES_DIR}/{name}")
+        try:
+            with open(self._storage.path / WRITES_DIR / name, "rb") as file:
+                return file.read(MAX_HEADER_BYTES)
+        except FileNotFoundError:
+            return None
+
+    def _names(self) -> set[str]:
+        remote = self._storage._remote
+        if remote is not None:
+            return set(remote.store.listing(WRITES_DIR))
+        try:
+            return set(os.listdir(self._storage.path / WRITES_DIR))
+        except FileNotFoundError:
+            return set()
+
+    def _create(self, name: str, data: bytes) -> bool:
+        """Create the record unless it exists; True if this call created it."""
+        remote = self._storage._remote
+        if remote is not None:
+            return remote.store.create(f"{WRITES_DIR}/{name}", data)
+        (self._storage.path / WRITES_DIR).mkdir(exist_ok=True)
+        temporary = self._storage.path / INCOMPLETE_DIR / f"write-{name}.{uuid.uuid4().hex}"
         with open(temporary, "xb") as file:
-            file.write(json.dumps(asdict(self), sort_keys=True).encode() + b"\n")
+            file.write(data + b"\n")
             file.flush()
             os.fsync(file.fileno())
-        final = directory / f"{self.write_id}.json"
-        if exclusive:
-            return publish(temporary, final)
-        os.replace(temporary, final)
-        fsync_directory(directory)
-        return True
+        return publish(temporary, self._storage.path / WRITES_DIR / name)
 
 
-def unfinished_writes(storage_path: Path) -> list[str]:
-    """Write ids of the named writes recorded in the storage that never finished."""
-    try:
-        names = sorted(os.listdir(storage_path / WRITES_DIR))
-    except FileNotFoundError:
-        return []
-    unfinished = []
-    for name in names:
-        write_id = name.removesuffix(".json")
-        if name.endswith(".json") and _WRITE_ID.fullmatch(write_id):
-            record = WriteRecord.load(storage_path, write_id)
-            if record is not None and not record.finished:
-                unfinished.append(write_id)
-    return unfinished
-
-
-def start_write(storage_path: Path, write_id: str | None) -> int:
+def start_write(storage: _Storage, write_id: str | None) -> int:
     """The first shard id of a write starting now: its recorded one when a named write runs again.
 
     A new write is refused while another named write is unfinished: it would take the shard ids that
     the unfinished write needs when it runs again.
     """
+    records = WriteRecords(storage)
     if write_id is not None:
-        record = WriteRecord.load(storage_path, write_id)
-        if record is not None:
-            return record.first_shard
-    others = [other for other in unfinished_writes(storage_path) if other != write_id]
+        recorded = records.first_shard(write_id)
+        if recorded is not None:
+            return recorded
+    others = [other for other in records.unfinished() if other != write_id]
     if others:
         raise UnfinishedWriteError(
-            f"the write {others[0]!r} into {storage_path} never finished: run it again with "
-            f"write_id={others[0]!r} to complete it, or delete {storage_path / WRITES_DIR / others[0]}.json "
+            f"the write {others[0]!r} into {storage.location} never finished: run it again with "
+            f"write_id={others[0]!r} to complete it, or delete {WRITES_DIR}/{others[0]}.json in the storage "
             "to abandon it (the shards it committed stay)"
         )
-    existing = committed_shard_ids(storage_path)
+    existing = storage.committed_shard_ids()
     first_shard = existing[-1] + 1 if existing else 0
-    if write_id is not None and not WriteRecord(write_id, first_shard).save(storage_path, exclusive=True):
-        record = WriteRecord.load(storage_path, write_id)  # the same write started twice at once
-        assert record is not None
-        return record.first_shard
-    return first_shard
+    return first_shard if write_id is None else records.start(write_id, first_shard)
 
 
-def finish_write(storage_path: Path, write_id: str | None, first_shard: int, shards: list[int], records: int) -> None:
+def finish_write(storage: _Storage, write_id: str | None, shards: list[int], records: int) -> None:
     if write_id is not None:
-        WriteRecord(write_id, first_shard, True, sorted(shards), records).save(storage_path, exclusive=False)
+        WriteRecords(storage).finish(write_id, sorted(shards), records)
 
 
 @dataclass
@@ -154,31 +172,38 @@ class ShardDigest:
         self.data_crc = zlib.crc32(payload, self.data_crc)
 
 
-def committed_digest(storage_path: Path, header: StorageHeader, shard: int) -> ShardDigest | None:
-    """The digest of a committed shard, read from its footer; None if the shard is not committed."""
-    if not (storage_path / SHARDS_DIR / shard_file_name(shard)).exists():
+def committed_digest(storage: _Storage, header: StorageHeader, shard: int) -> ShardDigest | None:
+    """The digest of a committed shard, from its footer or the store's listing; None if not committed."""
+    if storage._remote is not None:
+        storage.committed_shard_ids()
+        info = storage._listed.get(shard)
+        return (
+            None
+            if info is None
+            else ShardDigest(info.record_count, info.element_count * header.element_size, info.data_crc)
+        )
+    if not (storage.path / SHARDS_DIR / shard_file_name(shard)).exists():
         return None
-    committed = ShardFile(storage_path, shard, header)
+    committed = ShardFile(storage.path, shard, header)
     try:
         return ShardDigest(committed.record_count, committed.data_size, committed.data_crc)
     finally:
         committed.close()
 
 
-def check_same_shard(storage_path: Path, header: StorageHeader, shard: int, digest: ShardDigest) -> None:
+def check_same_shard(storage: _Storage, header: StorageHeader, shard: int, digest: ShardDigest) -> None:
     """Accept an already committed shard only if it holds exactly the rows digested."""
-    found = committed_digest(storage_path, header, shard)
+    found = committed_digest(storage, header, shard)
     if found != digest:
         raise ShardExistsError(
-            f"shard {shard} of {storage_path} is committed with other data ({found}) than this write task's "
+            f"shard {shard} of {storage.location} is committed with other data ({found}) than this write task's "
             f"rows ({digest}): the dataset changed since the write first ran, or another writer took the id"
         )
 
 
-def remove_leftovers(storage_path: Path, first_shard: int, stop_shard: int | None) -> int:
-    """Delete files in ``incomplete/`` of shards in ``[first_shard, stop_shard)``: attempts that died."""
+def remove_leftovers(incomplete: Path, first_shard: int, stop_shard: int | None) -> int:
+    """Delete files in ``incomplete`` of shards in ``[first_shard, stop_shard)``: attempts that died."""
     removed = 0
-    incomplete = storage_path / INCOMPLETE_DIR
     try:
         names = os.listdir(incomplete)
     except FileNotFoundError:

@@ -10,6 +10,7 @@ rows and writes nothing. See docs/preprocessing.md for retries, lost tasks and r
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,7 @@ from ray.data.block import Block, BlockAccessor
 from ray.data.datasource.datasink import WriteResult
 
 from guideloom._errors import ShardExistsError, UnfinishedWriteError
-from guideloom._layout import check_shard_id
+from guideloom._layout import INCOMPLETE_DIR, check_shard_id
 from guideloom._resumable_write import (
     ShardDigest,
     check_same_shard,
@@ -63,7 +64,7 @@ class StorageDatasink(Datasink[TaskResult]):
     def on_write_start(self, schema: pa.Schema | None = None) -> None:
         """On the driver, before any task: create the storage and fix the write's first shard id."""
         self.storage._create()
-        self.first_shard = start_write(self.storage.path, self.write_id)
+        self.first_shard = start_write(self.storage, self.write_id)
 
     def write(self, blocks: Iterable[Block], ctx: Any) -> TaskResult:
         """One write task: its blocks, in order, become shard ``first_shard + ctx.task_idx``."""
@@ -81,13 +82,13 @@ class StorageDatasink(Datasink[TaskResult]):
         if self.first_shard is None:  # an empty dataset: no task ran
             return
         stop = self.first_shard + max((result["task"] for result in results), default=-1) + 1
-        remove_leftovers(self.storage.path, self.first_shard, stop)
-        finish_write(self.storage.path, self.write_id, self.first_shard, self.shards, self.records)
+        remove_leftovers(_incomplete(self.storage), self.first_shard, stop)
+        finish_write(self.storage, self.write_id, self.shards, self.records)
 
     def on_write_failed(self, error: Exception) -> None:
         """On the driver: remove the failed write's files in progress; its committed shards stay."""
         if self.first_shard is not None:
-            remove_leftovers(self.storage.path, self.first_shard, None)
+            remove_leftovers(_incomplete(self.storage), self.first_shard, None)
 
     def _items(self, blocks: Iterable[Block]) -> Iterator[Any]:
         for block in blocks:
@@ -146,6 +147,12 @@ def _list_rows(chunk: pa.ListArray, column: str, storage: TokenStorage) -> Itera
         yield tokens[start:stop]  # already as stored: written without conversion
 
 
+def _incomplete(storage: Storage) -> Path:
+    """Where this machine's writers of the storage build shards (an object store's: in its local cache)."""
+    target = storage._commit_target()
+    return target / INCOMPLETE_DIR if isinstance(target, Path) else target.incomplete
+
+
 def _already_encoded(item: tuple[memoryview, int]) -> tuple[memoryview, int]:
     return item
 
@@ -157,10 +164,10 @@ def _write_shard(storage: Storage, shard: int, items: Iterable[Any]) -> tuple[Sh
     """
     header = storage._create()
     digest = ShardDigest()
-    committed = committed_digest(storage.path, header, shard) is not None
+    committed = committed_digest(storage, header, shard) is not None
     writer: SyncWriter[tuple[memoryview, int]] | None = None
     if not committed:
-        writer = SyncWriter(storage.path, header, _already_encoded)
+        writer = SyncWriter(storage._commit_target(), header, _already_encoded)
     written = False
     try:
         for item in items:
@@ -182,5 +189,5 @@ def _write_shard(storage: Storage, shard: int, items: Iterable[Any]) -> tuple[Sh
         if writer is not None:
             writer.close(commit=False)  # after an error; does nothing once closed
     if digest.records and not written:
-        check_same_shard(storage.path, header, shard, digest)
+        check_same_shard(storage, header, shard, digest)
     return digest, written
