@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import struct
@@ -19,8 +20,10 @@ import pytest
 import ray
 
 from guideloom import DocumentJsonFormat, DocumentStorage, TokenStorage
-from guideloom._errors import UnfinishedWriteError
+from guideloom._cli import main as cli
+from guideloom._errors import TokenizeInputError, UnfinishedWriteError
 from guideloom.ray import StorageDatasink
+from guideloom.tokenize import tokenize_files, train_tokenizer
 from guideloom.types import DocumentStorageFormat
 
 ROWS = 100_000
@@ -245,3 +248,60 @@ def test_a_named_write_run_again_on_other_data_is_refused(ray_cluster: str, stor
     with pytest.raises(Exception, match="committed with other data"):
         other.write_datasink(StorageDatasink(TokenStorage(storage_path), column="tokens", write_id="w"))
     assert_exact(storage_path, rows=1000)
+
+
+# --- guideloom tokenize --ray ---------------------------------------------------------------------------
+
+TEXTS = ["The quick brown fox jumps over the lazy dog.", "def add(a, b):\n    return a + b\n", "naïve café, 東京 🦊"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("tokenizer") / "tokenizer.json"
+    return train_tokenizer(TEXTS * 20, 300, path)
+
+
+def text_inputs(directory: Path, files: int = 5) -> list[Path]:
+    directory.mkdir()
+    paths = []
+    for part in range(files):
+        path = directory / f"part-{part}.jsonl"
+        path.write_text("".join(json.dumps({"text": f"{text} {part}.{i}"}) + "\n" for i in range(40) for text in TEXTS))
+        paths.append(path)
+    return paths
+
+
+def test_tokenize_with_ray_writes_what_worker_processes_write(
+    ray_cluster: str, tmp_path: Path, tokenizer_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inputs = [str(path) for path in text_inputs(tmp_path / "inputs")]
+    status = cli(["tokenize", *inputs, str(tmp_path / "ray"), "--tokenizer", str(tokenizer_path), "--quiet", "--ray"])
+    assert status == 0
+    printed = capsys.readouterr().out
+    assert "into 5 shards: 600 documents" in printed
+    assert "(5 Ray tasks)" in printed
+    reference = tokenize_files(inputs, tmp_path / "processes", tokenizer_path, workers=2, progress=False)
+    assert reference.shards == (0, 1, 2, 3, 4)
+    assert read_documents(tmp_path / "ray") == read_documents(tmp_path / "processes")
+    assert leftovers(tmp_path / "ray") == []
+
+
+def test_tokenize_with_ray_reports_a_bad_file(ray_cluster: str, tmp_path: Path, tokenizer_path: Path) -> None:
+    inputs = text_inputs(tmp_path / "inputs", files=2)
+    inputs[1].write_text('{"text": "fine"}\n{"body": "no text field"}\n')
+    with pytest.raises(TokenizeInputError, match=r"part-1\.jsonl:2: no field 'text'"):
+        tokenize_files(inputs, tmp_path / "out", tokenizer_path, ray=True, progress=False)
+    assert 1 not in TokenStorage(tmp_path / "out").committed_shard_ids()
+
+
+def test_tokenize_without_ray_never_imports_it(tmp_path: Path, tokenizer_path: Path) -> None:
+    inputs = [str(path) for path in text_inputs(tmp_path / "inputs", files=2)]
+    arguments = ["tokenize", *inputs, str(tmp_path / "out"), "--tokenizer", str(tokenizer_path), "--quiet"]
+    code = f"""
+import sys
+from guideloom._cli import main
+assert main({arguments!r}) == 0
+assert "ray" not in sys.modules, "ray was imported"
+"""
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert completed.returncode == 0, completed.stderr

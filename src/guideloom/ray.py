@@ -9,17 +9,21 @@ rows and writes nothing. See docs/preprocessing.md for retries, lost tasks and r
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import logging
+import os
+import traceback
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import ray
 from ray.data import Datasink
 from ray.data.block import Block, BlockAccessor
 from ray.data.datasource.datasink import WriteResult
 
-from guideloom._errors import ShardExistsError, UnfinishedWriteError
+from guideloom._errors import ShardExistsError, TokenizeWorkerDied, UnfinishedWriteError
 from guideloom._layout import INCOMPLETE_DIR, check_shard_id
 from guideloom._resumable_write import (
     ShardDigest,
@@ -32,6 +36,10 @@ from guideloom._resumable_write import (
 )
 from guideloom._storage import DocumentStorage, TokenStorage
 from guideloom._writer import SyncWriter
+from guideloom.tokenize._plan import FileJob, Settings
+from guideloom.tokenize._pool import STOP_GRACE_SECONDS, RemoteTraceback, picklable
+from guideloom.tokenize._shard import tokenize_file
+from guideloom.tokenize._tokenizer import load_tokenizer
 
 __all__ = ["StorageDatasink", "UnfinishedWriteError"]
 
@@ -191,3 +199,75 @@ def _write_shard(storage: Storage, shard: int, items: Iterable[Any]) -> tuple[Sh
     if digest.records and not written:
         check_same_shard(storage, header, shard, digest)
     return digest, written
+
+
+# --- guideloom tokenize --ray: one Ray task per input file ---------------------------------------------
+
+_loaded_tokenizers: dict[Path, Any] = {}  # per worker process: a reused worker loads a tokenizer once
+
+
+def _tokenize_task(job: FileJob, settings: Settings) -> tuple[str, Any, str | None]:
+    """One input file into its shard, in a Ray worker: ``("done", counts, None)`` or ``("failed", error, trace)``.
+
+    An attempt that finds the shard committed (an earlier attempt died after committing it) reports
+    the shard's counts: the plan only schedules shards not committed when the run started.
+    """
+    os.environ.setdefault("RAYON_NUM_THREADS", "1")  # one CPU per task
+    try:
+        storage = TokenStorage(settings.output, settings.dtype)
+        header = storage._create()
+        found = committed_digest(storage, header, job.shard)
+        if found is not None:
+            return "done", (found.records, found.data_size // header.element_size), None
+        tokenizer = _loaded_tokenizers.get(settings.tokenizer_path)
+        if tokenizer is None:
+            tokenizer = _loaded_tokenizers[settings.tokenizer_path] = load_tokenizer(settings.tokenizer_path)
+        return "done", tokenize_file(job, settings, tokenizer), None
+    except Exception as error:
+        return "failed", picklable(error), traceback.format_exc()
+
+
+def run_tokenize_tasks(
+    jobs: list[FileJob], settings: Settings, address: str | None, update: Callable[[int], object]
+) -> tuple[dict[int, tuple[int, int]], BaseException | None]:
+    """Tokenize ``jobs`` as Ray tasks (largest first): the results by shard, and the first failure (or None).
+
+    Connects to the cluster at ``address`` (None: ``RAY_ADDRESS`` or a new local cluster) unless Ray is
+    already initialised in this process. The first failure cancels the other tasks; their shards in
+    progress are not committed. A task whose worker dies is retried by Ray.
+    """
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
+    task = ray.remote(num_cpus=1, max_retries=3)(_tokenize_task)
+    pending = {task.remote(job, settings): job for job in sorted(jobs, key=lambda job: -job.size)}
+    results: dict[int, tuple[int, int]] = {}
+    failure: BaseException | None = None
+    try:
+        while pending and failure is None:
+            [ready], _ = ray.wait(list(pending), num_returns=1)
+            job = pending.pop(ready)
+            try:
+                kind, payload, trace = ray.get(ready)
+            except ray.exceptions.RayError as error:  # retries exhausted: its worker kept dying
+                failure = TokenizeWorkerDied(
+                    f"the Ray task writing shard {job.shard} ({job.path}) failed: {error}; its shard was not committed"
+                )
+                continue
+            if kind == "done":
+                results[job.shard] = payload
+                update(job.size)
+            else:
+                payload.__cause__ = RemoteTraceback(trace)
+                failure = payload
+    finally:
+        for ref in pending:  # after a failure: a running task leaves its shard uncommitted
+            ray.cancel(ref)
+        if pending:
+            ray.wait(list(pending), num_returns=len(pending), timeout=STOP_GRACE_SECONDS)
+        if started_here:
+            ray.shutdown()
+    if failure is None and jobs:
+        shards = [job.shard for job in jobs]
+        remove_leftovers(settings.output / INCOMPLETE_DIR, min(shards), max(shards) + 1)  # of killed attempts
+    return results, failure

@@ -33,7 +33,7 @@ class RemoteTraceback(Exception):
         return f"\n{self.args[0]}"
 
 
-def _picklable(error: BaseException) -> BaseException:
+def picklable(error: BaseException) -> BaseException:
     import pickle
 
     try:
@@ -50,7 +50,7 @@ def _worker_main(settings: Settings, threads: int, jobs: Connection, events: Con
     try:
         tokenizer = load_tokenizer(settings.tokenizer_path)
     except Exception as error:
-        events.send(("failed", None, _picklable(error), traceback.format_exc()))
+        events.send(("failed", None, picklable(error), traceback.format_exc()))
         return
 
     def report(count: int) -> None:
@@ -62,7 +62,7 @@ def _worker_main(settings: Settings, threads: int, jobs: Connection, events: Con
         except Cancelled:
             events.send(("cancelled", job.shard, None, None))
         except Exception as error:
-            events.send(("failed", job.shard, _picklable(error), traceback.format_exc()))
+            events.send(("failed", job.shard, picklable(error), traceback.format_exc()))
         else:
             events.send(("done", job.shard, counts, None))
 
