@@ -10,8 +10,6 @@ rows and writes nothing. See docs/preprocessing.md for retries, lost tasks and r
 from __future__ import annotations
 
 import logging
-import os
-import traceback
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -37,9 +35,8 @@ from guideloom._resumable_write import (
 from guideloom._storage import DocumentStorage, TokenStorage
 from guideloom._writer import SyncWriter
 from guideloom.tokenize._plan import FileJob, Settings
-from guideloom.tokenize._pool import STOP_GRACE_SECONDS, RemoteTraceback, picklable
-from guideloom.tokenize._shard import tokenize_file
-from guideloom.tokenize._tokenizer import load_tokenizer
+from guideloom.tokenize._pool import STOP_GRACE_SECONDS, RemoteTraceback
+from guideloom.tokenize._shard import tokenize_job
 
 __all__ = ["StorageDatasink", "UnfinishedWriteError"]
 
@@ -203,29 +200,6 @@ def _write_shard(storage: Storage, shard: int, items: Iterable[Any]) -> tuple[Sh
 
 # --- guideloom tokenize --ray: one Ray task per input file ---------------------------------------------
 
-_loaded_tokenizers: dict[Path, Any] = {}  # per worker process: a reused worker loads a tokenizer once
-
-
-def _tokenize_task(job: FileJob, settings: Settings) -> tuple[str, Any, str | None]:
-    """One input file into its shard, in a Ray worker: ``("done", counts, None)`` or ``("failed", error, trace)``.
-
-    An attempt that finds the shard committed (an earlier attempt died after committing it) reports
-    the shard's counts: the plan only schedules shards not committed when the run started.
-    """
-    os.environ.setdefault("RAYON_NUM_THREADS", "1")  # one CPU per task
-    try:
-        storage = TokenStorage(settings.output, settings.dtype)
-        header = storage._create()
-        found = committed_digest(storage, header, job.shard)
-        if found is not None:
-            return "done", (found.records, found.data_size // header.element_size), None
-        tokenizer = _loaded_tokenizers.get(settings.tokenizer_path)
-        if tokenizer is None:
-            tokenizer = _loaded_tokenizers[settings.tokenizer_path] = load_tokenizer(settings.tokenizer_path)
-        return "done", tokenize_file(job, settings, tokenizer), None
-    except Exception as error:
-        return "failed", picklable(error), traceback.format_exc()
-
 
 def run_tokenize_tasks(
     jobs: list[FileJob], settings: Settings, address: str | None, update: Callable[[int], object]
@@ -239,7 +213,7 @@ def run_tokenize_tasks(
     started_here = not ray.is_initialized()
     if started_here:
         ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
-    task = ray.remote(num_cpus=1, max_retries=3)(_tokenize_task)
+    task = ray.remote(num_cpus=1, max_retries=3)(tokenize_job)  # a Ray-free function: workers import little
     pending = {task.remote(job, settings): job for job in sorted(jobs, key=lambda job: -job.size)}
     results: dict[int, tuple[int, int]] = {}
     failure: BaseException | None = None

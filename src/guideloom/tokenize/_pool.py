@@ -20,7 +20,7 @@ from multiprocessing.process import BaseProcess
 
 from guideloom._errors import TokenizeWorkerDied
 from guideloom.tokenize._plan import FileJob, Settings
-from guideloom.tokenize._shard import Cancelled, tokenize_file
+from guideloom.tokenize._shard import Cancelled, picklable, tokenize_file
 from guideloom.tokenize._tokenizer import load_tokenizer
 
 STOP_GRACE_SECONDS = 30.0  # how long stopped workers may take to leave their current batch
@@ -31,16 +31,6 @@ class RemoteTraceback(Exception):
 
     def __str__(self) -> str:
         return f"\n{self.args[0]}"
-
-
-def picklable(error: BaseException) -> BaseException:
-    import pickle
-
-    try:
-        pickle.loads(pickle.dumps(error))
-    except Exception:
-        return RuntimeError(f"{type(error).__name__}: {error}")
-    return error
 
 
 def _worker_main(settings: Settings, threads: int, jobs: Connection, events: Connection) -> None:
