@@ -71,6 +71,15 @@ def add_tokenize_command(commands: argparse._SubParsersAction[argparse.ArgumentP
         default=None,
         help="worker processes (default: min(4, cpu count), none for inputs under 8 MiB; 1: no processes)",
     )
+    command.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="ADDRESS",
+        help="run one Ray task per input file on the Ray cluster at ADDRESS (default: RAY_ADDRESS, else a "
+        "new local cluster); needs the ray extra",
+    )
     command.add_argument("--text-field", default="text", help="JSONL field / Parquet column of the text")
     command.add_argument(
         "--dtype", type=_token_dtype, default=None, help="token dtype (default: uint16 if the vocabulary fits)"
@@ -86,6 +95,8 @@ def add_tokenize_command(commands: argparse._SubParsersAction[argparse.ArgumentP
 
 def prepare_tokenize(arguments: argparse.Namespace) -> Callable[[], int]:
     """Check everything and plan the run; the returned function runs it."""
+    if arguments.ray is not None and arguments.workers is not None:
+        raise ValueError("--workers and --ray exclude each other: Ray runs one task per input file")
     import_tokenizers()
     plan = plan_run(
         arguments.inputs,
@@ -100,7 +111,8 @@ def prepare_tokenize(arguments: argparse.Namespace) -> Callable[[], int]:
     )
 
     def run() -> int:
-        summary = execute(plan, arguments.workers, progress=not arguments.quiet)
+        ray: bool | str = False if arguments.ray is None else arguments.ray or True
+        summary = execute(plan, arguments.workers, progress=not arguments.quiet, ray=ray)
         print(summary.describe())
         return 0
 

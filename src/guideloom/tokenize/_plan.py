@@ -31,10 +31,13 @@ class OptionNames:
     dtype: str
     tokenizer: str
     workers: str
+    ray: str
 
 
-PYTHON_NAMES = OptionNames("skip_existing=True", "eos_token", "text_field", "dtype", "tokenizer_path", "workers")
-CLI_NAMES = OptionNames("--skip-existing", "--eos-token", "--text-field", "--dtype", "--tokenizer", "--workers")
+PYTHON_NAMES = OptionNames("skip_existing=True", "eos_token", "text_field", "dtype", "tokenizer_path", "workers", "ray")
+CLI_NAMES = OptionNames(
+    "--skip-existing", "--eos-token", "--text-field", "--dtype", "--tokenizer", "--workers", "--ray"
+)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import pickle
 import signal
 import traceback
 from collections import deque
@@ -23,7 +22,7 @@ from multiprocessing.process import BaseProcess
 
 from guideloom._errors import TokenizeWorkerDied
 from guideloom.tokenize._plan import FileJob, Settings
-from guideloom.tokenize._shard import Cancelled, tokenize_file
+from guideloom.tokenize._shard import Cancelled, picklable, tokenize_file
 from guideloom.tokenize._tokenizer import load_tokenizer
 
 STOP_GRACE_SECONDS = 30.0  # how long stopped workers may take to leave their current batch
@@ -36,15 +35,6 @@ class RemoteTraceback(Exception):
         return f"\n{self.args[0]}"
 
 
-def _picklable(error: BaseException) -> BaseException:
-    """The error itself if it survives pickling to the parent, else a RuntimeError that says what it was."""
-    try:
-        pickle.loads(pickle.dumps(error))
-    except Exception:
-        return RuntimeError(f"{type(error).__name__}: {error}")
-    return error
-
-
 def _worker_main(settings: Settings, threads: int, jobs: Connection, events: Connection) -> None:
     """A worker process: tokenize each job received until ``None``; report progress and outcomes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the workers
@@ -52,7 +42,7 @@ def _worker_main(settings: Settings, threads: int, jobs: Connection, events: Con
     try:
         tokenizer = load_tokenizer(settings.tokenizer_path)
     except Exception as error:
-        events.send(("failed", None, _picklable(error), traceback.format_exc()))
+        events.send(("failed", None, picklable(error), traceback.format_exc()))
         return
     events.send(("ready", None, None, None))
 
@@ -65,7 +55,7 @@ def _worker_main(settings: Settings, threads: int, jobs: Connection, events: Con
         except Cancelled:
             events.send(("cancelled", job.shard, None, None))
         except Exception as error:
-            events.send(("failed", job.shard, _picklable(error), traceback.format_exc()))
+            events.send(("failed", job.shard, picklable(error), traceback.format_exc()))
         else:
             events.send(("done", job.shard, counts, None))
 
