@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -38,3 +39,26 @@ def run_python() -> Callable[..., subprocess.CompletedProcess[str]]:
         )
 
     return run
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _packing_cache_in_a_temporary_directory(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Packings of pack_documents=True are cached here, never in the user's cache directory."""
+    os.environ["GUIDELOOM_CACHE_DIR"] = str(tmp_path_factory.mktemp("guideloom-cache"))
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A local 2-CPU Ray cluster shared by a test module (starting one is slow); yields its address.
+
+    The module's functions and classes are shipped to Ray's workers by value (they cannot import it).
+    """
+    import ray
+    import ray.cloudpickle
+
+    ray.cloudpickle.register_pickle_by_value(request.module)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()

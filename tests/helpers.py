@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import struct
+import subprocess
 import sys
 import zlib
 from collections.abc import Callable
@@ -145,6 +147,16 @@ def set_offset(file: Path, position: int, value: int) -> None:
 def module_command(module: str, *arguments: object) -> list[str]:
     """Run a module of the test tree as a script in a fresh interpreter (give it :func:`child_environment`)."""
     return [sys.executable, "-m", module, *map(str, arguments)]
+
+
+def run_harness(
+    module: str, *arguments: object, timeout: float | None = None
+) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
+    """Run a campaign's harness module; the finished process and its JSON lines (one a case, the summary last)."""
+    completed = subprocess.run(
+        module_command(module, *arguments), capture_output=True, text=True, timeout=timeout, env=child_environment()
+    )
+    return completed, [json.loads(line) for line in completed.stdout.splitlines() if line.startswith("{")]
 
 
 def child_environment() -> dict[str, str]:

@@ -461,6 +461,18 @@ def test_token_windows_prefetch_in_a_thread_that_close_stops(tmp_path: Path) -> 
     assert _open_descriptors() <= descriptors
 
 
+def test_token_windows_with_workers_start_no_process(tmp_path: Path) -> None:
+    """As the loader page says: token windows with the default collate take one thread, whatever num_workers."""
+    storage = make_tokens(tmp_path)
+    before = set(_children())
+    with StatefulDataLoader.from_storage(
+        storage, device="cpu", local_batch_size=2, sequence_length=5, num_workers=3
+    ) as loader:
+        batches = list(loader)
+        assert set(_children()) - before == set()
+    assert len(batches) == len(loader)
+
+
 def typed_collate(samples: list[dict[str, int]]) -> dict[str, Any]:
     values = torch.tensor(ids(samples))
     return {

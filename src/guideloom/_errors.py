@@ -56,6 +56,10 @@ class TokenizeWorkerDied(GuideloomError, RuntimeError):
     __module__ = "guideloom.tokenize"
 
 
+class UnfinishedWriteError(GuideloomError):
+    """A named distributed write into the storage never finished; it must be run again or abandoned first."""
+
+
 class UntrustedFormatWarning(UserWarning):
     """Reading a pickle storage: decoding pickle can run code, so only read storages you trust."""
 

@@ -53,6 +53,22 @@ TOKEN_DTYPES = ("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32",
 
 
 @dataclass(frozen=True)
+class ShardInfo:
+    """What a reader needs to index a shard without opening it: its counts, data checksum and file size."""
+
+    id: int
+    record_count: int
+    element_count: int
+    data_crc: int
+    size: int
+
+
+def shard_size(record_count: int, data_size: int) -> int:
+    """Bytes of a shard file with these counts (data, padding, offsets, footer)."""
+    return padded(data_size) + 8 * (record_count + 1) + FOOTER.size
+
+
+@dataclass(frozen=True)
 class StorageHeader:
     """What a storage holds: its kind, the format identity or the token dtype."""
 
@@ -111,6 +127,11 @@ def read_header(path: Path) -> StorageHeader:
             raw += chunk
     finally:
         os.close(descriptor)
+    return parse_header(raw, str(header_path))
+
+
+def parse_header(raw: bytes, header_path: str) -> StorageHeader:
+    """Validate a header's bytes (read from ``header_path``, named in errors)."""
     if len(raw) > MAX_HEADER_BYTES:
         raise CorruptStorageError(f"{header_path} is larger than {MAX_HEADER_BYTES} bytes")
     try:
@@ -213,9 +234,10 @@ def verify_shards(
 class ShardFile:
     """One committed shard, mapped read-only; validated structurally on open."""
 
-    def __init__(self, storage_path: Path, shard: int, header: StorageHeader) -> None:
+    def __init__(self, storage_path: Path, shard: int, header: StorageHeader, file: Path | None = None) -> None:
+        """Open shard ``shard`` of the storage at ``storage_path``, or the shard's copy at ``file``."""
         self.id = shard
-        self.path = storage_path / SHARDS_DIR / shard_file_name(shard)
+        self.path = storage_path / SHARDS_DIR / shard_file_name(shard) if file is None else file
         try:
             # O_NONBLOCK: a FIFO planted under a shard's name must not block the open (it is refused below)
             descriptor = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -253,7 +275,7 @@ class ShardFile:
         if header_crc != header.checksum:
             self.close()
             raise FormatMismatchError(f"shard {shard} was written for another storage header ({self.path})")
-        expected = padded(data_size) + 8 * (record_count + 1) + FOOTER.size
+        expected = shard_size(record_count, data_size)
         if footer_shard != shard or expected != size or data_size % header.element_size:
             self.close()
             raise CorruptStorageError(f"shard {shard} has inconsistent sizes ({self.path}): file truncated?")
@@ -271,6 +293,10 @@ class ShardFile:
             if sys.byteorder == "little"
             else memoryview(self.offsets.astype("=u8").tobytes()).cast("Q")
         )
+
+    @property
+    def info(self) -> ShardInfo:
+        return ShardInfo(self.id, self.record_count, self.element_count, self.data_crc, len(self.view))
 
     def record_bounds(self, record: int) -> tuple[int, int]:
         """Element offsets of a record, checked so a damaged index can never read out of bounds."""

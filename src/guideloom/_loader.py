@@ -105,6 +105,7 @@ class StatefulDataLoader:
     ) -> None:
         self._closed = True  # until the transport exists: close() then releases only what was made
         self._source = source
+        self._next_epoch_source: SampleSource | None = None  # a grown storage's, while a state's epoch finishes
         self._collate = collate
         self.device = device
         self.local_batch_size = local_batch_size
@@ -149,6 +150,9 @@ class StatefulDataLoader:
         local_batch_size: int,
         sequence_length: int | None = None,
         window_dtype: torch.dtype | None = None,
+        document_boundaries: bool = False,
+        pack_documents: bool = False,
+        pad_id: int = 0,
         shuffle: bool = False,
         seed: int = 0,
         drop_last: bool = False,
@@ -167,6 +171,10 @@ class StatefulDataLoader:
         many background processes, ``prefetch_factor`` batches ahead each. Token windows with the
         default collate are a plain memory copy: one background thread builds them instead, 16
         batches at a time. ``timeout`` (seconds, 0 = none) bounds the wait for a worker's batch.
+        ``document_boundaries=True`` (the same windows, with where their documents start) or
+        ``pack_documents=True`` (whole documents packed into rows, padded with ``pad_id``) give
+        batches as a dict of ``input_ids``, ``position_ids``, ``labels``, ``cu_seqlens`` and
+        ``max_seqlen`` (see docs/pretraining.md).
         """
         collate = check_callable("collate", collate, optional=True)
         device = check_device(device)
@@ -178,7 +186,16 @@ class StatefulDataLoader:
         seed = check_int("seed", seed, minimum=-(2**63))
         timeout = check_number("timeout", timeout, minimum=0)
         rank, world_size, ranks_from_environment = _resolve_ranks(rank, world_size)
-        source = make_source(storage, sequence_length=sequence_length, window_dtype=window_dtype)
+        source = make_source(
+            storage,
+            sequence_length=sequence_length,
+            window_dtype=window_dtype,
+            document_boundaries=document_boundaries,
+            pack_documents=pack_documents,
+            pad_id=pad_id,
+            shuffle=shuffle,
+            seed=seed,
+        )
         return cls(
             source,
             collate,
@@ -212,6 +229,9 @@ class StatefulDataLoader:
         if self._plan(self.position).batch_count == 0:
             self.epoch += 1
             self.position = 0
+            if self._next_epoch_source is not None:  # shards added since the checkpoint join now
+                source, self._next_epoch_source = self._next_epoch_source, None
+                self._use_source(source)
         self._generation += 1
         return self._epoch_segment(self._generation)
 
@@ -255,14 +275,21 @@ class StatefulDataLoader:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue exactly where ``state`` was taken; another world or batch size keeps the sample position."""
         self._check_open()
-        resume = check_state(state, self._settings(), self._source)
+        latest = self._next_epoch_source or self._source
+        resume = check_state(state, self._settings(), latest)
         if resume.source is not self._source:  # e.g. the shards a grown storage had at the checkpoint
-            self._transport.close()
-            self._source.close()
-            self._source, self.sample_count = resume.source, resume.source.sample_count
-            self._transport = self._make_transport()
+            self._use_source(resume.source, keep=latest)
+        self._next_epoch_source = latest if resume.source is not latest else None
         self.epoch, self.position = resume.epoch, resume.position
         self._generation += 1
+
+    def _use_source(self, source: SampleSource, keep: SampleSource | None = None) -> None:
+        """Read ``source`` from now on, closing the one read so far unless it is ``keep`` (and the transport)."""
+        self._transport.close()
+        if self._source is not keep:
+            self._source.close()
+        self._source, self.sample_count = source, source.sample_count
+        self._transport = self._make_transport()
 
     def close(self) -> None:
         """Stop every worker and release every file."""
@@ -272,6 +299,8 @@ class StatefulDataLoader:
         self._generation += 1
         self._transport.close()
         self._source.close()
+        if self._next_epoch_source is not None:
+            self._next_epoch_source.close()
 
     def _check_open(self) -> None:
         if self._closed:

@@ -8,6 +8,7 @@ processes read exactly the shards the loader saw when it was created, whatever i
 
 from __future__ import annotations
 
+import copy
 import os
 from itertools import pairwise
 from typing import Any, Generic, Protocol, Self, TypeVar
@@ -17,6 +18,8 @@ import torch
 
 from guideloom._checks import check_sequence_length
 from guideloom._errors import StateMismatchError
+from guideloom._growth import ShardDigest, describe_shards, over_recorded_shards
+from guideloom._mixture import Mixture
 from guideloom._reader import DocumentReader, StorageReader, TokenReader
 from guideloom._storage import DocumentStorage, TokenStorage
 
@@ -59,8 +62,13 @@ class SampleSource(Protocol):
         """Small and JSON-serialisable: what a loader state records about this source."""
         ...
 
-    def resumed(self, recorded: dict[str, Any]) -> SampleSource:
-        """The source serving the rest of a state's epoch, given the identity it recorded; else StateMismatchError."""
+    def resumed(
+        self, recorded: dict[str, Any], *, epoch: int | None = None, position: int | None = None
+    ) -> SampleSource:
+        """The source serving the rest of a state's epoch, given the identity it recorded; else StateMismatchError.
+
+        ``epoch`` and ``position`` say where the state continues (a mixture's schedule may change from there).
+        """
         ...
 
     def prefetch(self, indices: np.ndarray, epoch: int) -> None:
@@ -72,21 +80,9 @@ class SampleSource(Protocol):
 
 class _OpensReaders(Protocol[ReaderT_co]):
     @property
-    def path(self) -> Any: ...
+    def location(self) -> str: ...
 
     def open_reader(self, shard_ids: list[int] | None = None) -> ReaderT_co: ...
-
-
-def describe_shards(shard_ids: list[int]) -> str:
-    """Shard ids as ranges, e.g. ``0-2, 5, 7-9`` (short for the contiguous ids writers usually make)."""
-    ranges: list[str] = []
-    first = 0
-    for position, shard in enumerate(shard_ids):
-        if position + 1 == len(shard_ids) or shard_ids[position + 1] != shard + 1:
-            start = shard_ids[first]
-            ranges.append(str(start) if start == shard else f"{start}-{shard}")
-            first = position + 1
-    return ", ".join(ranges) or "none"
 
 
 def _shards(shard_ids: list[int]) -> str:
@@ -136,32 +132,50 @@ class PinnedShards(Generic[ReaderT]):
         if self._identity is None:
             self._identity = {
                 "kind": self.kind,
-                "path": str(self.storage.path),
+                "path": self.storage.location,
                 "shards": describe_shards(self.shard_ids),
                 "fingerprint": self.reader.fingerprint,  # shard ids, record counts and checksums
+                "digest": ShardDigest.of(self.shard_entries()).to_text(),  # names a shard rewritten since
             }
         return dict(self._identity)
 
-    def resumed(self, recorded: dict[str, Any]) -> Self:
-        """``self`` if ``recorded`` is this source's identity; else StateMismatchError saying what differs."""
+    def shard_entries(self) -> list[tuple[int, int, int]]:
+        """``(id, record count, checksum)`` of each shard: what a state's shard digest is made of."""
+        return [(shard.id, shard.record_count, shard.data_crc) for shard in self.reader.shards]
+
+    def with_shards(self, shard_ids: list[int]) -> Self:
+        """This source over other shards of its storage (those a state recorded); opens nothing yet.
+
+        A subclass that caches what it derives from its shards must drop those caches here.
+        """
+        clone = copy.copy(self)
+        clone.__dict__.update(self.__getstate__())
+        clone.shard_ids, clone._identity = list(shard_ids), None
+        return clone
+
+    def resumed(self, recorded: dict[str, Any], *, epoch: int | None = None, position: int | None = None) -> Self:
+        """The source for the rest of the state's epoch: ``self``, or this storage over the shards the state read
+        if shards were added since; StateMismatchError saying what differs otherwise (a missing or changed shard
+        is named)."""
         mine = self.identity()
         if not isinstance(recorded, dict):
             raise StateMismatchError(f"the state's source must be a dict, got {type(recorded).__name__}")
         if recorded.get("kind") != mine["kind"]:
             raise StateMismatchError(f"the state was taken from {recorded.get('kind')!r}, this loader reads {self}")
         for key, value in mine.items():
-            if key not in ("path", "shards", "fingerprint") and recorded.get(key) != value:
+            if key not in ("path", "shards", "fingerprint", "digest") and recorded.get(key) != value:
                 raise StateMismatchError(
                     f"the state was taken with {key}={recorded.get(key)!r}, but this loader has {key}={value!r}"
                 )
-        if recorded.get("fingerprint") != mine["fingerprint"]:
-            raise StateMismatchError(f"the state was taken from another storage: {self.difference(recorded)}")
-        return self
+        if recorded.get("fingerprint") == mine["fingerprint"]:
+            return self
+        then: Self = over_recorded_shards(self, recorded)
+        return then
 
     def difference(self, recorded: dict[str, Any]) -> str:
         """In words, how the shards a state recorded differ from this snapshot's."""
         then = f"shards {recorded.get('shards')} of the storage at {recorded.get('path')}"
-        now = f"shards {describe_shards(self.shard_ids)} of the storage at {self.storage.path}"
+        now = f"shards {describe_shards(self.shard_ids)} of the storage at {self.storage.location}"
         try:
             before = set(parse_shards(str(recorded.get("shards"))))
         except ValueError:
@@ -174,7 +188,8 @@ class PinnedShards(Generic[ReaderT]):
         return f"it read {then}, this loader reads {now}: {', and '.join(changes)}"
 
     def prefetch(self, indices: np.ndarray, epoch: int) -> None:
-        """Local shards are mapped: nothing to fetch ahead."""
+        """Shards of a remote storage that these records need are downloaded in the background (local: nothing)."""
+        self.reader.prefetch_records(indices)
 
     def close(self) -> None:
         if self._reader is not None and self._reader_pid == os.getpid():
@@ -185,7 +200,7 @@ class PinnedShards(Generic[ReaderT]):
         return {**self.__dict__, "_reader": None, "_reader_pid": -1}
 
     def __repr__(self) -> str:
-        return f"{self.kind} of shards {describe_shards(self.shard_ids)} of the storage at {self.storage.path}"
+        return f"{self.kind} of shards {describe_shards(self.shard_ids)} of the storage at {self.storage.location}"
 
 
 class DocumentSource(PinnedShards[DocumentReader[Any]]):
@@ -238,13 +253,17 @@ class TokenWindowSource(PinnedShards[TokenReader]):
         reader = self.reader
         windows = np.empty((len(indices), self.sequence_length), self.window_dtype)
         reader.read_windows(indices, self.sequence_length, out=windows)
+        self.check_ids(windows)
+        return windows
+
+    def check_ids(self, windows: np.ndarray) -> None:
+        """Refuse windows holding ids the window dtype cannot hold (they were cast to negative values)."""
         if self._check_sign and bool((windows < 0).any()):
             raise ValueError(
-                f"the storage at {reader.path} holds {reader.dtype} token ids of "
+                f"the storage at {self.reader.location} holds {self.reader.dtype} token ids of "
                 f"2**{8 * self.window_dtype.itemsize - 1} or more, which do not fit the loader's "
                 f"{self.window_dtype} batches"
             )
-        return windows
 
     def default_collate(self, samples: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(samples)
@@ -255,13 +274,47 @@ class TokenWindowSource(PinnedShards[TokenReader]):
     def identity(self) -> dict[str, Any]:
         return {**super().identity(), "sequence_length": self.sequence_length}
 
+    def prefetch(self, indices: np.ndarray, epoch: int) -> None:
+        """Shards of a remote storage that these windows start in are downloaded in the background."""
+        self.reader.prefetch_tokens(np.asarray(indices, np.int64) * self.sequence_length)
+
 
 def make_source(
-    storage: object, *, sequence_length: int | None, window_dtype: torch.dtype | None = None
-) -> DocumentSource | TokenWindowSource:
-    """The source for the shards of ``storage`` committed now, checking the arguments fit its kind."""
+    storage: object,
+    *,
+    sequence_length: int | None,
+    window_dtype: torch.dtype | None = None,
+    document_boundaries: bool = False,
+    pack_documents: bool = False,
+    pad_id: int = 0,
+    shuffle: bool = False,
+    seed: int = 0,
+) -> SampleSource:
+    """The source for the shards of ``storage`` committed now, checking the arguments fit its kind.
+
+    ``document_boundaries`` / ``pack_documents`` (with ``pad_id``) choose a document-aware window mode.
+    A `Mixture` gets one source per component, made here as for that storage alone, blended in its order
+    (``shuffle`` and ``seed`` key the components' passes and the blocks' slot order).
+    """
+    from guideloom._document_sources import check_window_modes, window_source  # they build on this module
+    from guideloom._mixture_source import MixtureSource  # as does this one
+
+    if isinstance(storage, Mixture):
+        parts = [
+            make_source(
+                component,
+                sequence_length=sequence_length,
+                window_dtype=window_dtype,
+                document_boundaries=document_boundaries,
+                pack_documents=pack_documents,
+                pad_id=pad_id,
+            )
+            for component in storage.components.values()
+        ]
+        return MixtureSource(storage, parts, shuffle=shuffle, seed=seed)
+    check_window_modes(storage, document_boundaries, pack_documents, pad_id)
     if not isinstance(storage, DocumentStorage | TokenStorage):
-        raise TypeError(f"storage must be a DocumentStorage or TokenStorage, got {type(storage).__name__}")
+        raise TypeError(f"storage must be a DocumentStorage, TokenStorage or Mixture, got {type(storage).__name__}")
     if window_dtype is not None and not isinstance(storage, TokenStorage):
         raise ValueError("window_dtype must be omitted for a DocumentStorage: it applies to token windows")
     if window_dtype is not None and not isinstance(window_dtype, torch.dtype):
@@ -279,8 +332,10 @@ def make_source(
     sequence_length = check_sequence_length(sequence_length)
     window_numpy_dtype = np.dtype(np.int32 if window_dtype == torch.int32 else np.int64)
     if window_numpy_dtype == np.int32 and storage.dtype.itemsize == 8:
-        raise ValueError(f"window_dtype=torch.int32 cannot hold the {storage.dtype} ids of {storage.path}")
-    source = TokenWindowSource(storage, shard_ids, sequence_length, window_numpy_dtype)
+        raise ValueError(f"window_dtype=torch.int32 cannot hold the {storage.dtype} ids of {storage.location}")
+    source = window_source(
+        storage, shard_ids, sequence_length, window_numpy_dtype, document_boundaries, pack_documents, pad_id
+    )
     tokens = source.reader.token_count
     why = f": sequence_length={sequence_length} is longer than its {tokens} tokens" if tokens else " (empty storage)"
     return _not_empty(source, why)
@@ -289,5 +344,5 @@ def make_source(
 def _not_empty(source: DocumentSource | TokenWindowSource, why: str) -> DocumentSource | TokenWindowSource:
     if source.sample_count == 0:
         source.close()
-        raise ValueError(f"the storage at {source.storage.path} has no samples to load{why}")
+        raise ValueError(f"the storage at {source.storage.location} has no samples to load{why}")
     return source

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from guideloom import TokenStorage
 
@@ -21,3 +23,12 @@ def tokens(tmp_path: Path) -> TokenStorage:
         for document in range(40):
             writer.append(document % 2, rng.integers(0, VOCABULARY, 25))
     return storage
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    """The models are tiny: intra-op threads only add contention on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

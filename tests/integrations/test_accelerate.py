@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 from accelerate import Accelerator
-from conftest import VOCABULARY
 
 from guideloom import StatefulDataLoader, TokenStorage
+
+VOCABULARY = 64  # the token ids of the tokens fixture are below it
 
 BATCHES = 20  # the epoch has 15 batches: the resumed run crosses into the second epoch
 SAVED_AT = 8

@@ -9,6 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.stateful import Stateful
 
@@ -36,6 +37,7 @@ def take(loader: StatefulDataLoader, count: int) -> list[list[list[int]]]:
     return batches
 
 
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")  # it says: one process, as intended
 def test_dcp_save_and_load_resume_exactly_in_one_process(tokens: TokenStorage, tmp_path: Path) -> None:
     with make_loader(tokens) as loader:  # 15 batches an epoch
         take(loader, SAVED_AT)

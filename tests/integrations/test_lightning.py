@@ -12,11 +12,11 @@ from typing import Any
 
 import lightning
 import torch
-from conftest import VOCABULARY
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from guideloom import StatefulDataLoader, TokenStorage
 
+VOCABULARY = 64  # the token ids of the tokens fixture are below it
 STEPS = 20  # the epoch has 15 batches: the resumed run crosses into the second epoch
 SAVED_AT = 6
 

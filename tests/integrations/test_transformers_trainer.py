@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from conftest import VOCABULARY
 from transformers import (
     GPT2Config,
     GPT2LMHeadModel,
@@ -22,6 +21,8 @@ from transformers import (
 
 from guideloom import StatefulDataLoader, TokenStorage
 from guideloom.integrations.transformers import STATE_KEY, LoaderStateCallback
+
+VOCABULARY = 64  # the token ids of the tokens fixture are below it
 
 
 def language_model_batch(rows: list[np.ndarray]) -> dict[str, torch.Tensor]:
@@ -126,6 +127,13 @@ def test_accumulation_that_does_not_divide_the_epoch_refuses_a_mid_epoch_resume(
 def test_the_callback_requires_ignore_data_skip(tokens: TokenStorage, tmp_path: Path) -> None:
     with make_loader(tokens) as loader, pytest.raises(ValueError, match="ignore_data_skip=True"):
         make_trainer(loader, tmp_path, [LoaderStateCallback(loader)], ignore_data_skip=False)
+
+
+def test_a_checkpoint_without_the_loader_state_is_refused(tokens: TokenStorage, tmp_path: Path) -> None:
+    with make_loader(tokens) as loader:
+        arguments = TrainingArguments(output_dir=str(tmp_path), ignore_data_skip=True)
+        with pytest.raises(ValueError, match="holds no loader state"):
+            LoaderStateCallback(loader).on_train_begin(arguments, TrainerState(global_step=4), TrainerControl())
 
 
 def test_the_callback_takes_only_a_resumable_loader() -> None:

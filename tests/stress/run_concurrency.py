@@ -8,13 +8,12 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 from tests.hardening.concurrency import snapshots
-from tests.helpers import child_environment, module_command
+from tests.helpers import run_harness
 
 
 def main() -> int:
@@ -28,14 +27,8 @@ def main() -> int:
     print(f"seed {arguments.seed}", flush=True)
     with tempfile.TemporaryDirectory(prefix="guideloom-stress-race-") as scratch:
         started = time.perf_counter()
-        completed = subprocess.run(
-            module_command("tests.hardening.concurrency.harness", "--rounds", arguments.rounds,
-                           "--seed", arguments.seed, "--root", Path(scratch) / "race"),
-            capture_output=True,
-            text=True,
-            env=child_environment(),
-        )  # fmt: skip
-        lines = [json.loads(line) for line in completed.stdout.splitlines() if line.startswith("{")]
+        completed, lines = run_harness("tests.hardening.concurrency.harness", "--rounds", arguments.rounds,
+                                       "--seed", arguments.seed, "--root", Path(scratch) / "race")  # fmt: skip
         for line in lines[:-1]:
             print("FAILED round:", json.dumps(line, indent=1), flush=True)
         print("racing writers:", json.dumps(lines[-1]["summary"] if lines else completed.stderr[-3000:]),

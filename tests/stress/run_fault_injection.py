@@ -11,14 +11,13 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import subprocess
 import tempfile
 import time
 import traceback
 from pathlib import Path
 
 from tests.hardening.fault_injection import tokenize_kills
-from tests.helpers import child_environment, module_command
+from tests.helpers import run_harness
 
 
 def main() -> int:
@@ -33,12 +32,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="guideloom-stress-kill-") as scratch:
         root = Path(scratch)
         started = time.perf_counter()
-        command = module_command("tests.hardening.fault_injection.harness", "--cases", arguments.writer_cases,
-                                 "--seed", arguments.seed, "--root", root / "writers")  # fmt: skip
-        if not arguments.no_exhaustive:
-            command.append("--exhaustive")
-        completed = subprocess.run(command, capture_output=True, text=True, env=child_environment())
-        lines = [json.loads(line) for line in completed.stdout.splitlines() if line.startswith("{")]
+        exhaustive = [] if arguments.no_exhaustive else ["--exhaustive"]
+        completed, lines = run_harness("tests.hardening.fault_injection.harness", "--cases", arguments.writer_cases,
+                                       "--seed", arguments.seed, "--root", root / "writers", *exhaustive)  # fmt: skip
         for line in lines:
             if line.get("ok") is False:
                 print("FAILED writer case:", json.dumps(line, indent=1), flush=True)

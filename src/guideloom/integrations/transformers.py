@@ -55,6 +55,11 @@ class LoaderStateCallback(TrainerCallback):
     ) -> None:
         _require_ignore_data_skip(args)
         saved = _callback_states(state).get(STATE_KEY)
+        if saved is None and state.global_step > 0:
+            raise ValueError(
+                f"the checkpoint resumed at step {state.global_step} holds no loader state (it was saved without "
+                "LoaderStateCallback): the loader would read the data again from its first batch"
+            )
         mid_epoch = saved is not None and state.global_step % self._updates_per_epoch(args) != 0
         uneven = args.gradient_accumulation_steps > 1 and len(self.loader) % args.gradient_accumulation_steps != 0
         if uneven and mid_epoch:

@@ -1,5 +1,7 @@
 """Worker processes for a tokenize run: each tokenizes whole files, one at a time, the largest first.
 
+A worker asks for its first file once it has loaded the tokenizer (the first ready takes the largest).
+
 Each worker has two pipes of its own (jobs in, events out), so a worker killed at any instant holds no
 lock the others need; its death is seen through its process sentinel. The first failure cancels the
 others: the parent sends each busy worker a stop message, which :func:`tokenize_file` notices between
@@ -20,7 +22,7 @@ from multiprocessing.process import BaseProcess
 
 from guideloom._errors import TokenizeWorkerDied
 from guideloom.tokenize._plan import FileJob, Settings
-from guideloom.tokenize._shard import Cancelled, tokenize_file
+from guideloom.tokenize._shard import Cancelled, picklable, tokenize_file
 from guideloom.tokenize._tokenizer import load_tokenizer
 
 STOP_GRACE_SECONDS = 30.0  # how long stopped workers may take to leave their current batch
@@ -33,16 +35,6 @@ class RemoteTraceback(Exception):
         return f"\n{self.args[0]}"
 
 
-def _picklable(error: BaseException) -> BaseException:
-    import pickle
-
-    try:
-        pickle.loads(pickle.dumps(error))
-    except Exception:
-        return RuntimeError(f"{type(error).__name__}: {error}")
-    return error
-
-
 def _worker_main(settings: Settings, threads: int, jobs: Connection, events: Connection) -> None:
     """A worker process: tokenize each job received until ``None``; report progress and outcomes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the workers
@@ -50,8 +42,9 @@ def _worker_main(settings: Settings, threads: int, jobs: Connection, events: Con
     try:
         tokenizer = load_tokenizer(settings.tokenizer_path)
     except Exception as error:
-        events.send(("failed", None, _picklable(error), traceback.format_exc()))
+        events.send(("failed", None, picklable(error), traceback.format_exc()))
         return
+    events.send(("ready", None, None, None))
 
     def report(count: int) -> None:
         events.send(("progress", count, None, None))
@@ -62,7 +55,7 @@ def _worker_main(settings: Settings, threads: int, jobs: Connection, events: Con
         except Cancelled:
             events.send(("cancelled", job.shard, None, None))
         except Exception as error:
-            events.send(("failed", job.shard, _picklable(error), traceback.format_exc()))
+            events.send(("failed", job.shard, picklable(error), traceback.format_exc()))
         else:
             events.send(("done", job.shard, counts, None))
 
@@ -100,8 +93,6 @@ class _Pool:
             self.workers.append(_Worker(process, job_writer, event_reader))
 
     def run(self) -> None:
-        for worker in self.workers:
-            self._next_job(worker)
         while self.workers:
             sentinels = {worker.process.sentinel: worker for worker in self.workers}
             ready = wait([*(worker.events for worker in self.workers), *sentinels])
@@ -125,7 +116,7 @@ class _Pool:
                 if kind == "progress":
                     self.update(value)
                     continue
-                worker.job = None
+                worker.job = None  # ready for a job: it loaded the tokenizer, or it finished its last one
                 if kind == "done":
                     self.results[value] = payload
                 elif kind == "failed":
@@ -149,10 +140,10 @@ class _Pool:
     def _died(self, worker: _Worker) -> TokenizeWorkerDied:
         code = worker.process.exitcode or 0
         how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
-        doing = f"while writing shard {worker.job.shard} ({worker.job.path})" if worker.job else "between files"
+        doing = f"while writing shard {worker.job.shard} ({worker.job.path})" if worker.job else "while it had no file"
         return TokenizeWorkerDied(
             f"a tokenize worker process died ({how}) {doing}: the shard it was writing was not committed; "
-            f"leftovers in {self.settings.output / 'incomplete'} can be removed with 'guideloom clean'"
+            f"leftovers of {self.settings.output} can be removed with 'guideloom clean'"
         )
 
     def _fail(self, error: BaseException) -> None:

@@ -8,15 +8,20 @@ nothing when it raises.
 from __future__ import annotations
 
 import contextlib
+import os
+import pickle
+import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from guideloom._resumable_write import committed_digest
 from guideloom._storage import TokenStorage
 from guideloom.tokenize._inputs import iter_documents
 from guideloom.tokenize._plan import FileJob, Settings
-from guideloom.tokenize._tokenizer import encode
+from guideloom.tokenize._tokenizer import encode, load_tokenizer
 
 BATCH_DOCUMENTS = 512
 BATCH_CHARACTERS = 4 << 20
@@ -49,7 +54,7 @@ def tokenize_file(
     """
     if cancelled():
         raise Cancelled
-    storage = TokenStorage(settings.output, settings.dtype)
+    storage = settings.storage()
     documents = tokens = 0
     reported = 0
     texts: list[str] = []
@@ -86,3 +91,36 @@ def tokenize_file(
                 flush(position)
         flush(max(position, job.size))
     return documents, tokens
+
+
+def picklable(error: BaseException) -> BaseException:
+    """``error`` if it survives pickling (to cross to the parent process), else a RuntimeError saying it."""
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:
+        return RuntimeError(f"{type(error).__name__}: {error}")
+    return error
+
+
+_loaded_tokenizers: dict[Path, Any] = {}  # per process: an executor's reused worker loads a tokenizer once
+
+
+def tokenize_job(job: FileJob, settings: Settings) -> tuple[str, Any, str | None]:
+    """``job`` for executors that may run it again (Ray): ``("done", counts, None)`` or ``("failed", error, trace)``.
+
+    An attempt that finds the shard committed (an earlier attempt died after committing it) reports
+    the shard's counts: a plan schedules only shards not committed when the run started.
+    """
+    os.environ.setdefault("RAYON_NUM_THREADS", "1")  # one CPU per job
+    try:
+        storage = TokenStorage(settings.output, settings.dtype)
+        header = storage._create()
+        found = committed_digest(storage, header, job.shard)
+        if found is not None:
+            return "done", (found.records, found.data_size // header.element_size), None
+        tokenizer = _loaded_tokenizers.get(settings.tokenizer_path)
+        if tokenizer is None:
+            tokenizer = _loaded_tokenizers[settings.tokenizer_path] = load_tokenizer(settings.tokenizer_path)
+        return "done", tokenize_file(job, settings, tokenizer), None
+    except Exception as error:
+        return "failed", picklable(error), traceback.format_exc()

@@ -5,16 +5,14 @@ See ``snapshots.py`` for what a consistent snapshot is and ``harness.py`` for th
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.hardening.campaigns import tally
 from tests.hardening.concurrency import snapshots
-from tests.helpers import child_environment, module_command
+from tests.helpers import run_harness
 
 SEED = int(os.environ.get("GUIDELOOM_HARDENING_SEED", "20261129"))
 
@@ -28,14 +26,9 @@ def test_readers_and_loaders_see_consistent_snapshots_while_writers_commit(tmp_p
 
 @pytest.mark.timeout(240)
 def test_writers_racing_for_one_shard_exactly_one_wins(tmp_path: Path) -> None:
-    completed = subprocess.run(
-        module_command("tests.hardening.concurrency.harness", "--rounds", 100, "--seed", SEED, "--root", tmp_path),
-        capture_output=True,
-        text=True,
-        env=child_environment(),
-        timeout=220,
+    completed, lines = run_harness(
+        "tests.hardening.concurrency.harness", "--rounds", 100, "--seed", SEED, "--root", tmp_path, timeout=220
     )
-    lines = [json.loads(line) for line in completed.stdout.splitlines() if line.startswith("{")]
     assert lines and "summary" in lines[-1], completed.stdout[-3000:] + completed.stderr[-3000:]
     summary = lines[-1]["summary"]
     tally("concurrency: racing writers", **summary)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ import pytest
 
 from tests.hardening.campaigns import tally
 from tests.hardening.fault_injection import tokenize_kills
-from tests.helpers import child_environment, module_command
+from tests.helpers import run_harness
 
 SEED = int(os.environ.get("GUIDELOOM_HARDENING_SEED", "20261129"))
 
@@ -24,14 +23,9 @@ SEED = int(os.environ.get("GUIDELOOM_HARDENING_SEED", "20261129"))
 @pytest.mark.timeout(240)
 def test_writer_killed_at_random_instants(tmp_path: Path) -> None:
     """60 instants: k-th line of guideloom code, before/after the k-th syscall, random delays, with a partner."""
-    completed = subprocess.run(
-        module_command("tests.hardening.fault_injection.harness", "--cases", 60, "--seed", SEED, "--root", tmp_path),
-        capture_output=True,
-        text=True,
-        env=child_environment(),
-        timeout=200,
+    completed, lines = run_harness(
+        "tests.hardening.fault_injection.harness", "--cases", 60, "--seed", SEED, "--root", tmp_path, timeout=200
     )
-    lines = [json.loads(line) for line in completed.stdout.splitlines() if line.startswith("{")]
     failures = [line for line in lines if line.get("ok") is False]
     assert lines and "summary" in lines[-1], completed.stderr
     summary = lines[-1]["summary"]

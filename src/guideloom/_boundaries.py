@@ -1,0 +1,181 @@
+"""Rows of tokens with the pieces they are made of, and the batch dict that says where pieces start.
+
+A piece is a run of one document within one row; a row's padding is one more
+piece. From the pieces of a batch's rows come ``position_ids`` (0 at the first
+token of every piece, +1 after; 0 on padding), ``labels`` (the tokens, -100
+where ``position_ids`` is 0 and on padding), ``cu_seqlens`` (0 and the
+cumulative piece lengths of the flattened batch) and ``max_seqlen``. All of it
+is computed with whole-array operations, never per token or per piece.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Any
+
+import numpy as np
+import torch
+
+IGNORE_INDEX = -100
+
+
+@dataclass(frozen=True)
+class PieceRows:
+    """``n`` rows of ``S`` tokens and their pieces.
+
+    Row ``r`` holds ``piece_counts[r]`` document pieces (their lengths, row after row, in
+    ``piece_lengths``), followed by ``padding[r]`` padding tokens.
+    """
+
+    input_ids: np.ndarray
+    piece_lengths: np.ndarray
+    piece_counts: np.ndarray
+    padding: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    def __getitem__(self, row: int) -> dict[str, Any]:
+        """Row ``row`` alone, as the batch dict of one row without its batch dimension (what a user collate sees)."""
+        if not -len(self) <= row < len(self):
+            raise IndexError(f"row {row} is out of range for {len(self)} rows")
+        batch = self.take(np.array([row % len(self)], np.int64)).batch()
+        return {
+            key: value[0] if key in ("input_ids", "position_ids", "labels") else value for key, value in batch.items()
+        }
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for row in range(len(self)):
+            yield self[row]
+
+    def take(self, rows: np.ndarray) -> PieceRows:
+        """The rows at these positions (int64), in that order."""
+        piece_bounds = np.concatenate([[0], np.cumsum(self.piece_counts)]).astype(np.int64)
+        counts = self.piece_counts[rows]
+        first = piece_bounds[rows]
+        pieces = np.repeat(first - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()), dtype=np.int64)
+        return PieceRows(self.input_ids[rows], self.piece_lengths[pieces], counts, self.padding[rows])
+
+    def split(self, sizes: list[int]) -> list[PieceRows]:
+        """Consecutive groups of ``sizes`` rows."""
+        row_bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        piece_bounds = np.concatenate([[0], np.cumsum(self.piece_counts)]).astype(np.int64)[row_bounds].tolist()
+        return [
+            PieceRows(
+                self.input_ids[start:stop],
+                self.piece_lengths[piece_start:piece_stop],
+                self.piece_counts[start:stop],
+                self.padding[start:stop],
+            )
+            for (start, stop), (piece_start, piece_stop) in zip(
+                pairwise(row_bounds.tolist()), pairwise(piece_bounds), strict=True
+            )
+        ]
+
+    @staticmethod
+    def concatenate(parts: list[PieceRows]) -> PieceRows:
+        """The rows of ``parts``, one after another."""
+        return PieceRows(
+            np.concatenate([part.input_ids for part in parts]),
+            np.concatenate([part.piece_lengths for part in parts]),
+            np.concatenate([part.piece_counts for part in parts]),
+            np.concatenate([part.padding for part in parts]),
+        )
+
+    def batch(self) -> dict[str, Any]:
+        """The batch dict: ``input_ids``, ``position_ids``, ``labels``, ``cu_seqlens``, ``max_seqlen``."""
+        lengths, is_padding = self._all_piece_lengths()
+        position_ids, labels, cu_seqlens = piece_arrays(self.input_ids, lengths, is_padding)
+        return {
+            "input_ids": torch.from_numpy(self.input_ids),
+            "position_ids": torch.from_numpy(position_ids),
+            "labels": torch.from_numpy(labels),
+            "cu_seqlens": torch.from_numpy(cu_seqlens),
+            "max_seqlen": int(lengths.max()) if len(lengths) else 0,
+        }
+
+    def _all_piece_lengths(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every piece's length, padding pieces included (row-major), and which pieces are padding."""
+        padded = self.padding > 0
+        counts = self.piece_counts + padded
+        padding_pieces = (np.cumsum(counts) - 1)[padded]
+        is_padding = np.zeros(int(counts.sum()), bool)
+        is_padding[padding_pieces] = True
+        lengths = np.empty(len(is_padding), np.int64)
+        lengths[~is_padding] = self.piece_lengths
+        lengths[padding_pieces] = self.padding[padded]
+        return lengths, is_padding
+
+
+def piece_arrays(
+    input_ids: np.ndarray, lengths: np.ndarray, is_padding: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``position_ids``, ``labels`` (both int64, shaped like ``input_ids``) and ``cu_seqlens`` (int32)."""
+    total = input_ids.size
+    cu_seqlens = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=cu_seqlens[1:])
+    if cu_seqlens[-1] != total:
+        raise AssertionError(f"pieces cover {cu_seqlens[-1]} tokens of a batch of {total}")
+    starts = cu_seqlens[:-1]
+    if len(lengths) and int(lengths.min()) < 1:
+        raise AssertionError("a piece of no tokens")
+    # +1 per token, and at each piece start a step back to 0: positions are a cumulative sum of steps.
+    # One block for both arrays: one allocation per batch (or group), which the allocator reuses.
+    position_ids, labels = np.empty((2, *input_ids.shape), np.int64)
+    flat_positions = position_ids.reshape(-1)
+    flat_positions.fill(1)
+    flat_positions[:1] = 0
+    flat_positions[starts[1:]] = 1 - lengths[:-1]
+    np.cumsum(flat_positions, out=flat_positions)
+    np.copyto(labels, input_ids)
+    flat_labels = labels.reshape(-1)
+    for start, stop in zip(starts[is_padding].tolist(), cu_seqlens[1:][is_padding].tolist(), strict=True):
+        flat_positions[start:stop] = 0
+        flat_labels[start:stop] = IGNORE_INDEX
+    flat_labels[starts] = IGNORE_INDEX
+    return position_ids, labels, cu_seqlens.astype(np.int32)
+
+
+def window_pieces(window_starts: np.ndarray, length: int, document_starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For windows ``stream[s:s + length]``: how many pieces each row has, and their lengths (row-major).
+
+    ``document_starts`` are the stream positions where non-empty documents begin, strictly increasing;
+    a window's own start always begins a piece.
+    """
+    window_starts = np.asarray(window_starts, np.int64)
+    rows = len(window_starts)
+    first = np.searchsorted(document_starts, window_starts, side="right")
+    inner = np.searchsorted(document_starts, window_starts + length, side="left") - first
+    cuts_before = np.cumsum(inner) - inner
+    row_points = np.arange(rows, dtype=np.int64) + cuts_before  # where each row's own start goes
+    points = np.empty(rows + int(inner.sum()) + 1, np.int64)
+    is_inner = np.ones(len(points) - 1, bool)
+    is_inner[row_points] = False
+    points[row_points] = np.arange(rows, dtype=np.int64) * length
+    which = np.repeat(first - cuts_before, inner) + np.arange(int(inner.sum()), dtype=np.int64)
+    shift = np.repeat(np.arange(rows, dtype=np.int64) * length - window_starts, inner)
+    points[:-1][is_inner] = document_starts[which] + shift
+    points[-1] = rows * length
+    return inner + 1, np.diff(points)
+
+
+def split_batch(batch: dict[str, Any], sizes: list[int]) -> list[dict[str, Any]]:
+    """A batch dict of several batches' rows cut back into those batches (each row starts a piece)."""
+    length = batch["input_ids"].shape[1]
+    cu_seqlens = batch["cu_seqlens"].numpy()
+    piece_lengths = np.diff(cu_seqlens)
+    row_bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    cuts = np.searchsorted(cu_seqlens, row_bounds * length).tolist()
+    columns = {key: torch.split(batch[key], sizes) for key in ("input_ids", "position_ids", "labels")}
+    parts: list[dict[str, Any]] = []
+    for part, ((first, last), row) in enumerate(zip(pairwise(cuts), row_bounds.tolist(), strict=False)):
+        parts.append(
+            {
+                **{key: tensors[part] for key, tensors in columns.items()},
+                "cu_seqlens": torch.from_numpy(cu_seqlens[first : last + 1] - np.int32(row * length)),
+                "max_seqlen": int(piece_lengths[first:last].max()) if last > first else 0,
+            }
+        )
+    return parts

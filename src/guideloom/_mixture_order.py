@@ -1,0 +1,131 @@
+"""Which component, and which of its samples, a mixture serves at any global sample index.
+
+Global sample ``g`` lies in block ``b = g // block_size`` at offset ``g % block_size``. The block's
+slots hold exactly the stage's counts of each component (see ``_schedule``), laid out in a seeded
+order of the block; the sample is its component's ``j``-th draw, where ``j`` is the closed-form count
+of that component's draws before the block plus those earlier in the block. Draw ``j`` of component
+``k`` is position ``j % size_k`` of the component's pass ``j // size_k``, a seeded permutation of its
+samples per pass (`EpochOrder`), so a component smaller than its share cycles and reshuffles. Nothing
+here grows with the number of samples: any index costs O(1) plus one block's layout (cached).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from guideloom._order import _MASK64, EpochOrder, _mix_int
+from guideloom._schedule import Schedule
+
+__all__ = ["MixtureOrder"]
+
+_SLOT_SALT = 0x6D69787475726573  # keys the slot order of blocks apart from the components' passes
+_CACHED_BLOCKS = 64
+
+_BlockLayout = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
+
+
+class MixtureOrder:
+    """The mixture sequence as a pure function of (schedule, component sizes, shuffle, seed, index).
+
+    ``shuffle`` makes each component's passes seeded permutations (else storage order); the slot order
+    within a block is always seeded, so components interleave either way.
+    """
+
+    def __init__(self, schedule: Schedule, component_sizes: Sequence[int], *, shuffle: bool, seed: int) -> None:
+        if len(component_sizes) != len(schedule.names):
+            raise ValueError(f"component_sizes must give {len(schedule.names)} sizes, got {len(component_sizes)}")
+        used_by_name = [bool(schedule.counts[:, k].any()) for k in range(len(schedule.names))]
+        for name, size, used in zip(schedule.names, component_sizes, used_by_name, strict=True):
+            if size < 0:
+                raise ValueError(f"component {name!r} has a negative size {size}")
+            if used and size == 0:
+                raise ValueError(f"component {name!r} has no samples, but its weight gives it a share of the mixture")
+        self.schedule = schedule
+        self.sizes = np.array(component_sizes, np.int64)
+        self.shuffle = shuffle
+        self.seed = seed
+        self._slot_seed = _mix_int((seed & _MASK64) ^ _SLOT_SALT)
+        self._component_seeds = [_mix_int((seed & _MASK64) ^ _mix_int(k + 1)) for k in range(len(component_sizes))]
+        self._blocks: OrderedDict[int, _BlockLayout] = OrderedDict()
+
+    def __getstate__(self) -> dict[str, object]:
+        return {**self.__dict__, "_blocks": OrderedDict()}
+
+    @property
+    def block_size(self) -> int:
+        return self.schedule.block_size
+
+    def layout(self, block: int, counts: npt.NDArray[np.int64]) -> _BlockLayout:
+        """For each offset of ``block`` laid out with ``counts``: its component, and its rank among that
+        component's samples in the block (0, 1, ... in order of appearance)."""
+        size = self.block_size
+        slots = EpochOrder(size, shuffle=True, seed=self._slot_seed, epoch=block).indices(np.arange(size))
+        ends = np.cumsum(counts)
+        components = np.searchsorted(ends, slots, side="right").astype(np.int64)
+        order = np.argsort(components, kind="stable")
+        ranks = np.empty(size, np.int64)
+        ranks[order] = np.arange(size, dtype=np.int64) - (ends - counts)[components[order]]
+        return components, ranks
+
+    def _layout_of(self, block: int) -> _BlockLayout:
+        """`layout` of ``block`` with the counts of the stage in force there (recently used ones cached)."""
+        cached = self._blocks.get(block)
+        if cached is None:
+            stage = int(self.schedule.stage_of_blocks(np.array([block], np.int64))[0])
+            cached = self._blocks[block] = self.layout(block, self.schedule.counts[stage])
+            if len(self._blocks) > _CACHED_BLOCKS:
+                self._blocks.popitem(last=False)
+        else:
+            self._blocks.move_to_end(block)
+        return cached
+
+    def draws(self, global_indices: npt.ArrayLike) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """The component of each global index and which of its draws (0, 1, ... since global sample 0) it is."""
+        indices = np.asarray(global_indices, np.int64).reshape(-1)
+        if indices.size and int(indices.min()) < 0:
+            raise IndexError(f"global indices must be >= 0, got {indices.min()}")
+        blocks, offsets = np.divmod(indices, self.block_size)
+        unique_blocks, which = np.unique(blocks, return_inverse=True)
+        layouts = [self._layout_of(int(block)) for block in unique_blocks]
+        components = np.stack([layout[0] for layout in layouts])[which, offsets] if layouts else offsets.copy()
+        ranks = np.stack([layout[1] for layout in layouts])[which, offsets] if layouts else offsets.copy()
+        before = self.schedule.draws_before_blocks(unique_blocks)
+        return components, before[which, components] + ranks
+
+    def locate(self, global_indices: npt.ArrayLike) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """The component of each global index and the index of its sample within that component."""
+        components, draws = self.draws(global_indices)
+        sizes = self.sizes[components]
+        passes, within = np.divmod(draws, np.maximum(sizes, 1))
+        if not self.shuffle or within.size == 0:
+            return components, within
+        samples = np.empty_like(within)
+        count = len(self.sizes)
+        keys, which = np.unique(passes * count + components, return_inverse=True)  # one per (pass, component)
+        which = which.reshape(-1)
+        for number, key in enumerate(keys.tolist()):
+            pass_number, component = divmod(key, count)
+            chosen = which == number
+            order = EpochOrder(
+                int(self.sizes[component]), shuffle=True, seed=self._component_seeds[component], epoch=pass_number
+            )
+            samples[chosen] = order.indices(within[chosen])
+        return components, samples
+
+    def default_samples_per_epoch(self) -> int:
+        """Global samples after which the first component, at the first stage's weights, has served each of
+        its samples once: ``len(loader)`` and the epoch counter of a mixture unless the user sets them."""
+        share, size = int(self.schedule.counts[0, 0]), int(self.sizes[0])
+        if share == 0:
+            name = self.schedule.names[0]
+            raise ValueError(
+                f"samples_per_epoch is required: the first component {name!r} has no share at the first weights"
+            )
+        full_blocks, last_draw = divmod(size - 1, share)
+        components, ranks = self.layout(full_blocks, self.schedule.counts[0])
+        offset = int(np.flatnonzero((components == 0) & (ranks == last_draw))[0])
+        return full_blocks * self.block_size + offset + 1

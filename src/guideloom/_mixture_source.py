@@ -1,0 +1,259 @@
+"""The sample source of a `Mixture`: per-component sources, blended by `MixtureOrder`.
+
+Each component is read through the source the loader would make for that storage alone (token
+windows, document-aware or packed windows, records, remote shards), so every way of cutting samples
+works inside a mixture. The mixture orders itself: the loader hands it epoch positions, and global
+sample ``epoch × samples_per_epoch + position`` is located by the pure arithmetic of `MixtureOrder`.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from guideloom._errors import StateMismatchError
+from guideloom._growth import ShardDigest, describe_shards, parse_ranges, recorded_shards
+from guideloom._mixture import Mixture
+from guideloom._mixture_order import MixtureOrder
+from guideloom._schedule import Schedule
+from guideloom._sources import TokenWindowSource
+
+__all__ = ["MixtureSource"]
+
+KIND = "mixture"
+_SHARD_KEYS = ("kind", "path", "shards", "records", "fingerprint", "digest")  # per component, recorded apart
+_KEY_BITS = 40  # shard ids are < 10**12 < 2**40: component k's shard s has digest key k·2**40 + s
+
+
+def _stage_digests(schedule: Schedule) -> list[list[Any]]:
+    """Each stage as ``[start, crc of its counts]``: enough to tell whether a later schedule differs."""
+    return [[start, f"{zlib.crc32(repr(counts).encode()):08x}"] for start, counts in schedule.to_json()]
+
+
+class MixtureSource:
+    """Samples of several component sources, in the mixture's exact, seeded, scheduled order."""
+
+    def __init__(self, mixture: Mixture, components: list[Any], *, shuffle: bool, seed: int) -> None:
+        self.mixture = mixture
+        self.components = components
+        self.shuffle = shuffle
+        self.seed = seed
+        self.order = MixtureOrder(
+            mixture.schedule, [source.sample_count for source in components], shuffle=shuffle, seed=seed
+        )
+        self._sample_count = mixture.samples_per_epoch or self.order.default_samples_per_epoch()
+        self._identity: dict[str, Any] | None = None
+        self._located: list[tuple[int, npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]] = []
+        self._plain_windows = all(type(source) is TokenWindowSource for source in components) and (
+            len({(source.sequence_length, source.window_dtype) for source in components}) == 1
+        )
+
+    @property
+    def sample_count(self) -> int:
+        return self._sample_count
+
+    @property
+    def orders_itself(self) -> bool:
+        return True
+
+    @property
+    def sample_bytes(self) -> int:
+        sizes = {source.sample_bytes for source in self.components}
+        return sizes.pop() if len(sizes) == 1 else 0
+
+    def locate(self, positions: npt.NDArray[np.int64], epoch: int) -> tuple[npt.NDArray[np.int64], ...]:
+        """The component of each epoch position and the index of its sample there.
+
+        Positions the loader announced through `prefetch` (thousands at once, which is cheaper per
+        position) are looked up; others are computed.
+        """
+        positions = np.asarray(positions, np.int64)
+        for known_epoch, known, components, samples in self._located:
+            if known_epoch == epoch and len(known) and len(positions):
+                where = np.minimum(np.searchsorted(known, positions), len(known) - 1)
+                if bool((known[where] == positions).all()):
+                    return components[where], samples[where]
+        wrapped = positions % self._sample_count  # padding wraps around
+        return self.order.locate(epoch * self._sample_count + wrapped)
+
+    def fetch(self, indices: np.ndarray, epoch: int) -> Any:
+        components, samples = self.locate(indices, epoch)
+        present = np.unique(components).tolist()
+        if self._plain_windows:  # straight into one array: no second copy to interleave them
+            first = self.components[0]
+            windows = np.empty((len(components), first.sequence_length), first.window_dtype)
+            for k in present:
+                rows = np.flatnonzero(components == k)
+                source = self.components[k]
+                source.reader.read_windows(samples[rows], source.sequence_length, windows, rows=rows)
+            for k in present:
+                self.components[k].check_ids(windows)
+            return windows
+        parts = {k: self.components[k].fetch(samples[components == k], epoch) for k in present}
+        return _interleave(parts, components)
+
+    def default_collate(self, samples: Any) -> Any:
+        return self.components[0].default_collate(samples)
+
+    def split_collated(self, batch: Any, sizes: list[int]) -> list[Any]:
+        return list(self.components[0].split_collated(batch, sizes))
+
+    def prefetch(self, indices: np.ndarray, epoch: int) -> None:
+        positions = np.asarray(indices, np.int64).reshape(-1)
+        positions = positions[np.argsort(positions, kind="stable")]
+        components, samples = self.locate(positions, epoch)
+        self._located = [*self._located[-1:], (epoch, positions, components, samples)]  # for `fetch`
+        for k in np.unique(components).tolist():
+            self.components[k].prefetch(samples[components == k], epoch)
+
+    def close(self) -> None:
+        for source in self.components:
+            source.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_located": []}
+
+    def __repr__(self) -> str:
+        return f"a mixture of {', '.join(self.mixture.names)}"
+
+    # --- what a state records, and resuming from it ------------------------------------------------------
+
+    def identity(self) -> dict[str, Any]:
+        if self._identity is None:
+            first = self.components[0].identity()
+            self._identity = {
+                "kind": KIND,
+                "components": [
+                    [name, describe_shards(source.shard_ids), source.sample_count]
+                    for name, source in zip(self.mixture.names, self.components, strict=True)
+                ],
+                "digest": self._digest().to_text(),
+                "source": {key: value for key, value in first.items() if key not in _SHARD_KEYS},
+                "schedule": _stage_digests(self.mixture.schedule),
+                "block_size": self.mixture.block_size,
+                "samples_per_epoch": self._sample_count,
+            }
+        return dict(self._identity)
+
+    def _digest(self) -> ShardDigest:
+        return ShardDigest.of(
+            ((k << _KEY_BITS) + shard, records, checksum)
+            for k, source in enumerate(self.components)
+            for shard, records, checksum in source.shard_entries()
+        )
+
+    def resumed(self, recorded: dict[str, Any], *, epoch: int | None = None, position: int | None = None) -> Any:
+        """The source serving the rest of the state's epoch: this one, or one over the components' shards then.
+
+        The schedule may differ from the recorded one only from the state's global position on (the whole
+        schedule must match when the position is not given).
+        """
+        if not isinstance(recorded, dict) or recorded.get("kind") != KIND:
+            kind = recorded.get("kind") if isinstance(recorded, dict) else recorded
+            raise StateMismatchError(f"the state was taken from a source of kind {kind!r}, this loader reads {self}")
+        mine = self.identity()
+        names = [entry[0] for entry in recorded.get("components", []) if isinstance(entry, list) and entry]
+        if names != list(self.mixture.names):
+            raise StateMismatchError(
+                f"the state was taken from a mixture of {names}, this loader reads one of {list(self.mixture.names)}"
+            )
+        for key in ("block_size", "source"):
+            if recorded.get(key) != mine[key]:
+                raise StateMismatchError(
+                    f"the state was taken with the mixture's {key}={recorded.get(key)!r}, this loader has {mine[key]!r}"
+                )
+        same_shards = all(recorded.get(key) == mine[key] for key in ("components", "digest", "samples_per_epoch"))
+        source = self if same_shards else self._over_recorded_shards(recorded)
+        source._check_schedule(recorded, epoch, position)
+        return source
+
+    def _over_recorded_shards(self, recorded: dict[str, Any]) -> MixtureSource:
+        """This mixture over the shards each component had when the state was taken (they may have grown since)."""
+        components = []
+        for (name, ranges, _), source in zip(recorded["components"], self.components, strict=True):
+            shards = recorded_shards(parse_ranges(ranges), source.shard_ids, f"component {name!r} ({source})")
+            components.append(source if shards == source.shard_ids else source.with_shards(shards))
+        then = MixtureSource(self.mixture, components, shuffle=self.shuffle, seed=self.seed)
+        changed = ShardDigest.from_text(recorded.get("digest")).changed_key(then._digest())
+        if changed is not None:
+            name, shard = self.mixture.names[changed >> _KEY_BITS], changed & ((1 << _KEY_BITS) - 1)
+            raise StateMismatchError(f"shard {shard} of component {name!r} changed since the state was taken")
+        mine = then.identity()
+        if recorded.get("digest") != mine["digest"] or recorded.get("components") != mine["components"]:
+            raise StateMismatchError(
+                f"the shards of the mixture's components changed since the state was taken: it read "
+                f"{recorded.get('components')}, their shards now hold {mine['components']}"
+            )
+        if recorded.get("samples_per_epoch") != mine["samples_per_epoch"]:
+            raise StateMismatchError(
+                f"the state was taken with samples_per_epoch={recorded.get('samples_per_epoch')!r}, "
+                f"this loader has {mine['samples_per_epoch']!r}"
+            )
+        return then
+
+    def _check_schedule(self, recorded: dict[str, Any], epoch: int | None, position: int | None) -> None:
+        """StateMismatchError if the schedule differs from the recorded one before the state's global position."""
+        stages = recorded.get("schedule")
+        if not isinstance(stages, list) or not all(
+            isinstance(stage, list) and len(stage) == 2 and isinstance(stage[0], int) for stage in stages
+        ):
+            raise StateMismatchError(f"the state's mixture schedule {stages!r} is not one guideloom writes")
+        if epoch is None or position is None:
+            before = None
+        else:
+            before = epoch * self._sample_count + position
+        mine = _stage_digests(self.mixture.schedule)
+        block = self.mixture.block_size
+        boundaries = sorted({stage[0] for stage in stages} | {stage[0] for stage in mine})
+        for start in boundaries:
+            if before is not None and start >= -(-before // block) * block:
+                return
+            if _in_force(stages, start) != _in_force(mine, start):
+                where = "" if before is None else f", before the state's position (global sample {before})"
+                raise StateMismatchError(
+                    f"the mixture's weights in force at global sample {start} differ from the state's{where}: a "
+                    "resumed loader may change the schedule only from its position on"
+                )
+
+
+def _in_force(stages: list[list[Any]], sample: int) -> Any:
+    """The digest of the stage in force at global sample ``sample``."""
+    current = None
+    for start, digest in stages:
+        if start > sample:
+            break
+        current = digest
+    return current
+
+
+def _interleave(parts: dict[int, Any], components: npt.NDArray[np.int64]) -> Any:
+    """The samples of ``parts`` (each component's, in order) laid out in the order of ``components``.
+
+    Arrays and lists are scattered; any other container of samples must offer ``split(sizes)`` and a
+    ``concatenate(parts)`` static method (as rows of packed documents do).
+    """
+    if len(parts) == 1:
+        return next(iter(parts.values()))
+    first = next(iter(parts.values()))
+    if isinstance(first, np.ndarray):
+        out = np.empty((len(components), *first.shape[1:]), first.dtype)
+        for k, part in parts.items():
+            out[components == k] = part
+        return out
+    if isinstance(first, list):
+        mixed: list[Any] = [None] * len(components)
+        for k, part in parts.items():
+            for slot, sample in zip(np.flatnonzero(components == k).tolist(), part, strict=True):
+                mixed[slot] = sample
+        return mixed
+    starts = np.flatnonzero(np.diff(components, prepend=-1))
+    run_components = components[starts].tolist()
+    run_lengths = np.diff(np.append(starts, len(components))).tolist()
+    runs: dict[int, list[int]] = {k: [] for k in parts}
+    for k, length in zip(run_components, run_lengths, strict=True):
+        runs[k].append(length)
+    pieces = {k: iter(part.split(runs[k])) for k, part in parts.items()}
+    return type(first).concatenate([next(pieces[k]) for k in run_components])
