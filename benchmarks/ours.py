@@ -1,4 +1,4 @@
-"""guideloom behind the peers' adapter interface (see ``peers/__init__.py``), one variant per format.
+"""guideloom behind the peers' adapter interface (``peers.interface.Adapter``), one variant per format.
 
 Token batches come from a ``TokenStorage`` (uint32) through ``StatefulDataLoader``; documents from a
 ``DocumentStorage`` in the format the variant names: pickle, MessagePack (tokens as typed arrays,
@@ -8,7 +8,6 @@ Token batches come from a ``TokenStorage`` (uint32) through ``StatefulDataLoader
 
 from __future__ import annotations
 
-import json
 import struct
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -27,6 +26,10 @@ from guideloom import (
 from guideloom.types import DocumentStorageFormat
 
 NAME = "guideloom"
+DIST = "guideloom"
+NOTES = "TokenStorage / DocumentStorage shards + StatefulDataLoader; JSON state_dict resume"
+RESUME_NOTE = "the state is JSON (a few counters)"
+STATE_FORMAT = "json"
 TOKENS_PER_SHARD = 12_500_000
 RECORDS_PER_SHARD = 10_000
 
@@ -89,12 +92,13 @@ def write_tokens(documents: Iterable[np.ndarray], out_dir: Path, *, sequence_len
             written += len(document)
 
 
-def _token_loader(
+def resumable_token_loader(
     out_dir: Path,
-    sequence_length: int,
-    batch_size: int,
-    seed: int,
-    num_workers: int,
+    *,
+    sequence_length: int = 2048,
+    batch_size: int = 8,
+    seed: int = 0,
+    num_workers: int = 0,
     window_dtype: torch.dtype = torch.int64,
 ) -> StatefulDataLoader:
     return StatefulDataLoader.from_storage(
@@ -120,7 +124,8 @@ def token_batches(
     window_dtype: torch.dtype = torch.int64,
 ) -> Iterator[torch.Tensor]:
     """int64 batches as every peer gives; ``window_dtype=torch.int32`` is guideloom's option, reported apart."""
-    with _token_loader(out_dir, sequence_length, batch_size, seed, num_workers, window_dtype) as loader:
+    options = {"sequence_length": sequence_length, "batch_size": batch_size, "seed": seed, "num_workers": num_workers}
+    with resumable_token_loader(out_dir, **options, window_dtype=window_dtype) as loader:
         yield from loader
 
 
@@ -155,41 +160,3 @@ def document_batches(
         num_workers=num_workers,
     ) as loader:
         yield from loader
-
-
-def resume_first_batch(
-    out_dir: Path,
-    fraction: float,
-    *,
-    sequence_length: int = 2048,
-    batch_size: int = 8,
-    seed: int = 0,
-    num_workers: int = 0,
-) -> Any:
-    """Fresh loader + ``load_state_dict`` + first batch, after really reading ``fraction`` of the epoch."""
-    from peers._common import ResumeResult, measure_resume
-
-    with _token_loader(out_dir, sequence_length, batch_size, seed, num_workers) as loader:
-        batches = len(loader)
-
-    def start() -> tuple[StatefulDataLoader, Iterator[torch.Tensor]]:
-        loader = _token_loader(out_dir, sequence_length, batch_size, seed, num_workers)
-        return loader, iter(loader)
-
-    def resume(state: dict[str, Any]) -> Iterator[torch.Tensor]:
-        loader = _token_loader(out_dir, sequence_length, batch_size, seed, num_workers)
-        loader.load_state_dict(state)
-        return iter(loader)
-
-    result: ResumeResult = measure_resume(
-        n_batches=batches,
-        fraction=fraction,
-        start=start,
-        state_of=lambda loader, iterator: json.loads(json.dumps(loader.state_dict())),
-        resume=resume,
-        close=lambda loader, iterator: loader.close(),
-        reason="the state is JSON (a few counters)",
-    )
-    with _token_loader(out_dir, sequence_length, batch_size, seed, num_workers) as loader:
-        result.state_bytes = len(json.dumps(loader.state_dict()))  # as JSON, not pickle
-    return result

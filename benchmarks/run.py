@@ -165,7 +165,9 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
 
         return _timed(collate_only)
     if kind == "resume":
-        result = implementation.resume_first_batch(data / f"tokens-{library}", spec["fraction"])
+        from peers import resume_first_batch
+
+        result = resume_first_batch(implementation, data / f"tokens-{library}", spec["fraction"])
         return dict(vars(result))
     if kind == "resume_windows":
         return _resume_at_scale(data / "tokens-guideloom", spec["fraction"])

@@ -3,13 +3,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="${1:-test}"
+say() { echo "setup: $*" >&2; }
+say "a .venv with CPU torch 2.13.0 and guideloom[${extras}] (several minutes the first time)"
 if [ ! -x .venv/bin/python ]; then
+  say "creating .venv"
   python3 -m venv .venv
 fi
 # shellcheck disable=SC1091
 . .venv/bin/activate
+say "updating pip"
 python -m pip install --quiet --disable-pip-version-check --upgrade pip >/dev/null
 # The CPU wheel first: a bare "torch" requirement would pull a multi-GB CUDA build.
-python -c "import torch, sys; sys.exit(torch.__version__ != '2.13.0+cpu')" 2>/dev/null \
-  || python -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
+if python -c "import torch, sys; sys.exit(torch.__version__ != '2.13.0+cpu')" 2>/dev/null; then
+  say "torch 2.13.0 (CPU) is installed"
+else
+  say "installing torch 2.13.0 (the CPU build)"
+  python -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
+fi
+say "installing guideloom[${extras}] (editable) and its dependencies"
 python -m pip install --quiet --disable-pip-version-check -e ".[${extras}]"
+say "ready: $(python -c 'import sys; print(sys.executable)')"

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import child_environment
 
 
 @pytest.fixture
@@ -19,7 +22,7 @@ def storage_path(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def run_python() -> Callable[..., subprocess.CompletedProcess[str]]:
-    """Run a Python snippet in a fresh interpreter; ``args`` become ``sys.argv[1:]``.
+    """Run a Python snippet in a fresh interpreter; ``args`` become ``sys.argv[1:]``; ``tests.*`` imports there.
 
     Used where a failure could take the test process down (a segfault, a hang, a
     huge allocation) or where a clean process is needed (memory measurements).
@@ -32,6 +35,7 @@ def run_python() -> Callable[..., subprocess.CompletedProcess[str]]:
             text=True,
             timeout=timeout,
             check=False,
+            env=child_environment(),
         )
 
     return run
@@ -40,6 +44,21 @@ def run_python() -> Callable[..., subprocess.CompletedProcess[str]]:
 @pytest.fixture(autouse=True, scope="session")
 def _packing_cache_in_a_temporary_directory(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Packings of pack_documents=True are cached here, never in the user's cache directory."""
-    import os
-
     os.environ["GUIDELOOM_CACHE_DIR"] = str(tmp_path_factory.mktemp("guideloom-cache"))
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A local 2-CPU Ray cluster shared by a test module (starting one is slow); yields its address.
+
+    The module's functions and classes are shipped to Ray's workers by value (they cannot import it).
+    """
+    import ray
+    import ray.cloudpickle
+
+    ray.cloudpickle.register_pickle_by_value(request.module)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()

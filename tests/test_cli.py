@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import os
+import pickle
 import subprocess
 import sys
 import sysconfig
 import time
+import traceback
 from pathlib import Path
 
 import pytest
 
+import guideloom
+import guideloom.tokenize
 from guideloom import DocumentPickleFormat, DocumentStorage, TokenStorage
 from guideloom._cli import main
+
+PUBLIC_ERRORS = [
+    *(getattr(guideloom, name) for name in guideloom.__all__ if name.endswith("Error")),
+    guideloom.tokenize.TokenizeInputError,
+    guideloom.tokenize.TokenizeWorkerDied,
+]
 
 
 def token_storage(path: Path) -> Path:
@@ -77,13 +87,60 @@ def test_inspect_documents(storage_path: Path, capsys: pytest.CaptureFixture[str
     assert "dtype" not in shown
 
 
-def test_inspect_lists_shards(storage_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_inspect_lists_shards_in_aligned_columns(storage_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     token_storage(storage_path)
     assert main(["inspect", "--shards", str(storage_path)]) == 0
-    out = capsys.readouterr().out
-    assert "shard 0: 2 records" in out
-    assert "shard 5: 1 records" in out
-    assert "shard 9: 1 records" in out
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:8] == [
+        f"path:       {storage_path}",
+        "kind:       tokens",
+        "dtype:      uint16",
+        "layout:     version 1",
+        "shards:     3",
+        "documents:  4",  # the same word as in the shard lines
+        "tokens:     1,004",
+        f"bytes:      {shard_bytes(storage_path):,}",
+    ]
+    assert lines[8:] == [
+        "  shard  documents  tokens  data bytes",
+        "      0          2       3           6",
+        "      5          1   1,000       2,000",
+        "      9          1       1           2",
+    ]
+
+
+def test_inspect_documents_says_records_everywhere(storage_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    document_storage(storage_path)
+    assert main(["inspect", "--shards", str(storage_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "records:    2" in lines
+    assert lines[-3][2:].split() == ["shard", "records", "data", "bytes"]
+    assert not any("document" in line for line in lines if not line.startswith(("kind:", "path:")))
+
+
+def test_inspect_mentions_leftovers(storage_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    token_storage(storage_path)
+    (storage_path / "incomplete" / "dead.partial").write_bytes(b"x" * 1234)
+    assert main(["inspect", str(storage_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "incomplete: 1 file, 1,234 bytes left by writers that died or are still writing "
+        f"('guideloom clean {storage_path}' removes the ones untouched for an hour)"
+    )
+
+
+def test_inspect_without_leftovers_says_nothing_of_them(storage_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    token_storage(storage_path)
+    assert main(["inspect", str(storage_path)]) == 0
+    assert "incomplete" not in capsys.readouterr().out
+
+
+def test_inspect_a_file_says_it_is_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"text": "a"}\n')
+    assert main(["inspect", str(corpus)]) == 2
+    assert capsys.readouterr().err == (
+        f"guideloom inspect: error: no storage at {corpus}: it is a file, not a storage directory\n"
+    )
 
 
 def test_inspect_missing_path_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -95,6 +152,13 @@ def test_verify_good_storage_exits_0(storage_path: Path, capsys: pytest.CaptureF
     token_storage(storage_path)
     assert main(["verify", str(storage_path)]) == 0
     assert capsys.readouterr().out.startswith("ok: 3 shards")
+
+
+def test_verify_one_shard_says_one_shard(storage_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with TokenStorage(storage_path, "uint16").sync_writer() as writer:
+        writer.append(0, [1])
+    assert main(["verify", str(storage_path)]) == 0
+    assert capsys.readouterr().out == "ok: 1 shard, 2 data bytes verified\n"
 
 
 def test_verify_flipped_bit_exits_1_naming_the_shard(storage_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -130,7 +194,7 @@ def test_clean_removes_only_old_leftovers(storage_path: Path, capsys: pytest.Cap
     an_hour_ago = time.time() - 7200
     os.utime(old, (an_hour_ago, an_hour_ago))
     assert main(["clean", str(storage_path), "--older-than", "60"]) == 0
-    assert "removed 1 leftover" in capsys.readouterr().out
+    assert capsys.readouterr().out == "removed 1 leftover file\n"
     assert sorted(os.listdir(storage_path / "incomplete")) == ["fresh.partial"]
     assert main(["verify", str(storage_path)]) == 0
 
@@ -140,6 +204,40 @@ def test_clean_default_age_keeps_fresh_files(storage_path: Path, capsys: pytest.
     (storage_path / "incomplete" / "live.partial").write_bytes(b"x")
     assert main(["clean", str(storage_path)]) == 0
     assert os.listdir(storage_path / "incomplete") == ["live.partial"]
+
+
+@pytest.mark.parametrize("age", ["-5", "nan", "soon"])
+def test_clean_refuses_an_age_that_is_not_seconds(
+    storage_path: Path, capsys: pytest.CaptureFixture[str], age: str
+) -> None:
+    document_storage(storage_path)
+    (storage_path / "incomplete" / "live.partial").write_bytes(b"x")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["clean", str(storage_path), "--older-than", age])
+    assert exit_info.value.code == 2
+    expected = f"got {age}" if age != "soon" else "got 'soon'"
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"guideloom clean: error: argument --older-than: must be a number of seconds{', 0 or more' * (age != 'soon')}, "
+        + expected
+    )
+    assert os.listdir(storage_path / "incomplete") == ["live.partial"]
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == f"guideloom {guideloom.__version__}\n"
+
+
+@pytest.mark.parametrize("error_class", PUBLIC_ERRORS)
+def test_errors_are_named_by_their_public_module(error_class: type[Exception]) -> None:
+    module = "guideloom.tokenize" if error_class.__name__.startswith("Tokenize") else "guideloom"
+    error = error_class("what went wrong")
+    shown = "".join(traceback.format_exception_only(error))
+    assert shown == f"{module}.{error_class.__name__}: what went wrong\n"
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is error_class and copy.args == ("what went wrong",)
 
 
 def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -249,3 +249,17 @@ def test_site_builds_strictly(tmp_path: Path) -> None:
     output = completed.stdout + completed.stderr
     assert completed.returncode == 0, output
     assert "WARNING" not in output, output
+
+
+def test_readme_sample_runs_twice_in_one_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Running the README's "In code" sample again where it ran before works (no ShardExistsError)."""
+    readme = REPOSITORY / "README.md"
+    sample = next(block for block in blocks(readme) if block.language == "python")
+    assert "TokenStorage(" in sample.code, "the README's first python block is no longer the 'In code' sample"
+    monkeypatch.chdir(tmp_path)
+    for _ in range(2):
+        exec(compile_block(readme, sample), {"__name__": "__main__"})
+    assert sorted(path.name for path in (tmp_path / "data" / "tokens" / "shards").iterdir()) == [
+        "000000000000.shard",
+        "000000000001.shard",
+    ]

@@ -18,31 +18,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from guideloom import (
-    DocumentJsonFormat,
-    DocumentStorage,
     StatefulDataLoader,
     StateMismatchError,
     StorageNotFoundError,
     TokenStorage,
 )
-
-
-def make_tokens(path: Path, documents_per_shard: tuple[int, ...] = (7, 5, 9), seed: int = 0) -> TokenStorage:
-    rng = np.random.default_rng(seed)
-    storage = TokenStorage(path)
-    with storage.sync_writer() as writer:
-        for shard, documents in enumerate(documents_per_shard):
-            for _ in range(documents):
-                writer.append(shard, rng.integers(0, 50_000, int(rng.integers(1, 40))))
-    return storage
-
-
-def make_documents(path: Path, count: int = 23, shards: int = 3) -> DocumentStorage[Any, Any]:
-    storage = DocumentStorage(path, DocumentJsonFormat())
-    with storage.sync_writer() as writer:
-        for index in range(count):
-            writer.append(index * shards // count, {"id": index})
-    return storage
+from tests.helpers import make_document_storage as make_documents
+from tests.helpers import make_token_storage as make_tokens
 
 
 def ids(batch: list[dict[str, int]]) -> list[int]:
@@ -477,6 +459,18 @@ def test_token_windows_prefetch_in_a_thread_that_close_stops(tmp_path: Path) -> 
     loader.close()
     assert not any(thread.name.startswith("guideloom-loader") for thread in threading.enumerate())
     assert _open_descriptors() <= descriptors
+
+
+def test_token_windows_with_workers_start_no_process(tmp_path: Path) -> None:
+    """As the loader page says: token windows with the default collate take one thread, whatever num_workers."""
+    storage = make_tokens(tmp_path)
+    before = set(_children())
+    with StatefulDataLoader.from_storage(
+        storage, device="cpu", local_batch_size=2, sequence_length=5, num_workers=3
+    ) as loader:
+        batches = list(loader)
+        assert set(_children()) - before == set()
+    assert len(batches) == len(loader)
 
 
 def typed_collate(samples: list[dict[str, int]]) -> dict[str, Any]:

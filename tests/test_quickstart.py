@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
+import shlex
+import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +28,21 @@ def run(script: str, *arguments: str) -> subprocess.CompletedProcess[str]:
     )
     assert completed.returncode == 0, f"{script} failed:\n{completed.stdout}\n{completed.stderr}"
     return completed
+
+
+def example(name: str) -> types.ModuleType:
+    """A quick-start script imported from its file as the module ``quickstart_NAME``."""
+    spec = importlib.util.spec_from_file_location(f"quickstart_{name}", QUICKSTART / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # classes defined there are found by name (dataclasses, pickle)
+    spec.loader.exec_module(module)
+    return module
+
+
+def printed_commands(output: str) -> list[list[str]]:
+    """The commands the quick-start printed (``$ ...`` lines), as a shell would split them."""
+    return [shlex.split(line[2:], comments=True) for line in output.splitlines() if line.startswith("$ ")]
 
 
 @pytest.fixture(scope="module")
@@ -61,12 +80,48 @@ def test_conversations_in_two_formats(quickstart: tuple[Path, str], tmp_path: Pa
     assert "struct:" in completed.stdout and "msgpack:" in completed.stdout and "batch 1:" in completed.stdout
 
 
+def test_printed_commands_can_be_pasted(quickstart: tuple[Path, str]) -> None:
+    """Each printed command names the interpreter and gives each option once."""
+    _, output = quickstart
+    commands = printed_commands(output)
+    assert [Path(command[1]).name for command in commands] == ["preprocess.py", *["train.py"] * 3]
+    for command in commands:
+        assert command[0] == sys.executable
+        options = [word for word in command if word.startswith("--")]
+        assert len(options) == len(set(options)), f"an option given twice: {shlex.join(command)}"
+
+
+def test_a_pasted_command_runs_and_gives_the_same_losses(quickstart: tuple[Path, str]) -> None:
+    """Run A's printed command, pasted as it is (after removing run A), trains the same run again."""
+    work, output = quickstart
+    run_a = next(command for command in printed_commands(output) if str(work / "run-a") in command)
+    before = json.loads((work / "run-a" / "losses.json").read_text())["losses"]
+    shutil.rmtree(work / "run-a")
+    completed = subprocess.run(run_a, capture_output=True, text=True, timeout=240)
+    assert completed.returncode == 0, completed.stderr
+    assert json.loads((work / "run-a" / "losses.json").read_text())["losses"] == before
+
+
+def test_plot_legend_covers_no_curve() -> None:
+    """The legend lies outside the axes (and off the axis label), inside the figure."""
+    losses = [7.5 * 0.99**step + 3 for step in range(300)]
+    figure = example("run_all").draw(losses, losses, killed_at=157, resumed_at=150)
+    figure.canvas.draw()  # places the axis labels, as saving does
+    renderer = figure.canvas.get_renderer()
+    axes = figure.axes[0]
+    legend = axes.get_legend().get_window_extent(renderer)
+    assert not legend.overlaps(axes.get_window_extent(renderer))
+    assert not legend.overlaps(axes.xaxis.label.get_window_extent(renderer))
+    assert figure.bbox.x0 <= legend.x0 and legend.x1 <= figure.bbox.x1 and figure.bbox.y0 <= legend.y0
+
+
 def test_conversation_format_round_trip(tmp_path: Path) -> None:
-    sys.path.insert(0, str(QUICKSTART))
-    try:
-        from conversation_format import IGNORE_INDEX, ConversationFormat, collate
-    finally:
-        sys.path.remove(str(QUICKSTART))
+    conversation_format = example("conversation_format")
+    IGNORE_INDEX, ConversationFormat, collate = (
+        conversation_format.IGNORE_INDEX,
+        conversation_format.ConversationFormat,
+        conversation_format.collate,
+    )
     from guideloom import DocumentStorage
 
     conversations = [

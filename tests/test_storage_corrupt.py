@@ -21,7 +21,7 @@ import pytest
 
 from guideloom import DocumentStorage, TokenStorage
 from guideloom._layout import FOOTER
-from guideloom.types import DocumentStorageFormat
+from tests.helpers import RawFormat, footer_fields, rewrite_footer, set_offset, shard_file
 
 PROBE = """
 import json
@@ -29,17 +29,7 @@ import sys
 from pathlib import Path
 
 from guideloom import CorruptStorageError, DocumentStorage, TokenStorage
-from guideloom.types import DocumentStorageFormat
-
-
-class RawFormat(DocumentStorageFormat):
-    name = "raw-bytes"
-
-    def pack(self, data):
-        return bytes(data)
-
-    def unpack(self, encoded_data, shard):
-        return bytes(encoded_data)
+from tests.helpers import RawFormat
 
 
 def probe(kind, path, mode):
@@ -68,16 +58,6 @@ for argument in sys.argv[1:]:
 """
 
 
-class RawFormat(DocumentStorageFormat[bytes, bytes]):
-    name = "raw-bytes"
-
-    def pack(self, data: bytes) -> bytes:
-        return bytes(data)
-
-    def unpack(self, encoded_data: memoryview, shard: int) -> bytes:
-        return bytes(encoded_data)
-
-
 def make_pristine(path: Path, kind: str) -> None:
     """Shards 0, 1, 2; shard 1 has an empty record and data that is not a multiple of 8 bytes (padding)."""
     if kind == "tokens":
@@ -90,35 +70,6 @@ def make_pristine(path: Path, kind: str) -> None:
             for shard, records in enumerate([[b"zero"], [b"one", b"", b"four"], [b"two"]]):
                 for record in records:
                     writer.append(shard, record)
-
-
-def shard_file(path: Path, shard: int = 1) -> Path:
-    return path / "shards" / f"{shard:012d}.shard"
-
-
-def footer_fields(file: Path) -> list[Any]:
-    return list(FOOTER.unpack(file.read_bytes()[-FOOTER.size :]))
-
-
-def rewrite_footer(file: Path, **changes: int) -> None:
-    """Change footer fields and recompute the footer's own checksum, as a buggy writer would."""
-    names = ["magic", "version", "flags", "shard", "record_count", "data_size", "data_crc", "index_crc", "header_crc"]
-    fields = footer_fields(file)
-    for key, value in changes.items():
-        fields[names.index(key)] = value
-    body = FOOTER.pack(*fields)[: FOOTER.size - 12]
-    data = file.read_bytes()
-    file.write_bytes(data[: -FOOTER.size] + body + struct.pack("<I", zlib.crc32(body)) + bytes(8))
-
-
-def set_offset(file: Path, position: int, value: int) -> None:
-    """Overwrite one entry of the offsets index (without fixing any checksum)."""
-    record_count, data_size = footer_fields(file)[4:6]
-    data = bytearray(file.read_bytes())
-    index_start = (data_size + 7) // 8 * 8
-    assert position <= record_count
-    struct.pack_into("<Q", data, index_start + 8 * position, value)
-    file.write_bytes(bytes(data))
 
 
 def truncate(size: Callable[[int], int]) -> Callable[[Path], None]:

@@ -28,20 +28,9 @@ from guideloom import (
     TokenStorage,
 )
 from guideloom.types import DocumentStorageFormat
+from tests.helpers import RawFormat
 
 MAX_SHARD = 10**12 - 1
-
-
-class RawFormat(DocumentStorageFormat[bytes, bytes]):
-    """Records are their own bytes, so empty records are possible."""
-
-    name = "raw-bytes"
-
-    def pack(self, data: bytes) -> bytes:
-        return bytes(data)
-
-    def unpack(self, encoded_data: memoryview, shard: int) -> bytes:
-        return bytes(encoded_data)
 
 
 class StructTokenFormat(DocumentStorageFormat[dict[str, Any], dict[str, Any]]):

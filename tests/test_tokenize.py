@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -14,10 +18,10 @@ import pytest
 
 pytest.importorskip("tokenizers")  # the 'tokenize' extra
 
-from guideloom import TokenStorage
+from guideloom import ShardExistsError, TokenStorage
 from guideloom._cli import main as cli
 from guideloom._layout import committed_shard_ids
-from guideloom._tokenize import load_tokenizer, tokenize_files, train_tokenizer
+from guideloom.tokenize import TokenizeWorkerDied, load_tokenizer, tokenize_files, train_tokenizer
 
 DOCUMENTS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -126,7 +130,7 @@ def test_missing_field_names_file_and_line(tmp_path: Path, tokenizer_path: Path,
     # fix the input and finish the run: only the missing shards are written
     bad.write_text('{"text": "fine"}\n')
     if committed:
-        with pytest.raises(FileExistsError, match="skip-existing"):
+        with pytest.raises(ShardExistsError, match=r"pass skip_existing=True to finish"):
             tokenize_files([good, bad], output, tokenizer_path, progress=False)
     summary = tokenize_files([good, bad], output, tokenizer_path, workers=1, progress=False, skip_existing=True)
     assert committed_shard_ids(output) == [0, 1]
@@ -170,8 +174,8 @@ def test_errors_found_before_anything_is_written(tmp_path: Path, tokenizer_path:
     write_parquet(tmp_path / "other.parquet", ["a"], column="body")
     with pytest.raises(ValueError, match=r"other\.parquet: no column 'text' \(columns: body, n\)"):
         tokenize_files([good, tmp_path / "other.parquet"], output, tokenizer_path)
-    (tmp_path / "a.jsonl.gz").write_bytes(b"\x1f\x8b")
-    with pytest.raises(ValueError, match=r"a\.jsonl\.gz: compressed input is not supported"):
+    (tmp_path / "a.jsonl.gz").write_text('{"text": "not compressed"}\n')
+    with pytest.raises(ValueError, match=r"a\.jsonl\.gz: the name says gzip but the file does not hold gzip data"):
         tokenize_files([good, tmp_path / "a.jsonl.gz"], output, tokenizer_path)
     with pytest.raises(FileNotFoundError, match="tokenizer file not found"):
         tokenize_files([good], output, tmp_path / "nope.json")
@@ -199,7 +203,7 @@ def test_unreadable_file(tmp_path: Path, tokenizer_path: Path) -> None:
     script = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from guideloom._tokenize import tokenize_files\n"
+        "from guideloom.tokenize import tokenize_files\n"
         "try:\n"
         f"    tokenize_files([Path({str(locked)!r})], Path({str(tmp_path / 'out')!r}), Path({str(tokenizer_path)!r}))\n"
         "except PermissionError as error:\n"
@@ -232,7 +236,7 @@ def test_empty_inputs(tmp_path: Path, tokenizer_path: Path) -> None:
 def test_existing_output_is_not_overwritten(tmp_path: Path, tokenizer_path: Path) -> None:
     good = write_jsonl(tmp_path / "a.jsonl", DOCUMENTS)
     tokenize_files([good], tmp_path / "out", tokenizer_path, progress=False)
-    with pytest.raises(FileExistsError, match="already holds 1 of the shards"):
+    with pytest.raises(ShardExistsError, match="already holds 1 of the shards"):
         tokenize_files([good], tmp_path / "out", tokenizer_path, progress=False)
     summary = tokenize_files([good], tmp_path / "out", tokenizer_path, skip_existing=True, progress=False)
     assert summary.skipped_files == (good,) and summary.documents == 0
@@ -260,3 +264,144 @@ def test_cli_without_tokenizers(
     assert cli(["tokenize", str(source), str(tmp_path / "out"), "--tokenizer", str(tokenizer_path)]) == 2
     assert "pip install 'guideloom[tokenize]'" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def tokenize_command(*arguments: object) -> list[str]:
+    return ["tokenize", *map(str, arguments), "--quiet"]
+
+
+def test_cli_mistakes_exit_2_in_the_command_line_words(
+    tmp_path: Path, tokenizer_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = write_jsonl(tmp_path / "a.jsonl", DOCUMENTS)
+    output = tmp_path / "out"
+    assert cli(tokenize_command(source, output, "--tokenizer", tmp_path)) == 2
+    assert capsys.readouterr().err == (
+        f"guideloom tokenize: error: --tokenizer {tmp_path} is a directory, not a tokenizer.json file\n"
+    )
+    assert cli(tokenize_command(source, output, "--tokenizer", tokenizer_path, "--eos-token", "<nope>")) == 2
+    assert capsys.readouterr().err == (
+        "guideloom tokenize: error: --eos-token '<nope>' is not in the tokenizer's vocabulary\n"
+    )
+    assert cli(tokenize_command(source, output, "--tokenizer", tokenizer_path, "--text-field", "")) == 2
+    assert capsys.readouterr().err == "guideloom tokenize: error: --text-field must be a non-empty string, got ''\n"
+    assert not output.exists()
+
+
+def test_cli_names_the_directory_holding_the_tokenizer(
+    tmp_path: Path, tokenizer_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = write_jsonl(tmp_path / "a.jsonl", DOCUMENTS)
+    assert cli(tokenize_command(source, tmp_path / "out", "--tokenizer", tokenizer_path.parent)) == 2
+    assert capsys.readouterr().err == (
+        f"guideloom tokenize: error: --tokenizer {tokenizer_path.parent} is a directory, not a tokenizer.json "
+        f"file; did you mean {tokenizer_path}?\n"
+    )
+
+
+@pytest.mark.parametrize("workers", ["0", "-1", "two"])
+def test_cli_workers_must_be_a_positive_integer(
+    tmp_path: Path, tokenizer_path: Path, capsys: pytest.CaptureFixture[str], workers: str
+) -> None:
+    source = write_jsonl(tmp_path / "a.jsonl", DOCUMENTS)
+    with pytest.raises(SystemExit) as exit_info:
+        cli(tokenize_command(source, tmp_path / "out", "--tokenizer", tokenizer_path, "--workers", workers))
+    assert exit_info.value.code == 2
+    shown = workers if workers != "two" else "'two'"
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"guideloom tokenize: error: argument --workers: must be a positive integer, got {shown}"
+    )
+
+
+@pytest.mark.parametrize("dtype", ["float32", "unit16"])
+def test_cli_dtype_must_be_a_token_dtype(
+    tmp_path: Path, tokenizer_path: Path, capsys: pytest.CaptureFixture[str], dtype: str
+) -> None:
+    source = write_jsonl(tmp_path / "a.jsonl", DOCUMENTS)
+    with pytest.raises(SystemExit) as exit_info:
+        cli(tokenize_command(source, tmp_path / "out", "--tokenizer", tokenizer_path, "--dtype", dtype))
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"guideloom tokenize: error: argument --dtype: {dtype} is not a token dtype; "
+        "use one of uint8, uint16, uint32, uint64, int8, int16, int32, int64"
+    )
+
+
+def test_api_dtype_must_be_a_token_dtype(tmp_path: Path, tokenizer_path: Path) -> None:
+    source = write_jsonl(tmp_path / "a.jsonl", DOCUMENTS)
+    with pytest.raises(ValueError) as raised:
+        tokenize_files([source], tmp_path / "out", tokenizer_path, dtype="float32")
+    assert str(raised.value) == (
+        "dtype float32 is not a token dtype; use one of uint8, uint16, uint32, uint64, int8, int16, int32, int64"
+    )
+
+
+def test_cli_existing_shards_exit_2_and_name_the_option(
+    tmp_path: Path, tokenizer_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = write_jsonl(tmp_path / "a.jsonl", DOCUMENTS)
+    output = tmp_path / "out"
+    assert cli(tokenize_command(source, output, "--tokenizer", tokenizer_path)) == 0
+    capsys.readouterr()
+    assert cli(tokenize_command(source, output, "--tokenizer", tokenizer_path)) == 2
+    assert capsys.readouterr().err == (
+        f"guideloom tokenize: error: {output} already holds 1 of the shards to write (first: shard 0 for "
+        f"{source}); write to a new directory, or pass --skip-existing to finish an interrupted run with the "
+        "same inputs\n"
+    )
+    assert cli(tokenize_command(source, output, "--tokenizer", tokenizer_path, "--skip-existing")) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "1 input file skipped: its shard already existed"
+
+
+def test_cli_failed_input_exits_1_and_says_how_to_finish(
+    tmp_path: Path, tokenizer_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = write_jsonl(tmp_path / "a.jsonl", DOCUMENTS)
+    bad = tmp_path / "b.jsonl"
+    bad.write_text('{"text": "fine"}\n{"body": 1}\n')
+    assert cli(tokenize_command(good, bad, tmp_path / "out", "--tokenizer", tokenizer_path, "--workers", "1")) == 1
+    assert capsys.readouterr().err == (
+        f"guideloom tokenize: error: {bad}:2: no field 'text' (fields: body)\n"
+        "1 of 2 shards was committed before the failure (the failed file's shard was not); fix the input and "
+        "rerun with --skip-existing to write the rest\n"
+    )
+
+
+def test_cli_zstd_input_without_zstandard_exits_2(
+    tmp_path: Path, tokenizer_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import zstandard
+
+    source = tmp_path / "a.jsonl.zst"
+    source.write_bytes(zstandard.ZstdCompressor().compress(b'{"text": "a"}\n'))
+    monkeypatch.setitem(sys.modules, "zstandard", None)  # as if the package were not installed
+    assert cli(tokenize_command(source, tmp_path / "out", "--tokenizer", tokenizer_path)) == 2
+    assert capsys.readouterr().err == (
+        "guideloom tokenize: error: reading zstd-compressed input needs the zstandard package: "
+        "pip install 'guideloom[tokenize]'\n"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_worker_that_dies_is_reported(tmp_path: Path, tokenizer_path: Path) -> None:
+    """SIGKILL the first worker process as soon as it exists: its shard is not committed, the run says so."""
+    inputs = [write_jsonl(tmp_path / f"{name}.jsonl", DOCUMENTS * 50) for name in "ab"]
+    killed: list[int] = []
+
+    def kill_a_worker() -> None:
+        while not killed:
+            children = multiprocessing.active_children()
+            if children:
+                os.kill(children[0].pid or 0, signal.SIGKILL)
+                killed.append(children[0].pid or 0)
+            time.sleep(0.001)
+
+    killer = threading.Thread(target=kill_a_worker)
+    killer.start()
+    try:
+        with pytest.raises(TokenizeWorkerDied, match=r"a tokenize worker process died \(killed by SIGKILL\)"):
+            tokenize_files(inputs, tmp_path / "out", tokenizer_path, workers=2, progress=False)
+    finally:
+        killed.append(0)
+        killer.join()
+    assert committed_shard_ids(tmp_path / "out") != [0, 1]

@@ -162,6 +162,21 @@ def test_window_mode_arguments_are_checked(
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
+def test_ids_beyond_int32_are_refused_at_their_batch_with_int32_windows(tmp_path: Path, mode: str) -> None:
+    storage = TokenStorage(tmp_path / "tokens", dtype="uint32")
+    with storage.sync_writer() as writer:
+        writer.append(0, list(range(4, 20)))
+        writer.append(0, [5, 2**31, *range(6, 20)])  # the second row or window
+    with StatefulDataLoader.from_storage(
+        storage, device="cpu", local_batch_size=1, sequence_length=16, window_dtype=torch.int32, **MODES[mode]
+    ) as loader:
+        batches = iter(loader)
+        assert next(batches)["input_ids"].dtype == torch.int32
+        with pytest.raises(ValueError, match="do not fit the loader's int32 batches"):
+            next(batches)
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
 def test_window_modes_are_refused_for_a_document_storage(tmp_path: Path, mode: str) -> None:
     storage = DocumentStorage(tmp_path / "documents", DocumentJsonFormat())
     with storage.sync_writer() as writer:

@@ -1,13 +1,9 @@
-"""Pieces shared by the peer adapters: result type, collate helpers, flat files."""
+"""Pieces shared by the peer adapters: collate helpers, token blocks, flat files."""
 
 from __future__ import annotations
 
-import gc
 import json
-import pickle
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,25 +11,7 @@ import numpy as np
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-Record = dict[str, Any]
-Collate = Callable[[list[Record]], Any]
-
-
-@dataclass
-class ResumeResult:
-    """Outcome of a resume measurement (see the package docstring)."""
-
-    supported: bool
-    reason: str | None = None  # why not supported, or a caveat when it is
-    seconds: float | None = None  # fresh loader + restore state + first batch
-    matches: bool | None = None  # first resumed batch == uninterrupted batch
-    batches_before: int | None = None  # batches consumed before the state was taken
-    state_bytes: int | None = None  # size of the pickled state
-
-    @classmethod
-    def unsupported(cls, reason: str) -> ResumeResult:
-        return cls(supported=False, reason=reason)
-
+from .interface import Collate, Record
 
 # --------------------------------------------------------------------------- records
 
@@ -186,62 +164,3 @@ class FlatWindows:
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_tokens": None}
-
-
-# --------------------------------------------------------------------------- resume
-
-
-def as_tensor(batch: Any) -> torch.Tensor:
-    """Token batch (tensor, numpy array, or dict with one token field) as int64 tensor."""
-    if isinstance(batch, Mapping):
-        batch = batch["input_ids"] if "input_ids" in batch else next(iter(batch.values()))
-    if isinstance(batch, np.ndarray):
-        batch = torch.from_numpy(batch.astype(np.int64, copy=False))
-    return batch.to(torch.int64)
-
-
-def measure_resume(
-    *,
-    n_batches: int,
-    fraction: float,
-    start: Callable[[], tuple[Any, Iterator[Any]]],
-    state_of: Callable[[Any, Iterator[Any]], Any],
-    resume: Callable[[Any], Iterator[Any]],
-    close: Callable[[Any, Iterator[Any]], None] = lambda h, it: None,
-    reason: str | None = None,
-) -> ResumeResult:
-    """Generic resume measurement.
-
-    ``start()`` builds a loader and returns ``(handle, iterator)``;
-    ``state_of(handle, iterator)`` returns the peer's saved state after the
-    batches consumed so far; ``resume(state)`` builds a fresh loader from that
-    state and returns an iterator. The state goes through a pickle round trip,
-    as it would when saved with a checkpoint. The interrupted loader is
-    dropped and garbage-collected before the clock starts; only ``resume``
-    plus its first ``next`` are timed.
-    """
-    if n_batches < 2:
-        return ResumeResult.unsupported("dataset too small for a resume test")
-    k = min(max(round(fraction * n_batches), 0), n_batches - 1)
-    handle, it = start()
-    for _ in range(k):
-        next(it)
-    blob = pickle.dumps(state_of(handle, it))
-    expected = as_tensor(next(it)).clone()
-    close(handle, it)
-    # The interrupted loader (and any worker processes) is gone before timing.
-    del handle, it
-    gc.collect()
-    state = pickle.loads(blob)
-    t0 = time.perf_counter()
-    it2 = resume(state)
-    got = as_tensor(next(it2))
-    seconds = time.perf_counter() - t0
-    return ResumeResult(
-        supported=True,
-        reason=reason,
-        seconds=seconds,
-        matches=bool(got.shape == expected.shape and torch.equal(got, expected)),
-        batches_before=k,
-        state_bytes=len(blob),
-    )

@@ -28,11 +28,13 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from array_record.python.array_record_module import ArrayRecordWriter  # noqa: E402
 
-from ._common import Collate, NormalizingCollate, ResumeResult, measure_resume, record_arrays, token_blocks  # noqa: E402
+from ._common import Collate, NormalizingCollate, record_arrays, token_blocks  # noqa: E402
 
 NAME = "Grain"
 DIST = "grain"
 NOTES = "ArrayRecord (group_size:1) of 2048-token blocks; MapDataset shuffle/map/batch; iterator get/set_state"
+RESUME_NOTE = None
+STATE_FORMAT = "pickle"
 
 TOKENS_FILE = "tokens.array_record"
 DOCS_FILE = "documents.array_record"
@@ -92,6 +94,32 @@ def token_batches(
     return _as_torch(iter(ds))
 
 
+class StatefulIterator:
+    """Grain's dataset iterator behind ``state_dict`` / ``load_state_dict`` (its ``get_state`` / ``set_state``)."""
+
+    def __init__(self, batches: int, dataset: grain.IterDataset) -> None:
+        self.batches = batches
+        self.iterator = iter(dataset)
+
+    def __len__(self) -> int:
+        return self.batches
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.iterator
+
+    def state_dict(self) -> Any:
+        return self.iterator.get_state()
+
+    def load_state_dict(self, state: Any) -> None:
+        self.iterator.set_state(state)
+
+
+def resumable_token_loader(
+    out_dir: Path, *, sequence_length: int = 2048, batch_size: int = 8, seed: int = 0, num_workers: int = 0
+) -> StatefulIterator:
+    return StatefulIterator(*_token_dataset(out_dir, sequence_length, batch_size, seed, num_workers))
+
+
 def write_documents(records: Iterable[dict[str, Any]], out_dir: Path) -> None:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -112,34 +140,3 @@ def document_batches(
         .batch(batch_size, batch_fn=NormalizingCollate(collate))
     )
     return iter(_iter_dataset(ds, num_workers))
-
-
-def resume_first_batch(
-    out_dir: Path,
-    fraction: float,
-    *,
-    sequence_length: int = 2048,
-    batch_size: int = 8,
-    seed: int = 0,
-    num_workers: int = 0,
-) -> ResumeResult:
-    n_batches, _ = _token_dataset(out_dir, sequence_length, batch_size, seed, num_workers)
-
-    def start() -> tuple[Any, Iterator[Any]]:
-        _, ds = _token_dataset(out_dir, sequence_length, batch_size, seed, num_workers)
-        it = iter(ds)
-        return it, it
-
-    def resume(state: dict[str, Any]) -> Iterator[Any]:
-        _, ds = _token_dataset(out_dir, sequence_length, batch_size, seed, num_workers)
-        it = iter(ds)
-        it.set_state(state)
-        return it
-
-    return measure_resume(
-        n_batches=n_batches,
-        fraction=fraction,
-        start=start,
-        state_of=lambda it, _: it.get_state(),
-        resume=resume,
-    )

@@ -31,11 +31,14 @@ import torch
 from datasets import Dataset, Features, List, Value, load_from_disk
 from torch.utils.data import DataLoader
 
-from ._common import Collate, NormalizingCollate, ResumeResult, record_arrays, token_blocks
+from ._common import Collate, NormalizingCollate, record_arrays, token_blocks
+from .interface import NotResumable
 
 NAME = "HF datasets"
 DIST = "datasets"
 NOTES = "save_to_disk Arrow rows of 2048-token blocks; load_from_disk().with_format('torch') + DataLoader(shuffle)"
+RESUME_NOTE = None
+STATE_FORMAT = "pickle"
 
 datasets.disable_progress_bars()
 
@@ -114,8 +117,8 @@ def document_batches(
     return iter(loader)
 
 
-def resume_first_batch(out_dir: Path, fraction: float, **_: Any) -> ResumeResult:
-    return ResumeResult.unsupported(
+def resumable_token_loader(out_dir: Path, **_: Any) -> Any:
+    raise NotResumable(
         "a map-style datasets.Dataset read through torch's DataLoader keeps no iteration state "
         "(datasets' own state_dict() exists only on IterableDataset pipelines)"
     )

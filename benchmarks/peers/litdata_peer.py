@@ -33,14 +33,14 @@ from ._common import (
     Collate,
     FlatDocuments,
     NormalizingCollate,
-    ResumeResult,
-    measure_resume,
     write_flat_documents,
 )
 
 NAME = "LitData"
 DIST = "litdata"
 NOTES = "optimize() + TokensLoader chunks; StreamingDataset(shuffle=True) + StreamingDataLoader state_dict"
+RESUME_NOTE = None
+STATE_FORMAT = "pickle"
 
 # Blocks per chunk. LitData's examples size token chunks as a multiple of the
 # block length; doing the same keeps every block aligned with the stream.
@@ -108,7 +108,9 @@ def write_tokens(documents: Iterable[np.ndarray], out_dir: Path, *, sequence_len
     _optimize(records, out_dir, False, chunk_size=sequence_length * CHUNK_BLOCKS, item_loader=TokensLoader())
 
 
-def _token_loader(out_dir: Path, sequence_length: int, batch_size: int, seed: int, num_workers: int):
+def resumable_token_loader(
+    out_dir: Path, *, sequence_length: int = 2048, batch_size: int = 8, seed: int = 0, num_workers: int = 0
+) -> StreamingDataLoader:
     dataset = StreamingDataset(
         input_dir=str(out_dir),
         item_loader=TokensLoader(block_size=sequence_length),
@@ -128,7 +130,10 @@ def _as_int64(batch: Any) -> torch.Tensor:
 def token_batches(
     out_dir: Path, *, sequence_length: int = 2048, batch_size: int = 8, seed: int = 0, num_workers: int = 0
 ) -> Iterator[torch.Tensor]:
-    for batch in _token_loader(out_dir, sequence_length, batch_size, seed, num_workers):
+    loader = resumable_token_loader(
+        out_dir, sequence_length=sequence_length, batch_size=batch_size, seed=seed, num_workers=num_workers
+    )
+    for batch in loader:
         yield _as_int64(batch)
 
 
@@ -144,31 +149,3 @@ def document_batches(
         dataset, batch_size=batch_size, num_workers=num_workers, collate_fn=NormalizingCollate(collate)
     )
     return iter(loader)
-
-
-def resume_first_batch(
-    out_dir: Path,
-    fraction: float,
-    *,
-    sequence_length: int = 2048,
-    batch_size: int = 8,
-    seed: int = 0,
-    num_workers: int = 0,
-) -> ResumeResult:
-    def start() -> tuple[Any, Iterator[Any]]:
-        loader = _token_loader(out_dir, sequence_length, batch_size, seed, num_workers)
-        return loader, iter(loader)
-
-    def resume(state: dict[str, Any]) -> Iterator[Any]:
-        loader = _token_loader(out_dir, sequence_length, batch_size, seed, num_workers)
-        loader.load_state_dict(state)
-        return iter(loader)
-
-    probe = _token_loader(out_dir, sequence_length, batch_size, seed, num_workers)
-    return measure_resume(
-        n_batches=len(probe),
-        fraction=fraction,
-        start=start,
-        state_of=lambda loader, it: loader.state_dict(),
-        resume=resume,
-    )

@@ -34,8 +34,6 @@ from streaming import MDSWriter, StreamingDataLoader, StreamingDataset  # noqa: 
 from ._common import (  # noqa: E402
     Collate,
     NormalizingCollate,
-    ResumeResult,
-    measure_resume,
     record_arrays,
     token_blocks,
 )
@@ -43,6 +41,8 @@ from ._common import (  # noqa: E402
 NAME = "MosaicML Streaming"
 DIST = "mosaicml-streaming"
 NOTES = "MDSWriter shards of fixed 2048-token samples; StreamingDataset(shuffle=True, py1e); loader state_dict"
+RESUME_NOTE = None
+STATE_FORMAT = "pickle"
 SHARD_BYTES = "64mb"
 
 
@@ -94,6 +94,14 @@ def token_batches(
     yield from _token_loader(out_dir, sequence_length, batch_size, seed, num_workers)
 
 
+def resumable_token_loader(
+    out_dir: Path, *, sequence_length: int = 2048, batch_size: int = 8, seed: int = 0, num_workers: int = 0
+) -> StreamingDataLoader:
+    """The resume measurement has already collected earlier loaders on the directory, outside its timing."""
+    _check_length(out_dir, sequence_length)
+    return _token_loader(out_dir, sequence_length, batch_size, seed, num_workers, collect=False)
+
+
 def write_documents(records: Iterable[dict[str, Any]], out_dir: Path) -> None:
     columns = {"document_id": "int64", "tokens": "ndarray:uint32"}
     with MDSWriter(out=str(out_dir), columns=columns, size_limit=SHARD_BYTES) as writer:
@@ -111,34 +119,3 @@ def document_batches(
         collate_fn=NormalizingCollate(collate),
     )
     yield from loader
-
-
-def resume_first_batch(
-    out_dir: Path,
-    fraction: float,
-    *,
-    sequence_length: int = 2048,
-    batch_size: int = 8,
-    seed: int = 0,
-    num_workers: int = 0,
-) -> ResumeResult:
-    _check_length(out_dir, sequence_length)
-    n_batches = len(_dataset(out_dir, batch_size, seed)) // batch_size
-
-    def start() -> tuple[Any, Iterator[Any]]:
-        loader = _token_loader(out_dir, sequence_length, batch_size, seed, num_workers)
-        return loader, iter(loader)
-
-    def resume(state: dict[str, Any]) -> Iterator[Any]:
-        # measure_resume has already collected the interrupted loader, outside the timing.
-        loader = _token_loader(out_dir, sequence_length, batch_size, seed, num_workers, collect=False)
-        loader.load_state_dict(state)
-        return iter(loader)
-
-    return measure_resume(
-        n_batches=n_batches,
-        fraction=fraction,
-        start=start,
-        state_of=lambda loader, it: loader.state_dict(),
-        resume=resume,
-    )

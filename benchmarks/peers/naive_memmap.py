@@ -21,8 +21,6 @@ from ._common import (
     FlatDocuments,
     FlatWindows,
     NormalizingCollate,
-    ResumeResult,
-    measure_resume,
     write_flat_documents,
     write_flat_tokens,
 )
@@ -30,6 +28,8 @@ from ._common import (
 NAME = "naive memmap"
 DIST = None
 NOTES = "flat uint32 .bin + np.memmap, seeded permutation of windows, main process only"
+RESUME_NOTE = "hand-rolled: the state is (seed, batches produced)"
+STATE_FORMAT = "pickle"
 
 
 def version() -> str:
@@ -58,6 +58,37 @@ def token_batches(
     return _token_batches_from(out_dir, sequence_length, batch_size, seed, 0)
 
 
+class CountingLoader:
+    """The baseline's loader with a hand-rolled state: the seed and the number of batches produced."""
+
+    def __init__(self, out_dir: Path, sequence_length: int, batch_size: int, seed: int) -> None:
+        self.out_dir, self.sequence_length, self.batch_size = out_dir, sequence_length, batch_size
+        self.state = {"seed": seed, "batches": 0}
+
+    def __len__(self) -> int:
+        return len(FlatWindows(self.out_dir, self.sequence_length)) // self.batch_size
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        start = self.state["batches"]
+        for batch in _token_batches_from(
+            self.out_dir, self.sequence_length, self.batch_size, self.state["seed"], start
+        ):
+            self.state["batches"] += 1
+            yield batch
+
+    def state_dict(self) -> dict[str, int]:
+        return dict(self.state)
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.state = dict(state)
+
+
+def resumable_token_loader(
+    out_dir: Path, *, sequence_length: int = 2048, batch_size: int = 8, seed: int = 0, num_workers: int = 0
+) -> CountingLoader:
+    return CountingLoader(out_dir, sequence_length, batch_size, seed)
+
+
 def write_documents(records: Iterable[dict[str, Any]], out_dir: Path) -> None:
     write_flat_documents(records, out_dir)
 
@@ -70,34 +101,3 @@ def document_batches(
     order = np.random.default_rng(seed).permutation(len(docs))
     for b in range(0, len(order), batch_size):
         yield collate_fn([docs[int(i)] for i in order[b : b + batch_size]])
-
-
-def resume_first_batch(
-    out_dir: Path,
-    fraction: float,
-    *,
-    sequence_length: int = 2048,
-    batch_size: int = 8,
-    seed: int = 0,
-    num_workers: int = 0,
-) -> ResumeResult:
-    n_batches = len(FlatWindows(out_dir, sequence_length)) // batch_size
-
-    def start() -> tuple[Any, Iterator[torch.Tensor]]:
-        counter = {"n": 0}
-
-        def counted() -> Iterator[torch.Tensor]:
-            for batch in _token_batches_from(out_dir, sequence_length, batch_size, seed, 0):
-                counter["n"] += 1
-                yield batch
-
-        return counter, counted()
-
-    return measure_resume(
-        n_batches=n_batches,
-        fraction=fraction,
-        start=start,
-        state_of=lambda counter, it: {"seed": seed, "batches": counter["n"]},
-        resume=lambda st: _token_batches_from(out_dir, sequence_length, batch_size, st["seed"], st["batches"]),
-        reason="hand-rolled: the state is (seed, batches produced)",
-    )

@@ -29,7 +29,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from peers import PEERS, PeerUnavailable, load_peer
+from peers import PEERS, PeerUnavailable, load_peer, resume_first_batch
 
 VOCAB = 50_257
 
@@ -164,8 +164,14 @@ def run_one(key: str, a: argparse.Namespace) -> dict[str, Any]:
 
 
 def _resume(mod: Any, out: Path, a: argparse.Namespace) -> dict[str, Any]:
-    r = mod.resume_first_batch(
-        out, 0.5, sequence_length=a.sequence_length, batch_size=a.batch_size, seed=a.seed, num_workers=a.num_workers
+    r = resume_first_batch(
+        mod,
+        out,
+        0.5,
+        sequence_length=a.sequence_length,
+        batch_size=a.batch_size,
+        seed=a.seed,
+        num_workers=a.num_workers,
     )
     return {"ok": True, **{k: v for k, v in vars(r).items() if v is not None}}
 

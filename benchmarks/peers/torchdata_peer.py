@@ -24,8 +24,6 @@ from ._common import (
     FlatDocuments,
     FlatWindows,
     NormalizingCollate,
-    ResumeResult,
-    measure_resume,
     write_flat_documents,
     write_flat_tokens,
 )
@@ -33,6 +31,8 @@ from ._common import (
 NAME = "torchdata StatefulDataLoader"
 DIST = "torchdata"
 NOTES = "flat uint32 .bin + map-style Dataset over memmap windows; RandomSampler; state_dict resume"
+RESUME_NOTE = None
+STATE_FORMAT = "pickle"
 
 
 def version() -> str:
@@ -76,14 +76,19 @@ def write_tokens(documents: Iterable[np.ndarray], out_dir: Path, *, sequence_len
     write_flat_tokens(documents, out_dir)
 
 
-def _token_loader(out_dir: Path, sequence_length: int, batch_size: int, seed: int, num_workers: int):
+def resumable_token_loader(
+    out_dir: Path, *, sequence_length: int = 2048, batch_size: int = 8, seed: int = 0, num_workers: int = 0
+) -> StatefulDataLoader:
     return _loader(WindowDataset(out_dir, sequence_length), batch_size, seed, num_workers, drop_last=True)
 
 
 def token_batches(
     out_dir: Path, *, sequence_length: int = 2048, batch_size: int = 8, seed: int = 0, num_workers: int = 0
 ) -> Iterator[torch.Tensor]:
-    return iter(_token_loader(out_dir, sequence_length, batch_size, seed, num_workers))
+    loader = resumable_token_loader(
+        out_dir, sequence_length=sequence_length, batch_size=batch_size, seed=seed, num_workers=num_workers
+    )
+    return iter(loader)
 
 
 def write_documents(records: Iterable[dict[str, Any]], out_dir: Path) -> None:
@@ -95,33 +100,3 @@ def document_batches(
 ) -> Iterator[Any]:
     loader = _loader(DocumentDataset(out_dir), batch_size, seed, num_workers, collate_fn=NormalizingCollate(collate))
     return iter(loader)
-
-
-def resume_first_batch(
-    out_dir: Path,
-    fraction: float,
-    *,
-    sequence_length: int = 2048,
-    batch_size: int = 8,
-    seed: int = 0,
-    num_workers: int = 0,
-) -> ResumeResult:
-    def make() -> StatefulDataLoader:
-        return _token_loader(out_dir, sequence_length, batch_size, seed, num_workers)
-
-    def start() -> tuple[StatefulDataLoader, Iterator[torch.Tensor]]:
-        loader = make()
-        return loader, iter(loader)
-
-    def resume(state: dict[str, Any]) -> Iterator[torch.Tensor]:
-        loader = make()
-        loader.load_state_dict(state)
-        return iter(loader)
-
-    return measure_resume(
-        n_batches=len(WindowDataset(out_dir, sequence_length)) // batch_size,
-        fraction=fraction,
-        start=start,
-        state_of=lambda loader, it: loader.state_dict(),
-        resume=resume,
-    )

@@ -26,7 +26,7 @@ import sysconfig
 import time
 from pathlib import Path
 
-from guideloom._tokenize import tokenize_files, train_tokenizer
+from guideloom.tokenize import tokenize_files, train_tokenizer
 
 # Test suites and vendored tools make the sample less like "the library": leave them out.
 EXCLUDED_DIRECTORIES = {"site-packages", "dist-packages", "test", "tests", "idlelib", "turtledemo", "__pycache__"}

@@ -39,7 +39,7 @@ from conversation_format import ROLES, Conversation, ConversationFormat, collate
 from preprocess import stdlib_files
 
 from guideloom import DocumentMsgpackFormat, DocumentStorage, StatefulDataLoader
-from guideloom._tokenize import find_eos_id, load_tokenizer, train_tokenizer
+from guideloom.tokenize import find_eos_id, load_tokenizer, train_tokenizer
 
 SYSTEM = "You answer questions about the Python standard library."
 QUESTIONS_PER_CONVERSATION = 3

@@ -22,26 +22,29 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 
 
 def run(command: list[str]) -> None:
-    print(f"$ {' '.join(command[1:])}", flush=True)
+    """Run ``command``, printed first as a line a user can paste into a shell."""
+    print(f"$ {shlex.join(command)}", flush=True)
     completed = subprocess.run(command)
     if completed.returncode != 0:
-        raise SystemExit(f"failed with status {completed.returncode}: {' '.join(command[1:])}")
+        raise SystemExit(f"failed with status {completed.returncode}: {shlex.join(command)}")
 
 
 def train_and_kill(command: list[str], kill_at: int, print_every: int) -> tuple[int, int]:
     """Run ``command`` and SIGKILL it once it has printed step ``kill_at``: (last step seen, last checkpoint)."""
-    print(f"$ {' '.join(command[1:])}   # SIGKILL after step {kill_at}", flush=True)
+    print(f"$ {shlex.join(command)}   # SIGKILL after step {kill_at}", flush=True)
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, bufsize=1)
     assert process.stdout is not None
     last_step = last_checkpoint = 0
@@ -64,13 +67,14 @@ def train_and_kill(command: list[str], kill_at: int, print_every: int) -> tuple[
     return last_step, last_checkpoint
 
 
-def plot(losses_a: list[float], losses_b: list[float], killed_at: int, resumed_at: int, path: Path) -> None:
+def draw(losses_a: list[float], losses_b: list[float], killed_at: int, resumed_at: int) -> Any:
+    """The figure of :func:`plot` (a matplotlib ``Figure``), its legend outside the axes."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    figure, axes = pyplot.subplots(figsize=(8, 4.5))
+    figure, axes = pyplot.subplots(figsize=(8, 5))
     steps = range(1, len(losses_a) + 1)
     axes.plot(steps, losses_a, label="A: uninterrupted", linewidth=3, alpha=0.5)
     axes.plot(range(1, len(losses_b) + 1), losses_b, label="B: killed, then resumed", linestyle="--", color="black")
@@ -79,8 +83,17 @@ def plot(losses_a: list[float], losses_b: list[float], killed_at: int, resumed_a
     axes.set_xlabel("step")
     axes.set_ylabel("training loss")
     axes.set_title("Exact resume with guideloom's StatefulDataLoader")
-    axes.legend(loc="lower left")
+    # Below the axes, so that it never covers a curve, whatever their shape.
+    axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
     figure.tight_layout()
+    return figure
+
+
+def plot(losses_a: list[float], losses_b: list[float], killed_at: int, resumed_at: int, path: Path) -> None:
+    """Both loss curves, the kill and the resume, as a PNG at ``path``."""
+    from matplotlib import pyplot
+
+    figure = draw(losses_a, losses_b, killed_at, resumed_at)
     figure.savefig(path, dpi=120)
     pyplot.close(figure)
 
@@ -134,19 +147,19 @@ def main(argv: list[str] | None = None) -> int:
         str(arguments.context),
         "--seed",
         str(arguments.seed),
-        "--log-every",
-        "1",
     ]
+    every = str(max(1, arguments.steps // 10))
     print(f"\n== 2. run A: {arguments.steps} steps, uninterrupted", flush=True)
-    run([*train, "--out", str(run_a), "--log-every", str(max(1, arguments.steps // 10))])
+    run([*train, "--out", str(run_a), "--log-every", every])
 
     print("\n== 3. run B: the same run, killed", flush=True)
-    killed_at, _ = train_and_kill([*train, "--out", str(run_b)], kill_at, max(1, arguments.steps // 10))
+    # Every step is logged, so this script sees the step to kill at; it shows one line in ``every``.
+    killed_at, _ = train_and_kill([*train, "--out", str(run_b), "--log-every", "1"], kill_at, int(every))
 
     print("\n== 4. run B: resume from its last checkpoint", flush=True)
     checkpointed = json.loads((run_b / "losses.json").read_text())
     resumed_at = len(checkpointed["losses"])
-    run([*train, "--out", str(run_b), "--resume", "--log-every", str(max(1, arguments.steps // 10))])
+    run([*train, "--out", str(run_b), "--resume", "--log-every", every])
 
     print("\n== 5. compare", flush=True)
     result_a = json.loads((run_a / "losses.json").read_text())

@@ -121,14 +121,14 @@ def piece_arrays(
     starts = cu_seqlens[:-1]
     if len(lengths) and int(lengths.min()) < 1:
         raise AssertionError("a piece of no tokens")
-    # +1 per token, and at each piece start a step back to 0: positions are a cumulative sum of steps,
-    # summed in place (each fresh array costs its page faults, which dominate at batch sizes).
-    position_ids = np.ones(input_ids.shape, np.int64)
+    # +1 per token, and at each piece start a step back to 0: positions are a cumulative sum of steps.
+    # One block for both arrays: one allocation per batch (or group), which the allocator reuses.
+    position_ids, labels = np.empty((2, *input_ids.shape), np.int64)
     flat_positions = position_ids.reshape(-1)
+    flat_positions.fill(1)
     flat_positions[:1] = 0
     flat_positions[starts[1:]] = 1 - lengths[:-1]
     np.cumsum(flat_positions, out=flat_positions)
-    labels = np.empty(input_ids.shape, np.int64)
     np.copyto(labels, input_ids)
     flat_labels = labels.reshape(-1)
     for start, stop in zip(starts[is_padding].tolist(), cu_seqlens[1:][is_padding].tolist(), strict=True):
@@ -164,15 +164,18 @@ def window_pieces(window_starts: np.ndarray, length: int, document_starts: np.nd
 def split_batch(batch: dict[str, Any], sizes: list[int]) -> list[dict[str, Any]]:
     """A batch dict of several batches' rows cut back into those batches (each row starts a piece)."""
     length = batch["input_ids"].shape[1]
-    cu_seqlens = batch["cu_seqlens"]
+    cu_seqlens = batch["cu_seqlens"].numpy()
+    piece_lengths = np.diff(cu_seqlens)
     row_bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    cuts = np.searchsorted(cu_seqlens.numpy(), row_bounds * length).tolist()
-    parts: list[dict[str, Any]] = [{} for _ in sizes]
-    for key in ("input_ids", "position_ids", "labels"):
-        for part, tensor in zip(parts, torch.split(batch[key], sizes), strict=True):
-            part[key] = tensor
-    for part, (first, last), (row, _) in zip(parts, pairwise(cuts), pairwise(row_bounds.tolist()), strict=True):
-        part_seqlens = cu_seqlens[first : last + 1] - row * length
-        part["cu_seqlens"] = part_seqlens
-        part["max_seqlen"] = int((part_seqlens[1:] - part_seqlens[:-1]).max()) if last > first else 0
+    cuts = np.searchsorted(cu_seqlens, row_bounds * length).tolist()
+    columns = {key: torch.split(batch[key], sizes) for key in ("input_ids", "position_ids", "labels")}
+    parts: list[dict[str, Any]] = []
+    for part, ((first, last), row) in enumerate(zip(pairwise(cuts), row_bounds.tolist(), strict=False)):
+        parts.append(
+            {
+                **{key: tensors[part] for key, tensors in columns.items()},
+                "cu_seqlens": torch.from_numpy(cu_seqlens[first : last + 1] - np.int32(row * length)),
+                "max_seqlen": int(piece_lengths[first:last].max()) if last > first else 0,
+            }
+        )
     return parts

@@ -5,6 +5,8 @@ Every message names the argument, so a user sees at once which one to fix.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -46,6 +48,22 @@ def check_callable(name: str, value: Any, optional: bool = False) -> Any:
     if not callable(value):
         expected = "callable or None" if optional else "callable"
         raise TypeError(f"{name} must be {expected}, got {type(value).__name__}")
+    return value
+
+
+def check_path(name: str, value: object) -> Path:
+    """``value`` as a Path; anything but a str or os.PathLike is a TypeError."""
+    if not isinstance(value, str | os.PathLike):
+        raise TypeError(f"{name} must be a str or os.PathLike, got {type(value).__name__}")
+    return Path(value)
+
+
+def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
+    """``value`` if it is one of ``choices``: another str is a ValueError, another type a TypeError (both list them)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be one of {', '.join(choices)}, got {type(value).__name__}")
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
     return value
 
 

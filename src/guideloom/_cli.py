@@ -1,57 +1,113 @@
-"""The ``guideloom`` command: inspect, verify and clean storages; tokenize text into one."""
+"""The ``guideloom`` command: inspect, verify and clean storages; tokenize text into one.
+
+Every command is prepared, then run, and its exit status follows one convention:
+
+* 0: done;
+* 1: the command ran and found problems or its work failed (``verify``: damaged shards; ``tokenize``: an
+  input failed mid-run, the shards finished before it stay committed);
+* 2: the command could not start: a usage error (an unknown option, a bad value), or a path that is not
+  what the command needs (no storage there, a damaged header, a missing input or tokenizer, an output
+  that already holds the shards); nothing was changed;
+* 130: interrupted (Ctrl-C); what a writer had not committed stays uncommitted.
+
+Errors print as ``guideloom COMMAND: error: MESSAGE`` on stderr, like argparse's own usage errors.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from guideloom._errors import GuideloomError
-from guideloom._layout import SHARDS_DIR, StorageHeader, committed_shard_ids, read_header, shard_file_name
-from guideloom._reader import _Reader
-from guideloom._storage import _Storage
+from guideloom import __version__
+from guideloom._errors import GuideloomError, StorageNotFoundError
+from guideloom._layout import INCOMPLETE_DIR, SHARDS_DIR, committed_shard_ids, shard_file_name
+from guideloom._remote import is_url, parse_storage_options
+from guideloom._storage import AnyFormatStorage
+from guideloom._text import plural
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report it
+REPORTED_ERRORS = (GuideloomError, ValueError, TypeError, OSError, ImportError, RuntimeError)
+Run = Callable[[], int]
 
 
-class _AnyFormatStorage(_Storage):
-    """A storage opened without its format class: enough to inspect, verify and clean it."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.header = read_header(path)
-
-    def _expected_header(self) -> StorageHeader:
-        return self.header
-
-    def _open_reader(self, shard_ids: list[int] | None = None) -> _Reader[object]:
-        return _Reader(self.path, self.header, shard_ids)
+def _open(text: str, options: str | None = None) -> AnyFormatStorage:
+    if is_url(text):
+        return AnyFormatStorage(text, storage_options=parse_storage_options(options))
+    if options is not None:
+        raise ValueError(f"--storage-options apply to URLs only, but {text} is a local path")
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise StorageNotFoundError(f"no storage at {path}: it is a file, not a storage directory")
+    return AnyFormatStorage(path)
 
 
-def _open(path: str) -> _AnyFormatStorage:
-    return _AnyFormatStorage(Path(path))
+def _leftovers(path: Path) -> tuple[int, int]:
+    """Files in the storage's ``incomplete/`` and their bytes: what writers left there."""
+    files = size = 0
+    try:
+        entries = list(os.scandir(path / INCOMPLETE_DIR))
+    except OSError:
+        return 0, 0
+    for entry in entries:
+        try:
+            if entry.is_file(follow_symlinks=False):
+                files, size = files + 1, size + entry.stat(follow_symlinks=False).st_size
+        except OSError:
+            continue  # removed meanwhile
+    return files, size
 
 
-def _inspect(arguments: argparse.Namespace) -> int:
-    storage = _open(arguments.path)
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
+    """Right-aligned columns under their headings."""
+    widths = [max(len(row[column]) for row in [header, *rows]) for column in range(len(header))]
+    return [indent + "  ".join(map(str.rjust, row, widths)) for row in [header, *rows]]
+
+
+def _prepare_inspect(arguments: argparse.Namespace) -> Run:
+    storage = _open(arguments.path, arguments.storage_options)
     header = storage.header
-    with storage._open_reader() as reader:
-        total_bytes = sum(shard.path.stat().st_size for shard in reader.shards)
-        print(f"path:      {storage.path}")
-        print(f"kind:      {header.kind}")
+    unit = "documents" if header.kind == "tokens" else "records"
+    with storage.open_reader() as reader:
+        shards = reader.infos  # from the shards' footers, or a remote storage's listing: nothing is downloaded
+        fields = [("path", storage.location), ("kind", header.kind)]
         if header.format is not None:
-            print(f"format:    {header.format}")
+            fields.append(("format", header.format))
         if header.dtype is not None:
-            print(f"dtype:     {header.dtype}")
-        print(f"layout:    version {header.layout_version}")
-        print(f"shards:    {len(reader.shards)}")
-        print(f"{'documents' if header.kind == 'tokens' else 'records'}: {len(reader):>10,}")
+            fields.append(("dtype", header.dtype))
+        fields += [("layout", f"version {header.layout_version}"), ("shards", f"{len(shards):,}")]
+        fields.append((unit, f"{len(reader):,}"))
         if header.kind == "tokens":
-            print(f"tokens:    {sum(shard.element_count for shard in reader.shards):,}")
-        print(f"bytes:     {total_bytes:,}")
+            fields.append(("tokens", f"{sum(shard.element_count for shard in shards):,}"))
+        fields.append(("bytes", f"{sum(shard.size for shard in shards):,}"))
+        files, size = (0, 0) if is_url(arguments.path) else _leftovers(storage.path)
+        if files:
+            fields.append(
+                (
+                    "incomplete",
+                    f"{plural(files, 'file')}, {plural(size, 'byte')} left by writers that died or are still writing "
+                    f"('guideloom clean {storage.path}' removes the ones untouched for an hour)",
+                )
+            )
+        lines = [f"{name + ':':<12}{value}" for name, value in fields]
         if arguments.shards:
-            for shard in reader.shards:
-                print(f"  shard {shard.id}: {shard.record_count:,} records, {shard.data_size:,} data bytes")
-    return 0
+            columns = ["shard", unit, *(["tokens"] if header.kind == "tokens" else []), "data bytes"]
+            rows = [
+                [str(shard.id), f"{shard.record_count:,}"]
+                + ([f"{shard.element_count:,}"] if header.kind == "tokens" else [])
+                + [f"{shard.element_count * header.element_size:,}"]
+                for shard in shards
+            ]
+            lines += _table(columns, rows)
+
+    def run() -> int:
+        print("\n".join(lines))
+        return EXIT_OK
+
+    return run
 
 
 def _size_for_progress(path: Path) -> int:
@@ -62,75 +118,122 @@ def _size_for_progress(path: Path) -> int:
         return 0
 
 
-def _verify(arguments: argparse.Namespace) -> int:
-    storage = _open(arguments.path)
-    shard_files = [storage.path / SHARDS_DIR / shard_file_name(shard) for shard in committed_shard_ids(storage.path)]
-    total = sum(_size_for_progress(path) for path in shard_files)
-    bar = None
-    if not arguments.quiet and total >= 64 * 2**20:
-        try:
-            from tqdm import tqdm
+def _prepare_verify(arguments: argparse.Namespace) -> Run:
+    storage = _open(arguments.path, arguments.storage_options)
 
-            bar = tqdm(total=total, unit="B", unit_scale=True, desc="verify", file=sys.stderr)
-        except ImportError:
-            bar = None
-    checked = 0
+    def run() -> int:
+        if is_url(arguments.path):
+            with storage.open_reader() as reader:  # one listing: the sizes, nothing downloaded
+                shard_sizes = [info.size for info in reader.infos]
+        else:
+            shards = committed_shard_ids(storage.path)
+            shard_sizes = [_size_for_progress(storage.path / SHARDS_DIR / shard_file_name(shard)) for shard in shards]
+        total = sum(shard_sizes)
+        bar = None
+        if not arguments.quiet and total >= 64 * 2**20:
+            try:
+                from tqdm import tqdm
 
-    def progress(data_bytes: int) -> None:
-        nonlocal checked
-        checked += data_bytes
+                bar = tqdm(total=total, unit="B", unit_scale=True, desc="verify", file=sys.stderr)
+            except ImportError:
+                bar = None
+        checked = 0
+
+        def progress(data_bytes: int) -> None:
+            nonlocal checked
+            checked += data_bytes
+            if bar is not None:
+                bar.update(data_bytes)
+
+        problems = storage.verify(progress)
         if bar is not None:
-            bar.update(data_bytes)
+            bar.close()
+        for problem in problems:
+            print(f"CORRUPT {problem}")
+        if problems:
+            print(f"{len(problems)} of {plural(len(shard_sizes), 'shard')} failed verification", file=sys.stderr)
+            return EXIT_FAILED
+        print(f"ok: {plural(len(shard_sizes), 'shard')}, {plural(checked, 'data byte')} verified")
+        return EXIT_OK
 
-    problems = storage.verify(progress)
-    if bar is not None:
-        bar.close()
-    for problem in problems:
-        print(f"CORRUPT {problem}")
-    if problems:
-        print(f"{len(problems)} of {len(shard_files)} shards failed verification", file=sys.stderr)
-        return 1
-    print(f"ok: {len(shard_files)} shards, {checked:,} data bytes verified")
-    return 0
+    return run
 
 
-def _clean(arguments: argparse.Namespace) -> int:
-    removed = _open(arguments.path).clean_leftovers(older_than=arguments.older_than)
-    print(f"removed {len(removed)} leftover files")
-    return 0
+def _seconds(text: str) -> float:
+    """An ``--older-than`` value: a number of seconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, 0 or more, got {text}")
+    return value
+
+
+def _prepare_clean(arguments: argparse.Namespace) -> Run:
+    storage = _open(arguments.path, arguments.storage_options)
+
+    def run() -> int:
+        removed = storage.clean_leftovers(older_than=arguments.older_than)
+        print(f"removed {plural(len(removed), 'leftover file')}")
+        return EXIT_OK
+
+    return run
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="guideloom", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="guideloom",
+        description="Inspect, verify and clean guideloom storages; tokenize text into one.",
+        epilog="exit status: 0 done, 1 problems found or the work failed, 2 usage error (nothing was changed)",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     inspect = commands.add_parser("inspect", help="print kind, format, dtype, shards, records/tokens, bytes")
-    inspect.add_argument("path")
+    inspect.add_argument("path", help="a storage directory or URL (s3://bucket/prefix, ...)")
     inspect.add_argument("--shards", action="store_true", help="also list every shard")
-    inspect.set_defaults(run=_inspect)
+    inspect.set_defaults(prepare=_prepare_inspect)
     verify = commands.add_parser("verify", help="recompute every shard's checksums; exit 1 on damage")
-    verify.add_argument("path")
+    verify.add_argument("path", help="a storage directory or URL")
     verify.add_argument("--quiet", action="store_true", help="no progress bar")
-    verify.set_defaults(run=_verify)
+    verify.set_defaults(prepare=_prepare_verify)
     clean = commands.add_parser("clean", help="delete files left by dead writers")
-    clean.add_argument("path")
-    clean.add_argument("--older-than", type=float, default=3600.0, metavar="SECONDS")
-    clean.set_defaults(run=_clean)
-    from guideloom._tokenize import add_tokenize_command  # lazy: tokenizers itself is imported only when run
+    clean.add_argument("path", help="a storage directory or URL")
+    clean.add_argument("--older-than", type=_seconds, default=3600.0, metavar="SECONDS", help="(default: 3600)")
+    clean.set_defaults(prepare=_prepare_clean)
+    for command in (inspect, verify, clean):
+        command.add_argument(
+            "--storage-options",
+            metavar="JSON",
+            help='for a URL: fsspec options as a JSON object, e.g. \'{"endpoint_url": "http://127.0.0.1:9000"}\'',
+        )
+    from guideloom.tokenize._command import add_tokenize_command  # tokenizers itself is imported only when run
 
     add_tokenize_command(commands)
     return parser
 
 
+def _report(command: str, error: BaseException) -> None:
+    message = str(error) or type(error).__name__
+    for note in getattr(error, "__notes__", []):
+        message += f"\n{note}"
+    print(f"guideloom {command}: error: {message}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``guideloom`` command."""
-    arguments = _parser().parse_args(argv)
+    """Entry point of the ``guideloom`` command; returns its exit status (see the module docstring)."""
+    arguments = _parser().parse_args(argv)  # a usage error exits 2 here
     try:
-        status: int = arguments.run(arguments)
-    except GuideloomError as error:
-        print(f"guideloom: error: {error}", file=sys.stderr)
-        return 2
-    return status
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+        try:
+            run: Run = arguments.prepare(arguments)
+        except REPORTED_ERRORS as error:
+            _report(arguments.command, error)
+            return EXIT_USAGE
+        try:
+            return run()
+        except REPORTED_ERRORS as error:
+            _report(arguments.command, error)
+            return EXIT_FAILED
+    except KeyboardInterrupt:
+        print(f"guideloom {arguments.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

@@ -45,25 +45,46 @@ class PackedShards:
         return int(self.row_bases[-1])
 
     def rows(self, reader: TokenReader, indices: np.ndarray, pad_id: int, dtype: np.dtype[Any]) -> PieceRows:
-        """Rows ``indices`` (int64, in range): their tokens, padded with ``pad_id``, and their pieces."""
+        """Rows ``indices`` (int64, in range): their tokens, padded with ``pad_id``, and their pieces.
+
+        The pieces of all rows are located with whole-array operations, shard by shard; then one loop
+        copies each piece, a slice of its shard's mapped tokens, into place.
+        """
         length = self.sequence_length
-        out = np.full((len(indices), length), pad_id, dtype)
-        flat = out.reshape(-1)
         positions = np.searchsorted(self.row_bases, indices, side="right") - 1
         local_rows = indices - self.row_bases[positions]
-        piece_lengths: list[int] = []
         piece_counts = np.empty(len(indices), np.int64)
-        fills = np.empty(len(indices), np.int64)
-        for row, (position, local) in enumerate(zip(positions.tolist(), local_rows.tolist(), strict=True)):
-            packing, tokens = self.packings[position], reader.shard_tokens(position)
-            first, stop = int(packing.row_starts[local]), int(packing.row_starts[local + 1])
-            starts = packing.piece_starts[first:stop].tolist()
-            lengths = packing.piece_lengths[first:stop].tolist()
-            at = row * length
-            for start, count in zip(starts, lengths, strict=True):
-                flat[at : at + count] = tokens[start : start + count]
-                at += count
-            piece_lengths.extend(lengths)
-            piece_counts[row] = stop - first
-            fills[row] = at - row * length
-        return PieceRows(out, np.array(piece_lengths, np.int64), piece_counts, length - fills)
+        piece_rows, piece_starts, piece_lengths, piece_shards = [], [], [], []
+        used = np.unique(positions).tolist()
+        for position in used:
+            packing = self.packings[position]
+            rows = np.flatnonzero(positions == position)
+            first = packing.row_starts[local_rows[rows]]
+            counts = packing.row_starts[local_rows[rows] + 1] - first
+            piece_counts[rows] = counts
+            pieces = np.repeat(first - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
+            piece_rows.append(np.repeat(rows, counts))
+            piece_starts.append(packing.piece_starts[pieces])
+            piece_lengths.append(packing.piece_lengths[pieces])
+            piece_shards.append(np.full(len(pieces), position))
+        # Back to row order: pieces of one row stay in placement order (a stable sort by row).
+        by_row = np.argsort(np.concatenate(piece_rows), kind="stable")
+        rows_of_pieces = np.concatenate(piece_rows)[by_row]
+        starts = np.concatenate(piece_starts)[by_row]
+        lengths = np.concatenate(piece_lengths)[by_row]
+        shards = np.concatenate(piece_shards)[by_row]
+        ends = np.cumsum(lengths)
+        row_ends = ends[np.cumsum(piece_counts) - 1]
+        row_starts = np.concatenate([[0], row_ends[:-1]])
+        destinations = ends - lengths - np.repeat(row_starts, piece_counts) + rows_of_pieces * length
+        out = np.empty((len(indices), length), dtype)
+        flat = out.reshape(-1)
+        tokens = {position: reader.shard_tokens(position) for position in used}
+        for shard, start, stop, destination in zip(
+            shards.tolist(), starts.tolist(), (starts + lengths).tolist(), destinations.tolist(), strict=True
+        ):
+            flat[destination : destination + stop - start] = tokens[shard][start:stop]
+        fills = row_ends - row_starts
+        for row in np.flatnonzero(fills < length).tolist():
+            out[row, fills[row] :] = pad_id
+        return PieceRows(out, lengths, piece_counts, length - fills)

@@ -17,6 +17,8 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
+from guideloom._checks import check_bool
+
 In = TypeVar("In")
 Out = TypeVar("Out")
 
@@ -94,9 +96,7 @@ class DocumentMsgpackFormat(DocumentStorageFormat[Any, Any]):
     name = "msgpack"
 
     def __init__(self, numpy_arrays: bool = False) -> None:
-        if not isinstance(numpy_arrays, bool):
-            raise TypeError(f"numpy_arrays must be a bool, got {type(numpy_arrays).__name__}")
-        self.numpy_arrays = numpy_arrays
+        self.numpy_arrays = numpy_arrays = check_bool("numpy_arrays", numpy_arrays)
         if numpy_arrays:
             self.name = "msgpack-numpy"
         try:

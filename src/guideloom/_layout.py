@@ -24,12 +24,14 @@ import stat
 import struct
 import sys
 import zlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from guideloom._checks import check_int
 from guideloom._errors import CorruptStorageError, FormatMismatchError, StorageNotFoundError
 
 LAYOUT_VERSION = 1
@@ -48,6 +50,22 @@ _SHARD_NAME = re.compile(r"([0-9]{12})\.shard")
 
 KINDS = ("documents", "tokens")
 TOKEN_DTYPES = ("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64")
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """What a reader needs to index a shard without opening it: its counts, data checksum and file size."""
+
+    id: int
+    record_count: int
+    element_count: int
+    data_crc: int
+    size: int
+
+
+def shard_size(record_count: int, data_size: int) -> int:
+    """Bytes of a shard file with these counts (data, padding, offsets, footer)."""
+    return padded(data_size) + 8 * (record_count + 1) + FOOTER.size
 
 
 @dataclass(frozen=True)
@@ -86,12 +104,7 @@ def shard_file_name(shard: int) -> str:
 
 def check_shard_id(shard: object) -> int:
     """Validate a caller's shard id: a non-negative int below 10**12."""
-    if isinstance(shard, bool) or not isinstance(shard, int | np.integer):
-        raise TypeError(f"shard must be a non-negative int, got {type(shard).__name__}")
-    shard = int(shard)
-    if not 0 <= shard <= MAX_SHARD_ID:
-        raise ValueError(f"shard must be between 0 and {MAX_SHARD_ID}, got {shard}")
-    return shard
+    return check_int("shard", shard, minimum=0, maximum=MAX_SHARD_ID)
 
 
 def read_header(path: Path) -> StorageHeader:
@@ -114,6 +127,11 @@ def read_header(path: Path) -> StorageHeader:
             raw += chunk
     finally:
         os.close(descriptor)
+    return parse_header(raw, str(header_path))
+
+
+def parse_header(raw: bytes, header_path: str) -> StorageHeader:
+    """Validate a header's bytes (read from ``header_path``, named in errors)."""
     if len(raw) > MAX_HEADER_BYTES:
         raise CorruptStorageError(f"{header_path} is larger than {MAX_HEADER_BYTES} bytes")
     try:
@@ -167,7 +185,17 @@ def committed_shard_ids(path: Path) -> list[int]:
     return sorted(int(match.group(1)) for name in names if (match := _SHARD_NAME.fullmatch(name)))
 
 
-def pack_footer(
+def shard_trailer(shard: int, offsets: list[int], data_size: int, data_crc: int, header: StorageHeader) -> bytes:
+    """What a writer appends after a shard's data: padding to 8 bytes, the record offsets, the footer.
+
+    ``ShardFile`` reads it back; ``offsets`` are the ``record_count + 1`` element offsets of the records.
+    """
+    index = np.asarray(offsets, dtype="<u8").tobytes()
+    footer = _pack_footer(shard, len(offsets) - 1, data_size, data_crc, zlib.crc32(index), header)
+    return bytes(padded(data_size) - data_size) + index + footer
+
+
+def _pack_footer(
     shard: int, record_count: int, data_size: int, data_crc: int, index_crc: int, header: StorageHeader
 ) -> bytes:
     body = FOOTER.pack(
@@ -190,12 +218,26 @@ def padded(size: int) -> int:
     return (size + 7) // 8 * 8
 
 
+def verify_shards(
+    shards: Iterable[ShardFile], progress: Callable[[int], None] | None, problems: list[str]
+) -> list[str]:
+    """``problems`` with those found by recomputing each shard's checksums; ``progress`` gets the bytes checked."""
+    for shard in shards:
+        problem = shard.verify()
+        if problem is not None:
+            problems.append(problem)
+        if progress is not None:
+            progress(shard.data_size)
+    return problems
+
+
 class ShardFile:
     """One committed shard, mapped read-only; validated structurally on open."""
 
-    def __init__(self, storage_path: Path, shard: int, header: StorageHeader) -> None:
+    def __init__(self, storage_path: Path, shard: int, header: StorageHeader, file: Path | None = None) -> None:
+        """Open shard ``shard`` of the storage at ``storage_path``, or the shard's copy at ``file``."""
         self.id = shard
-        self.path = storage_path / SHARDS_DIR / shard_file_name(shard)
+        self.path = storage_path / SHARDS_DIR / shard_file_name(shard) if file is None else file
         try:
             # O_NONBLOCK: a FIFO planted under a shard's name must not block the open (it is refused below)
             descriptor = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -233,7 +275,7 @@ class ShardFile:
         if header_crc != header.checksum:
             self.close()
             raise FormatMismatchError(f"shard {shard} was written for another storage header ({self.path})")
-        expected = padded(data_size) + 8 * (record_count + 1) + FOOTER.size
+        expected = shard_size(record_count, data_size)
         if footer_shard != shard or expected != size or data_size % header.element_size:
             self.close()
             raise CorruptStorageError(f"shard {shard} has inconsistent sizes ({self.path}): file truncated?")
@@ -251,6 +293,10 @@ class ShardFile:
             if sys.byteorder == "little"
             else memoryview(self.offsets.astype("=u8").tobytes()).cast("Q")
         )
+
+    @property
+    def info(self) -> ShardInfo:
+        return ShardInfo(self.id, self.record_count, self.element_count, self.data_crc, len(self.view))
 
     def record_bounds(self, record: int) -> tuple[int, int]:
         """Element offsets of a record, checked so a damaged index can never read out of bounds."""

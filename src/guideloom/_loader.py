@@ -20,6 +20,7 @@ import torch
 import torch.distributed
 
 from guideloom._checks import check_bool, check_callable, check_int, check_number
+from guideloom._devices import check_device
 from guideloom._order import BatchPlan, EpochOrder
 from guideloom._sources import SampleSource, make_source
 from guideloom._state import Settings, build_state, check_state
@@ -176,10 +177,7 @@ class StatefulDataLoader:
         ``max_seqlen`` (see docs/pretraining.md).
         """
         collate = check_callable("collate", collate, optional=True)
-        try:
-            device = torch.device(device)
-        except (TypeError, RuntimeError) as error:
-            raise ValueError(f"device must be a torch.device or a device string: {error}") from None
+        device = check_device(device)
         local_batch_size = check_int("local_batch_size", local_batch_size, minimum=1)
         num_workers = check_int("num_workers", num_workers, minimum=0)
         prefetch_factor = check_int("prefetch_factor", prefetch_factor, minimum=1)

@@ -12,28 +12,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from guideloom._checks import check_bool, check_int
+
 __all__ = ["BatchPlan", "EpochOrder"]
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
 _ROUNDS = 6
 _MAX_SAMPLES = (1 << 63) - 1  # positions and indices are int64
-
-
-def _check_int(name: str, value: object, minimum: int | None) -> int:
-    """Return `value` as an int, or raise naming `name` if it is not an integer ≥ `minimum`."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
-
-
-def _check_bool(name: str, value: object) -> bool:
-    """Return `value` if it is a bool, or raise naming `name`."""
-    if not isinstance(value, bool | np.bool_):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
-    return bool(value)
 
 
 def _mix_int(x: int) -> int:
@@ -67,12 +53,12 @@ class EpochOrder:
     """
 
     def __init__(self, sample_count: int, *, shuffle: bool, seed: int, epoch: int) -> None:
-        self.sample_count = _check_int("sample_count", sample_count, 0)
+        self.sample_count = check_int("sample_count", sample_count, 0)
         if self.sample_count > _MAX_SAMPLES:
             raise ValueError(f"sample_count must be <= {_MAX_SAMPLES}, got {sample_count}")
-        self.shuffle = _check_bool("shuffle", shuffle)
-        self.seed = _check_int("seed", seed, None)
-        self.epoch = _check_int("epoch", epoch, 0)
+        self.shuffle = check_bool("shuffle", shuffle)
+        self.seed = check_int("seed", seed, None)
+        self.epoch = check_int("epoch", epoch, 0)
         # Balanced Feistel over the smallest even bit width >= 2 covering every index, so the
         # domain is at most four times sample_count and cycle walking needs few steps on average.
         bits = max(2, (self.sample_count - 1).bit_length())
@@ -159,8 +145,8 @@ class BatchPlan:
 
     def __post_init__(self) -> None:
         for name, minimum in (("sample_count", 0), ("local_batch_size", 1), ("world_size", 1), ("start", 0)):
-            object.__setattr__(self, name, _check_int(name, getattr(self, name), minimum))
-        object.__setattr__(self, "drop_last", _check_bool("drop_last", self.drop_last))
+            object.__setattr__(self, name, check_int(name, getattr(self, name), minimum))
+        object.__setattr__(self, "drop_last", check_bool("drop_last", self.drop_last))
         if self.start > self.sample_count:
             raise ValueError(f"start must be <= sample_count ({self.sample_count}), got {self.start}")
 
@@ -183,7 +169,7 @@ class BatchPlan:
     def rank_positions(self, batch: int, rank: int) -> npt.NDArray[np.int64]:
         """Epoch positions that `rank` reads in global batch `batch`; padding lies at >= sample_count."""
         batch = self._check_batch(batch)
-        rank = _check_int("rank", rank, 0)
+        rank = check_int("rank", rank, 0)
         if rank >= self.world_size:
             raise IndexError(f"rank must be < world_size ({self.world_size}), got {rank}")
         first = self.start + batch * self.global_batch_size
@@ -203,7 +189,7 @@ class BatchPlan:
         """`rank_positions` of the full batches `first .. stop - 1` at once, one row per batch (vectorised)."""
         if not 0 <= first <= stop <= self.full_batch_count:
             raise IndexError(f"batches {first}..{stop} are not full batches of this plan ({self.full_batch_count})")
-        rank = _check_int("rank", rank, 0)
+        rank = check_int("rank", rank, 0)
         if rank >= self.world_size:
             raise IndexError(f"rank must be < world_size ({self.world_size}), got {rank}")
         starts = (
@@ -220,7 +206,7 @@ class BatchPlan:
 
     def _check_batch(self, batch: int) -> int:
         """Return `batch` as an int, or raise naming it if it is not a batch of this plan."""
-        batch = _check_int("batch", batch, 0)
+        batch = check_int("batch", batch, 0)
         if batch >= self.batch_count:
             raise IndexError(f"batch must be < batch_count ({self.batch_count}), got {batch}")
         return batch

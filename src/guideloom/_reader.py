@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import zlib
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from types import TracebackType
@@ -16,9 +17,10 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from guideloom._checks import check_sequence_length
+from guideloom._checks import check_int, check_sequence_length
+from guideloom._files import LocalShards, ShardSet, first_positions
 from guideloom._formats import DocumentStorageFormat
-from guideloom._layout import ShardFile, StorageHeader, committed_shard_ids
+from guideloom._layout import ShardFile, StorageHeader, verify_shards
 
 Out = TypeVar("Out")
 R = TypeVar("R", bound="StorageReader[Any]")
@@ -26,30 +28,60 @@ R = TypeVar("R", bound="StorageReader[Any]")
 
 def check_index(index: object, length: int, what: str = "index") -> int:
     """Validate a global index: an int in [0, length)."""
-    if isinstance(index, bool) or not isinstance(index, int | np.integer):
-        raise TypeError(f"{what} must be an int, got {type(index).__name__}")
+    index = check_int(what, index)
     if not 0 <= index < length:
         raise IndexError(f"{what} {index} is out of range for a storage of {length} records")
-    return int(index)
+    return index
 
 
 class StorageReader(Generic[Out]):
-    """The shards committed when the reader was opened, and their record counts."""
+    """The shards committed when the reader was opened, and their record counts.
 
-    def __init__(self, path: Path, header: StorageHeader, shard_ids: list[int] | None = None) -> None:
-        self.path = path
+    Shards are opened through the reader's :class:`ShardSet`: a local storage's are all mapped at once,
+    a remote storage's are downloaded on first use, and at most ``max_open`` of them stay open.
+    """
+
+    def __init__(self, path: Path | ShardSet, header: StorageHeader, shard_ids: list[int] | None = None) -> None:
+        self.shard_set: ShardSet = path if not isinstance(path, Path) else LocalShards(path, header, shard_ids)
+        self.path = Path(self.shard_set.location) if isinstance(path, Path) else path
+        self.location = self.shard_set.location
         self.header = header
-        self.shards: list[ShardFile] = []
-        try:
-            for shard in committed_shard_ids(path) if shard_ids is None else shard_ids:
-                self.shards.append(ShardFile(path, shard, header))
-        except BaseException:
-            self.close()
-            raise
-        counts = [shard.record_count for shard in self.shards]
+        self.infos = self.shard_set.infos
+        self._opened: list[ShardFile | None] = [None] * len(self.infos)
+        self._open_order: deque[int] = deque()
+        counts = [info.record_count for info in self.infos]
         self.record_starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
-        self._shard_ids = np.array([shard.id for shard in self.shards], np.int64)
+        self._shard_ids = np.array([info.id for info in self.infos], np.int64)
         self._closed = False
+
+    @property
+    def shards(self) -> list[ShardFile]:
+        """Every shard, opened (for a remote storage this downloads them all)."""
+        return [self.shard(position) for position in range(len(self.infos))]
+
+    def shard(self, position: int) -> ShardFile:
+        """The shard at ``position`` (in ascending id order), opened if it is not yet."""
+        shard = self._opened[position]
+        if shard is None:
+            self._check_open()
+            shard = self._opened[position] = self.shard_set.open(position)
+            self._open_order.append(position)
+            limit = self.shard_set.max_open
+            while limit is not None and len(self._open_order) > limit:
+                self._forget(self._open_order.popleft())
+        return shard
+
+    def _forget(self, position: int) -> None:
+        """Close the shard at ``position`` (views into it stay valid); it reopens when read again."""
+        shard, self._opened[position] = self._opened[position], None
+        if shard is not None:
+            self.shard_set.release(position, shard)
+
+    def prefetch_records(self, indices: np.ndarray) -> None:
+        """A hint: the records at these global indices are read soon, in this order."""
+        if not isinstance(self.shard_set, LocalShards):  # local shards are mapped already
+            positions = np.searchsorted(self.record_starts, indices, side="right") - 1
+            self.shard_set.prefetch(first_positions(positions, len(self.infos)))
 
     def __len__(self) -> int:
         return int(self.record_starts[-1])
@@ -67,20 +99,14 @@ class StorageReader(Generic[Out]):
     def fingerprint(self) -> str:
         """Identifies the exact contents: shard ids, counts and checksums (footers only, O(shards))."""
         crc = zlib.crc32(self.header.to_json())
-        for shard in self.shards:
-            crc = zlib.crc32(np.array([shard.id, shard.record_count, shard.data_crc], "<u8").tobytes(), crc)
-        return f"{crc:08x}-{len(self.shards)}-{len(self)}"
+        for info in self.infos:
+            crc = zlib.crc32(np.array([info.id, info.record_count, info.data_crc], "<u8").tobytes(), crc)
+        return f"{crc:08x}-{len(self.infos)}-{len(self)}"
 
     def verify(self, progress: Callable[[int], None] | None = None) -> list[str]:
         """Check every shard's checksums; the problems found, each naming its shard."""
-        problems = []
-        for shard in self.shards:
-            problem = shard.verify()
-            if problem is not None:
-                problems.append(problem)
-            if progress is not None:
-                progress(shard.data_size)
-        return problems
+        shards = (self.shard(position) for position in range(len(self.infos)))
+        return verify_shards(shards, progress, [])
 
     def __iter__(self) -> Iterator[Out]:
         for index in range(len(self)):
@@ -88,9 +114,9 @@ class StorageReader(Generic[Out]):
 
     def close(self) -> None:
         """Release every mapping (a mapping a decoded view still uses goes when the view does)."""
-        for shard in self.shards:
-            shard.close()
-        self.shards = []
+        self._opened = [None] * len(self._opened)
+        self._open_order.clear()
+        self.shard_set.close()
         self._closed = True
 
     def __enter__(self: R) -> R:
@@ -111,7 +137,7 @@ class DocumentReader(StorageReader[Out]):
 
     def __init__(
         self,
-        path: Path,
+        path: Path | ShardSet,
         header: StorageHeader,
         document_format: DocumentStorageFormat[Any, Out],
         shard_ids: list[int] | None = None,
@@ -123,7 +149,7 @@ class DocumentReader(StorageReader[Out]):
         """The record's bytes (a read-only view into the mapping) and its shard id."""
         self._check_open()
         position, record = self.locate(index)
-        shard = self.shards[position]
+        shard = self.shard(position)
         start, stop = shard.record_bounds(record)
         return shard.view[start:stop], shard.id
 
@@ -135,15 +161,15 @@ class DocumentReader(StorageReader[Out]):
     def read_many(self, indices: np.ndarray) -> list[Out]:
         """Decode the records at ``indices`` (int64, each checked), locating them all at once."""
         self._check_open()
-        shards = self.shards
+        shards = self._opened
         positions = np.searchsorted(self.record_starts, indices, side="right") - 1
         position_list = positions.tolist()
-        if position_list and (min(position_list) < 0 or max(position_list) >= len(shards)):  # out of range
+        if position_list and (min(position_list) < 0 or max(position_list) >= len(self.infos)):  # out of range
             check_index(int(indices.min()) if min(position_list) < 0 else int(indices.max()), len(self))
         records = (indices - self.record_starts[positions]).tolist()
         encoded = []
         for position, record in zip(position_list, records, strict=True):
-            shard = shards[position]
+            shard = shards[position] or self.shard(position)
             start, stop = shard.record_bounds(record)
             encoded.append(shard.view[start:stop])
         decoded = self._format.unpack_many(encoded, self._shard_ids[positions].tolist())
@@ -158,12 +184,12 @@ class DocumentReader(StorageReader[Out]):
 class TokenReader(StorageReader[np.ndarray]):
     """Documents of a TokenStorage and the concatenated token stream."""
 
-    def __init__(self, path: Path, header: StorageHeader, shard_ids: list[int] | None = None) -> None:
+    def __init__(self, path: Path | ShardSet, header: StorageHeader, shard_ids: list[int] | None = None) -> None:
         super().__init__(path, header, shard_ids)
         assert header.dtype is not None
         self.dtype = np.dtype(header.dtype).newbyteorder("<")
-        self._tokens = [np.frombuffer(shard.view, self.dtype, shard.element_count) for shard in self.shards]
-        counts = [shard.element_count for shard in self.shards]
+        self._tokens: list[np.ndarray | None] = [None] * len(self.infos)
+        counts = [info.element_count for info in self.infos]
         self.token_starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
 
     @property
@@ -189,8 +215,11 @@ class TokenReader(StorageReader[np.ndarray]):
         positions = np.searchsorted(self.token_starts, starts, side="right") - 1
         offsets = (starts - self.token_starts[positions]).tolist()
         targets = range(len(starts)) if rows is None else rows.tolist()
+        token_arrays = self._tokens
         for number, (row, position, offset) in enumerate(zip(targets, positions.tolist(), offsets, strict=True)):
-            tokens = self._tokens[position]
+            tokens = token_arrays[position]
+            if tokens is None:
+                tokens = self.shard_tokens(position)
             if offset + length <= len(tokens):
                 out[row] = tokens[offset : offset + length]
             else:  # the window crosses into the next shard(s)
@@ -198,17 +227,32 @@ class TokenReader(StorageReader[np.ndarray]):
                 self.read_tokens(start, start + length, out=out[row])
         return out
 
+    def _forget(self, position: int) -> None:
+        self._tokens[position] = None
+        super()._forget(position)
+
     def shard_tokens(self, position: int) -> np.ndarray:
         """All tokens of the reader's shard at ``position`` (in ``shards``): a read-only view into its mapping."""
         self._check_open()
-        return self._tokens[position]
+        tokens = self._tokens[position]
+        if tokens is None:
+            shard = self.shard(position)
+            tokens = self._tokens[position] = np.frombuffer(shard.view, self.dtype, shard.element_count)
+        return tokens
+
+    def prefetch_tokens(self, starts: np.ndarray) -> None:
+        """A hint: the tokens at these stream positions are read soon, in this order."""
+        if not isinstance(self.shard_set, LocalShards):
+            positions = np.searchsorted(self.token_starts, starts, side="right") - 1
+            self.shard_set.prefetch(first_positions(positions, len(self.infos)))
 
     def read(self, index: int) -> np.ndarray:
         """Document ``index``'s tokens: a read-only view into the mapping."""
         self._check_open()
         position, record = self.locate(index)
-        start, stop = self.shards[position].record_bounds(record)
-        return self._tokens[position][start:stop]
+        tokens = self.shard_tokens(position)
+        start, stop = self.shard(position).record_bounds(record)
+        return tokens[start:stop]
 
     def read_tokens(self, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
         """Tokens ``stream[start:stop]``, copied into ``out`` (cast to its dtype) or a new array."""
@@ -223,7 +267,7 @@ class TokenReader(StorageReader[np.ndarray]):
             shard_start = int(self.token_starts[position])
             begin = start + written - shard_start
             take = min(stop - start - written, int(self.token_starts[position + 1]) - shard_start - begin)
-            out[written : written + take] = self._tokens[position][begin : begin + take]
+            out[written : written + take] = self.shard_tokens(position)[begin : begin + take]
             written += take
             position += 1
         return out
@@ -231,16 +275,16 @@ class TokenReader(StorageReader[np.ndarray]):
     def document_starts(self, start: int, stop: int) -> np.ndarray:
         """Stream positions in [start, stop) where a document begins (int64)."""
         found = []
-        for position, shard in enumerate(self.shards):
+        for position, info in enumerate(self.infos):
             base = int(self.token_starts[position])
-            if base >= stop or base + shard.element_count <= start:
+            if base >= stop or base + info.element_count <= start:
                 continue
-            offsets = shard.offsets[:-1].astype(np.int64) + base
+            offsets = self.shard(position).offsets[:-1].astype(np.int64) + base
             found.append(offsets[(offsets >= start) & (offsets < stop)])
         return np.concatenate(found) if found else np.empty(0, np.int64)
 
     def close(self) -> None:
-        self._tokens = []
+        self._tokens = [None] * len(self._tokens)
         super().close()
 
 

@@ -80,9 +80,13 @@ class SampleSource(Protocol):
 
 class _OpensReaders(Protocol[ReaderT_co]):
     @property
-    def path(self) -> Any: ...
+    def location(self) -> str: ...
 
     def open_reader(self, shard_ids: list[int] | None = None) -> ReaderT_co: ...
+
+
+def _shards(shard_ids: list[int]) -> str:
+    return f"shard {shard_ids[0]}" if len(shard_ids) == 1 else f"shards {describe_shards(shard_ids)}"
 
 
 def parse_shards(text: str) -> list[int]:
@@ -128,7 +132,7 @@ class PinnedShards(Generic[ReaderT]):
         if self._identity is None:
             self._identity = {
                 "kind": self.kind,
-                "path": str(self.storage.path),
+                "path": self.storage.location,
                 "shards": describe_shards(self.shard_ids),
                 "fingerprint": self.reader.fingerprint,  # shard ids, record counts and checksums
                 "digest": ShardDigest.of(self.shard_entries()).to_text(),  # names a shard rewritten since
@@ -171,20 +175,21 @@ class PinnedShards(Generic[ReaderT]):
     def difference(self, recorded: dict[str, Any]) -> str:
         """In words, how the shards a state recorded differ from this snapshot's."""
         then = f"shards {recorded.get('shards')} of the storage at {recorded.get('path')}"
-        now = f"shards {describe_shards(self.shard_ids)} of the storage at {self.storage.path}"
+        now = f"shards {describe_shards(self.shard_ids)} of the storage at {self.storage.location}"
         try:
             before = set(parse_shards(str(recorded.get("shards"))))
         except ValueError:
             return f"it read {then}, this loader reads {now}"
         added, missing = sorted(set(self.shard_ids) - before), sorted(before - set(self.shard_ids))
-        changes = [f"shards {describe_shards(added)} are new"] if added else []
-        changes += [f"shards {describe_shards(missing)} are gone"] if missing else []
+        changes = [f"{_shards(added)} {'is' if len(added) == 1 else 'are'} new"] if added else []
+        changes += [f"{_shards(missing)} {'is' if len(missing) == 1 else 'are'} gone"] if missing else []
         if not changes:
             changes = ["the same shard ids hold other contents (rewritten, or another storage)"]
         return f"it read {then}, this loader reads {now}: {', and '.join(changes)}"
 
     def prefetch(self, indices: np.ndarray, epoch: int) -> None:
-        """Local shards are mapped: nothing to fetch ahead."""
+        """Shards of a remote storage that these records need are downloaded in the background (local: nothing)."""
+        self.reader.prefetch_records(indices)
 
     def close(self) -> None:
         if self._reader is not None and self._reader_pid == os.getpid():
@@ -195,7 +200,7 @@ class PinnedShards(Generic[ReaderT]):
         return {**self.__dict__, "_reader": None, "_reader_pid": -1}
 
     def __repr__(self) -> str:
-        return f"{self.kind} of shards {describe_shards(self.shard_ids)} of the storage at {self.storage.path}"
+        return f"{self.kind} of shards {describe_shards(self.shard_ids)} of the storage at {self.storage.location}"
 
 
 class DocumentSource(PinnedShards[DocumentReader[Any]]):
@@ -255,7 +260,7 @@ class TokenWindowSource(PinnedShards[TokenReader]):
         """Refuse windows holding ids the window dtype cannot hold (they were cast to negative values)."""
         if self._check_sign and bool((windows < 0).any()):
             raise ValueError(
-                f"the storage at {self.reader.path} holds {self.reader.dtype} token ids of "
+                f"the storage at {self.reader.location} holds {self.reader.dtype} token ids of "
                 f"2**{8 * self.window_dtype.itemsize - 1} or more, which do not fit the loader's "
                 f"{self.window_dtype} batches"
             )
@@ -268,6 +273,10 @@ class TokenWindowSource(PinnedShards[TokenReader]):
 
     def identity(self) -> dict[str, Any]:
         return {**super().identity(), "sequence_length": self.sequence_length}
+
+    def prefetch(self, indices: np.ndarray, epoch: int) -> None:
+        """Shards of a remote storage that these windows start in are downloaded in the background."""
+        self.reader.prefetch_tokens(np.asarray(indices, np.int64) * self.sequence_length)
 
 
 def make_source(
@@ -308,6 +317,8 @@ def make_source(
         raise TypeError(f"storage must be a DocumentStorage, TokenStorage or Mixture, got {type(storage).__name__}")
     if window_dtype is not None and not isinstance(storage, TokenStorage):
         raise ValueError("window_dtype must be omitted for a DocumentStorage: it applies to token windows")
+    if window_dtype is not None and not isinstance(window_dtype, torch.dtype):
+        raise TypeError(f"window_dtype must be torch.int64 or torch.int32, got {type(window_dtype).__name__}")
     if window_dtype not in (None, torch.int64, torch.int32):
         raise ValueError(f"window_dtype must be torch.int64 or torch.int32, got {window_dtype!r}")
     if isinstance(storage, TokenStorage) and sequence_length is None:
@@ -321,7 +332,7 @@ def make_source(
     sequence_length = check_sequence_length(sequence_length)
     window_numpy_dtype = np.dtype(np.int32 if window_dtype == torch.int32 else np.int64)
     if window_numpy_dtype == np.int32 and storage.dtype.itemsize == 8:
-        raise ValueError(f"window_dtype=torch.int32 cannot hold the {storage.dtype} ids of {storage.path}")
+        raise ValueError(f"window_dtype=torch.int32 cannot hold the {storage.dtype} ids of {storage.location}")
     source = window_source(
         storage, shard_ids, sequence_length, window_numpy_dtype, document_boundaries, pack_documents, pad_id
     )
@@ -333,5 +344,5 @@ def make_source(
 def _not_empty(source: DocumentSource | TokenWindowSource, why: str) -> DocumentSource | TokenWindowSource:
     if source.sample_count == 0:
         source.close()
-        raise ValueError(f"the storage at {source.storage.path} has no samples to load{why}")
+        raise ValueError(f"the storage at {source.storage.location} has no samples to load{why}")
     return source

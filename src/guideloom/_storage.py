@@ -8,13 +8,15 @@ import stat
 import time
 import uuid
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 
+from guideloom._checks import check_choice, check_number, check_path
 from guideloom._errors import CorruptStorageError, FormatMismatchError, StorageNotFoundError, UntrustedFormatWarning
+from guideloom._files import CommitTarget, LocalShards, ShardSet
 from guideloom._formats import DocumentPickleFormat, DocumentStorageFormat, format_identity
 from guideloom._layout import (
     HEADER_NAME,
@@ -22,29 +24,112 @@ from guideloom._layout import (
     SHARDS_DIR,
     TOKEN_DTYPES,
     ShardFile,
+    ShardInfo,
     StorageHeader,
     committed_shard_ids,
     fsync_directory,
     publish,
     read_header,
+    verify_shards,
 )
 from guideloom._reader import AsyncReader, DocumentReader, StorageReader, TokenReader
+from guideloom._remote import is_url
 from guideloom._writer import AsyncWriter, SyncWriter
+
+if TYPE_CHECKING:
+    from guideloom._remote_files import RemoteFiles
 
 In = TypeVar("In")
 Out = TypeVar("Out")
 
 
 def _as_path(path: object) -> Path:
-    if not isinstance(path, str | os.PathLike):
-        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
-    return Path(path)
+    if isinstance(path, str) and path.startswith("file://"):
+        return Path(path[len("file://") :])
+    return check_path("path", path)
+
+
+def _cache_arguments(cache_dir: object, cache_limit_bytes: object) -> tuple[Path | None, int | None]:
+    if cache_dir is not None and not isinstance(cache_dir, str | os.PathLike):
+        raise TypeError(f"cache_dir must be a str or os.PathLike, got {type(cache_dir).__name__}")
+    if cache_limit_bytes is not None:
+        if isinstance(cache_limit_bytes, bool) or not isinstance(cache_limit_bytes, int):
+            raise TypeError(f"cache_limit_bytes must be an int or None, got {type(cache_limit_bytes).__name__}")
+        if cache_limit_bytes < 1:
+            raise ValueError(f"cache_limit_bytes must be positive, got {cache_limit_bytes}")
+    return (None if cache_dir is None else Path(cache_dir)), cache_limit_bytes
 
 
 class StorageBase:
-    """What both storages share: the directory, its header, verification and clean-up."""
+    """What both storages share: where its files live, its header, verification and clean-up.
+
+    A local storage is a directory (``path``); a storage opened by URL keeps its objects on a
+    store and reads them through a local cache (``_remote``). ``location`` names either.
+    """
 
     path: Path
+    location: str
+    _remote: RemoteFiles | None = None
+    _listed: dict[int, ShardInfo]
+
+    def _locate(
+        self,
+        path: object,
+        storage_options: object,
+        cache_dir: object,
+        cache_limit_bytes: object,
+    ) -> None:
+        """Set where the storage lives: a local directory, or an object store URL and its cache."""
+        cache_path, limit = _cache_arguments(cache_dir, cache_limit_bytes)
+        self._listed = {}
+        if storage_options is not None and not isinstance(storage_options, dict):
+            raise TypeError(f"storage_options must be a dict, got {type(storage_options).__name__}")
+        if is_url(path):
+            assert isinstance(path, str)
+            from guideloom._remote_files import RemoteFiles  # fsspec is imported only for URLs
+
+            self._remote = RemoteFiles(path, storage_options, cache_path, limit)
+            self.location = self._remote.url
+            return
+        if storage_options:
+            raise ValueError(f"storage_options apply to URLs only, but path is a local path: {path!r}")
+        self.path = _as_path(path)  # cache_dir and cache_limit_bytes mean nothing here: read in place
+        self.location = str(self.path)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "path" and self.__dict__.get("_remote") is not None:
+            raise AttributeError(f"{self.location} is a storage on an object store: it has no local path")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _read_header(self) -> StorageHeader:
+        return read_header(self.path) if self._remote is None else self._remote.read_header()
+
+    def committed_shards(self) -> list[int]:
+        """Ids of the shards committed now, ascending (for a remote storage: from one listing)."""
+        if self._remote is None:
+            return committed_shard_ids(self.path)
+        infos = self._remote.list_shards(self.header_for_reading())
+        self._listed = {info.id: info for info in infos}
+        return [info.id for info in infos]
+
+    def _shard_set(self, header: StorageHeader, shard_ids: list[int] | None) -> Path | ShardSet:
+        """What a reader of these shards (default: all committed now) reads through."""
+        if self._remote is None:
+            return LocalShards(self.path, header, shard_ids)
+        if shard_ids is None or any(shard not in self._listed for shard in shard_ids):
+            listed = self.committed_shards()
+            shard_ids = listed if shard_ids is None else shard_ids
+        missing = [shard for shard in shard_ids if shard not in self._listed]
+        if missing:
+            raise CorruptStorageError(f"shard {missing[0]} vanished: it is no longer listed at {self.location}")
+        return self._remote.shard_set(header, [self._listed[shard] for shard in shard_ids])
+
+    def _commit_target(self) -> Path | CommitTarget:
+        if self._remote is None:
+            return self.path
+        from guideloom._remote_files import RemoteTarget
+
+        return RemoteTarget(self._remote)
 
     def _expected_header(self) -> StorageHeader:
         raise NotImplementedError
@@ -52,19 +137,24 @@ class StorageBase:
     def _existing_header(self) -> StorageHeader | None:
         """The header on disk (checked against ours), or None for a storage not yet written."""
         try:
-            found = read_header(self.path)
+            found = self._read_header()
         except StorageNotFoundError:
             return None
         expected = self._expected_header()
         if found != expected:
             raise FormatMismatchError(
-                f"the storage at {self.path} holds {found.describe()}, but was opened as {expected.describe()}"
+                f"the storage at {self.location} holds {found.describe()}, but was opened as {expected.describe()}"
             )
         return found
 
     def _create(self) -> StorageHeader:
         """Create the directory and header if needed; safe when writers race to do it."""
         header = self._expected_header()
+        if self._remote is not None:
+            if self._existing_header() is None:
+                self._remote.create_header(header)
+                self._existing_header()  # if another writer created it first, it must match
+            return header
         for directory in (self.path, self.path / SHARDS_DIR, self.path / INCOMPLETE_DIR):
             directory.mkdir(parents=True, exist_ok=True)
         if self._existing_header() is None:
@@ -82,15 +172,11 @@ class StorageBase:
         """A reader of the given shards (a loader's pinned snapshot), or of all committed now."""
         raise NotImplementedError
 
-    def committed_shards(self) -> list[int]:
-        """Ids of the shards committed now, ascending."""
-        return committed_shard_ids(self.path)
-
     def header_for_reading(self) -> StorageHeader:
         """The header on disk, checked against this storage's; a missing storage is StorageNotFoundError."""
         header = self._existing_header()
         if header is None:
-            read_header(self.path)  # raises the precise StorageNotFoundError
+            self._read_header()  # raises the precise StorageNotFoundError
             raise AssertionError("unreachable")
         return header
 
@@ -100,7 +186,13 @@ class StorageBase:
         Each problem names its shard. ``progress`` is called with the bytes checked per shard.
         """
         header = self.header_for_reading()
-        problems = []
+        if self._remote is not None:
+            return self._remote.verify(header, progress)
+        problems: list[str] = []
+        return verify_shards(self._each_shard(header, problems), progress, problems)
+
+    def _each_shard(self, header: StorageHeader, problems: list[str]) -> Iterator[ShardFile]:
+        """Each committed shard, opened in turn and closed after; one that cannot be opened is a problem."""
         for shard_id in committed_shard_ids(self.path):
             try:
                 shard = ShardFile(self.path, shard_id, header)
@@ -108,21 +200,20 @@ class StorageBase:
                 problems.append(str(error))  # a shard that cannot even be opened is one more problem
                 continue
             try:
-                problem = shard.verify()
-                if problem is not None:
-                    problems.append(problem)
-                if progress is not None:
-                    progress(shard.data_size)
+                yield shard
             finally:
                 shard.close()
-        return problems
 
-    def clean_leftovers(self, older_than: float = 3600.0) -> list[Path]:
+    def clean_leftovers(self, older_than: float = 3600.0) -> list[Path | str]:
         """Delete files that dead writers left in ``incomplete/``, untouched for ``older_than`` seconds.
 
-        Files of live writers are younger than that as long as they keep appending.
+        Files of live writers are younger than that as long as they keep appending. For a remote
+        storage also its unfinished uploads, stray markers and the cache's abandoned downloads.
         """
-        removed: list[Path] = []
+        older_than = check_number("older_than", older_than, minimum=0)
+        if self._remote is not None:
+            return list(self._remote.clean(older_than))
+        removed: list[Path | str] = []
         now = time.time()
         incomplete = self.path / INCOMPLETE_DIR
         try:  # never through a symlink: a crafted storage must not make clean delete files elsewhere
@@ -146,35 +237,35 @@ class StorageBase:
         return removed
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({str(self.path)!r})"
+        return f"{type(self).__name__}({self.location!r})"
 
 
 class AnyFormatStorage(StorageBase):
     """A storage opened without its format class: enough to inspect, verify and clean it (the command line)."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = _as_path(path)
-        self.header = read_header(self.path)
+    def __init__(self, path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None) -> None:
+        self._locate(path, storage_options, None, None)
+        self.header = self._read_header()
 
     def _expected_header(self) -> StorageHeader:
         return self.header
 
     def open_reader(self, shard_ids: list[int] | None = None) -> StorageReader[object]:
-        return StorageReader(self.path, self.header, shard_ids)
+        return StorageReader(self._shard_set(self.header, shard_ids), self.header)
 
 
 _Storage = StorageBase  # the former name, still imported by the command line until it uses AnyFormatStorage
 
-_warned_paths: set[Path] = set()
+_warned_paths: set[str] = set()
 
 
-def _warn_untrusted_once(path: Path) -> None:
+def _warn_untrusted_once(storage: StorageBase) -> None:
     """Warn once per storage and process that reading pickle runs the data's code."""
-    resolved = path.resolve()
+    resolved = storage.location if storage._remote is not None else str(storage.path.resolve())
     if resolved not in _warned_paths:
         _warned_paths.add(resolved)
         warnings.warn(
-            f"{path} is a pickle storage: decoding pickle can run arbitrary code, so read only storages "
+            f"{storage.location} is a pickle storage: decoding pickle can run arbitrary code, so read only storages "
             "you trust (JSON, MessagePack or your own format decode without running code)",
             UntrustedFormatWarning,
             stacklevel=4,
@@ -184,8 +275,16 @@ def _warn_untrusted_once(path: Path) -> None:
 class DocumentStorage(StorageBase, Generic[In, Out]):
     """Whole records, each encoded by ``format`` and decoded as one sample."""
 
-    def __init__(self, path: str | os.PathLike[str], format: DocumentStorageFormat[In, Out]) -> None:
-        self.path = _as_path(path)
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        format: DocumentStorageFormat[In, Out],
+        *,
+        storage_options: dict[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit_bytes: int | None = None,
+    ) -> None:
+        """A storage at a local ``path`` or an fsspec URL (see docs/object-storage.md for the other arguments)."""
         if isinstance(format, type):
             raise TypeError(
                 f"format must be a format instance, got the class {format.__name__}: pass {format.__name__}()"
@@ -193,6 +292,7 @@ class DocumentStorage(StorageBase, Generic[In, Out]):
         if not isinstance(format, DocumentStorageFormat):
             raise TypeError(f"format must be a DocumentStorageFormat, got {type(format).__name__}")
         self.format = format
+        self._locate(path, storage_options, cache_dir, cache_limit_bytes)
         self._existing_header()
 
     def _expected_header(self) -> StorageHeader:
@@ -207,7 +307,7 @@ class DocumentStorage(StorageBase, Generic[In, Out]):
 
     def sync_writer(self) -> SyncWriter[In]:
         """A writer; use it as ``with storage.sync_writer() as writer``."""
-        return SyncWriter(self.path, self._create(), self._encode)
+        return SyncWriter(self._commit_target(), self._create(), self._encode)
 
     def sync_reader(self) -> DocumentReader[Out]:
         """A reader of the shards committed now; use it as ``with storage.sync_reader() as reader``."""
@@ -222,8 +322,8 @@ class DocumentStorage(StorageBase, Generic[In, Out]):
     def open_reader(self, shard_ids: list[int] | None = None) -> DocumentReader[Out]:
         header = self.header_for_reading()
         if isinstance(self.format, DocumentPickleFormat):
-            _warn_untrusted_once(self.path)
-        return DocumentReader(self.path, header, self.format, shard_ids)
+            _warn_untrusted_once(self)
+        return DocumentReader(self._shard_set(header, shard_ids), header, self.format)
 
 
 TokenInput = Any  # list of ints, a 1-D integer NumPy array or a 1-D integer tensor
@@ -232,22 +332,26 @@ TokenInput = Any  # list of ints, a 1-D integer NumPy array or a 1-D integer ten
 class TokenStorage(StorageBase):
     """Documents of token ids, concatenated into one stream served as fixed windows."""
 
-    def __init__(self, path: str | os.PathLike[str], dtype: str | np.dtype[Any] | type | None = None) -> None:
-        self.path = _as_path(path)
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        dtype: str | np.dtype[Any] | type | None = None,
+        *,
+        storage_options: dict[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit_bytes: int | None = None,
+    ) -> None:
+        """A storage at a local ``path`` or an fsspec URL (see docs/object-storage.md for the other arguments)."""
+        self._locate(path, storage_options, cache_dir, cache_limit_bytes)
         recorded = None
         with contextlib.suppress(StorageNotFoundError):
-            recorded = read_header(self.path)
+            recorded = self._read_header()
         if recorded is not None and recorded.kind != "tokens":
-            raise FormatMismatchError(f"the storage at {self.path} holds {recorded.describe()}, not tokens")
+            raise FormatMismatchError(f"the storage at {self.location} holds {recorded.describe()}, not tokens")
         if dtype is None:
             self.dtype = np.dtype(recorded.dtype if recorded is not None else "uint32")
         else:
-            try:
-                self.dtype = np.dtype(dtype)
-            except TypeError:
-                raise TypeError(f"dtype must be a NumPy integer dtype, got {dtype!r}") from None
-            if self.dtype.name not in TOKEN_DTYPES:
-                raise ValueError(f"dtype must be one of {', '.join(TOKEN_DTYPES)}, got {self.dtype}")
+            self.dtype = _token_dtype(dtype)
         self.dtype = self.dtype.newbyteorder("=")
         self._stored_dtype = self.dtype.newbyteorder("<")
         self._limits = np.iinfo(self.dtype)
@@ -271,7 +375,7 @@ class TokenStorage(StorageBase):
 
     def sync_writer(self) -> SyncWriter[TokenInput]:
         """A writer; ``writer.append(shard, tokens)`` appends one document's token ids."""
-        return SyncWriter(self.path, self._create(), self._encode)
+        return SyncWriter(self._commit_target(), self._create(), self._encode)
 
     def sync_reader(self) -> TokenReader:
         """A reader of the shards committed now: documents by index and the token stream."""
@@ -284,7 +388,20 @@ class TokenStorage(StorageBase):
         return AsyncReader(self.sync_reader)
 
     def open_reader(self, shard_ids: list[int] | None = None) -> TokenReader:
-        return TokenReader(self.path, self.header_for_reading(), shard_ids)
+        header = self.header_for_reading()
+        return TokenReader(self._shard_set(header, shard_ids), header)
+
+
+def _token_dtype(dtype: object) -> np.dtype[Any]:
+    """``dtype`` (a name, NumPy dtype or type) as one of the token dtypes; else an error listing them.
+
+    As in NumPy, what is no dtype at all (a misspelt name too) is a TypeError; another dtype a ValueError.
+    """
+    try:
+        name = np.dtype(dtype).name  # type: ignore[call-overload]
+    except TypeError:
+        raise TypeError(f"dtype must be one of {', '.join(TOKEN_DTYPES)}, got {dtype!r}") from None
+    return np.dtype(check_choice("dtype", name, TOKEN_DTYPES))
 
 
 def _token_array(tokens: TokenInput) -> np.ndarray:

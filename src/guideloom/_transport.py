@@ -13,6 +13,9 @@ Every engine yields the batches in the order of the index arrays it is given, mo
 
 from __future__ import annotations
 
+import contextlib
+import pickle
+import traceback
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -23,7 +26,7 @@ import numpy as np
 import torch
 import torch.utils.data
 
-from guideloom._containers import map_tensors, move_to_device
+from guideloom._devices import map_tensors, move_to_device, moves_itself
 from guideloom._sources import SampleSource
 
 THREAD_GROUP = 16  # batches built together, up to GROUP_BYTES of samples
@@ -176,7 +179,7 @@ class _WireArray:
         self.array = array
 
 
-def _to_wire(tensor: torch.Tensor) -> Any:
+def _to_wire(tensor: Any) -> Any:
     if type(tensor) is not torch.Tensor or tensor.device.type != "cpu" or tensor.requires_grad:
         return tensor
     try:
@@ -189,6 +192,49 @@ def _from_wire(wire: _WireArray) -> torch.Tensor:
     return torch.from_numpy(wire.array)
 
 
+def _is_wire(value: object) -> bool:
+    return isinstance(value, _WireArray)
+
+
+class _Message(str):
+    """A message that a KeyError shows as it is, not quoted with its line breaks escaped."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+class _WorkerError:
+    """An exception raised while building a batch in a worker process, sent back as the batch.
+
+    torch's own transport re-raises it by calling the exception's class with one message, which
+    fails for classes whose constructor takes other arguments and then raises a RuntimeError
+    instead. This rebuilds the same type without calling its constructor, and its message
+    carries the worker's original traceback.
+    """
+
+    def __init__(self, error: Exception) -> None:
+        worker = torch.utils.data.get_worker_info()
+        where = f"in DataLoader worker process {worker.id if worker is not None else '?'}"
+        self.message = f"Caught {type(error).__name__} {where}.\nOriginal {traceback.format_exc()}"
+        self.kind: type[Exception] | None = type(error)
+        self.state = dict(vars(error)) if hasattr(error, "__dict__") else {}
+        try:
+            pickle.dumps((self.kind, self.state))
+        except Exception:  # a class defined in a function, an attribute that cannot cross: keep the message only
+            self.kind, self.state = None, {}
+
+    def error(self) -> Exception:
+        """The exception to raise in the training process: the same type, the worker's traceback in its message."""
+        message = _Message(self.message) if self.kind is not None and issubclass(self.kind, KeyError) else self.message
+        if self.kind is None:
+            return RuntimeError(message)
+        error = self.kind.__new__(self.kind, message)
+        error.args = (message,)
+        with contextlib.suppress(AttributeError, TypeError):  # __slots__ or read-only attributes keep their default
+            vars(error).update(self.state)
+        return error
+
+
 class _IndexDataset(torch.utils.data.Dataset[Any]):
     """Map-style view for torch's DataLoader: item = a whole batch, keyed by its epoch and sample indices."""
 
@@ -197,7 +243,11 @@ class _IndexDataset(torch.utils.data.Dataset[Any]):
 
     def __getitem__(self, key: tuple[int, np.ndarray]) -> Any:
         epoch, indices = key
-        return map_tensors(self.batcher(indices, epoch), _to_wire)
+        try:
+            # objects that move themselves (PackedSequence) cross whole: their type checks its fields
+            return map_tensors(self.batcher(indices, epoch), _to_wire, moves_itself)
+        except Exception as error:
+            return _WorkerError(error)
 
 
 def _unchanged(batch: Any) -> Any:
@@ -239,7 +289,9 @@ class WorkerTransport:
         assert self._loader is not None
         self._segment.keys = ((epoch, indices) for indices in index_batches)
         for batch in self._loader:
-            yield move_to_device(map_tensors(batch, _from_wire, _WireArray), self._device)
+            if isinstance(batch, _WorkerError):
+                raise batch.error()
+            yield move_to_device(map_tensors(batch, _from_wire, _is_wire), self._device)
 
     def close(self) -> None:
         if self._loader is not None:
@@ -248,12 +300,19 @@ class WorkerTransport:
 
 
 def _stop_workers(loader: torch.utils.data.DataLoader[Any]) -> None:
-    """Stop the persistent worker processes of a torch DataLoader now.
+    """Stop the persistent worker processes of a torch DataLoader now, without waiting for their batches.
 
     torch has no public call for this: it stops persistent workers only when the DataLoader's
     iterator is garbage collected, which a reference held anywhere (a traceback, a suspended
-    generator) delays indefinitely. So this one place calls its iterator's shutdown.
+    generator) delays indefinitely, and it then gives a busy worker 5 seconds to finish. So this
+    one place reaches into the iterator: it terminates the workers (their batches are discarded
+    anyway; torch's workers exit at once on their parent's SIGTERM), then lets torch release its
+    queues and threads.
     """
     iterator = getattr(loader, "_iterator", None)
-    if iterator is not None:
-        iterator._shutdown_workers()
+    if iterator is None:
+        return
+    for worker in getattr(iterator, "_workers", ()):
+        if worker.is_alive():
+            worker.terminate()
+    iterator._shutdown_workers()

@@ -1,9 +1,11 @@
 """Writers: append records to shards, commit each shard atomically.
 
-Each shard being written lives in ``incomplete/`` under a name unique to this
-writer; committing writes offsets and footer, fsyncs, and hard-links the file
-into ``shards/``, which fails if the shard exists, so racing writers of one
-shard cannot both win and a committed shard is never overwritten.
+Each shard being written lives in a local ``incomplete/`` directory under a name
+unique to this writer; committing writes offsets and footer, fsyncs, and hands
+the file to the storage's commit target: a hard link into ``shards/`` for a local
+storage, a conditional upload for a remote one. Either fails if the shard exists,
+so racing writers of one shard cannot both win and a committed shard is never
+overwritten.
 """
 
 from __future__ import annotations
@@ -23,19 +25,15 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Generic, TypeVar
 
-import numpy as np
-
 from guideloom._errors import ShardExistsError
+from guideloom._files import CommitTarget, LocalTarget
 from guideloom._layout import (
-    FOOTER,
-    INCOMPLETE_DIR,
-    SHARDS_DIR,
+    ShardInfo,
     StorageHeader,
     check_shard_id,
-    pack_footer,
-    padded,
-    publish,
     shard_file_name,
+    shard_size,
+    shard_trailer,
 )
 
 In = TypeVar("In")
@@ -145,16 +143,16 @@ class _ShardInProgress:
         if self.data_size > self.handed_off:
             self.data_crc = _file_checksum(self.path, self.handed_off, self.data_size, self.data_crc, sync=False)
             self.handed_off = self.data_size
-        index = np.asarray(self.offsets, dtype="<u8").tobytes()
-        footer = pack_footer(
-            self.shard, len(self.offsets) - 1, self.data_size, self.data_crc, zlib.crc32(index), header
-        )
-        assert len(footer) == FOOTER.size
-        self.file.write(bytes(padded(self.data_size) - self.data_size) + index + footer)
+        self.file.write(shard_trailer(self.shard, self.offsets, self.data_size, self.data_crc, header))
         self.file.flush()
         os.fsync(self.file.fileno())
         self.file.close()
         self.file = None
+
+    def info(self) -> ShardInfo:
+        """The finished shard's counts and checksum, as readers index it."""
+        records = len(self.offsets) - 1
+        return ShardInfo(self.shard, records, self.offsets[-1], self.data_crc, shard_size(records, self.data_size))
 
     def abort(self) -> None:
         for future in self.pending:
@@ -176,8 +174,10 @@ class SyncWriter(Generic[In]):
     one storage at once with no coordination.
     """
 
-    def __init__(self, path: Path, header: StorageHeader, encode: Callable[[Any], tuple[memoryview, int]]):
-        self._path = path
+    def __init__(
+        self, target: Path | CommitTarget, header: StorageHeader, encode: Callable[[Any], tuple[memoryview, int]]
+    ):
+        self._target: CommitTarget = LocalTarget(target) if isinstance(target, Path) else target
         self._header = header
         self._encode = encode
         self._token = f"{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:12]}"
@@ -210,9 +210,10 @@ class SyncWriter(Generic[In]):
             raise ValueError(f"shard {shard} has nothing appended by this writer")
         try:
             in_progress.finish(self._header)
-            final = self._path / SHARDS_DIR / shard_file_name(shard)
-            if not publish(in_progress.path, final):
-                raise ShardExistsError(f"shard {shard} was committed by another writer meanwhile ({final})")
+            if not self._target.publish(in_progress.path, in_progress.info()):
+                raise ShardExistsError(
+                    f"shard {shard} was committed by another writer meanwhile ({self._target.describe(shard)})"
+                )
         finally:
             in_progress.abort()
         self._committed.add(shard)
@@ -246,11 +247,12 @@ class SyncWriter(Generic[In]):
             if in_progress.file is None:
                 self._make_room()
             return in_progress
-        final = self._path / SHARDS_DIR / shard_file_name(shard)
-        if shard in self._committed or final.exists():
-            raise ShardExistsError(f"shard {shard} is already committed ({final}); committed shards are immutable")
+        if shard in self._committed or self._target.committed(shard):
+            raise ShardExistsError(
+                f"shard {shard} is already committed ({self._target.describe(shard)}); committed shards are immutable"
+            )
         self._make_room()
-        temporary = self._path / INCOMPLETE_DIR / f"{shard_file_name(shard)}.{self._token}"
+        temporary = self._target.incomplete / f"{shard_file_name(shard)}.{self._token}"
         in_progress = _ShardInProgress(shard, temporary, self._background)
         self._open[shard] = in_progress
         return in_progress

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hardening_support import summary_lines
+from tests.hardening.campaigns import summary_lines
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any) -> None:

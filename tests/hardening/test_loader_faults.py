@@ -19,21 +19,21 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
-from hardening_support import children, shm_entries, tally, tally_max
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from guideloom import (
     CorruptStorageError,
-    DocumentJsonFormat,
     DocumentStorage,
     StatefulDataLoader,
     StateMismatchError,
     TokenStorage,
 )
+from tests.hardening.campaigns import tally, tally_max
+from tests.hardening.processes import children, shm_entries
+from tests.helpers import make_document_storage, make_token_storage
 
 RECORDS = 240
 BATCH = 4
@@ -41,21 +41,11 @@ ERROR_WITHIN = 10.0  # seconds from the fault to the error
 
 
 def make_documents(path: Path) -> DocumentStorage[Any, Any]:
-    storage = DocumentStorage(path, DocumentJsonFormat())
-    with storage.sync_writer() as writer:
-        for index in range(RECORDS):
-            writer.append(index * 4 // RECORDS, {"id": index, "text": "x" * (index % 50)})
-    return storage
+    return make_document_storage(path, RECORDS, 4, lambda index: {"id": index, "text": "x" * (index % 50)})
 
 
 def make_tokens(path: Path) -> TokenStorage:
-    storage = TokenStorage(path, "uint16")
-    rng = np.random.default_rng(0)
-    with storage.sync_writer() as writer:
-        for shard in range(3):
-            for _ in range(40):
-                writer.append(shard, rng.integers(0, 2**16, int(rng.integers(1, 60)), dtype=np.uint16))
-    return storage
+    return make_token_storage(path, (40, 40, 40), dtype="uint16", longest=60)
 
 
 def ids_collate(samples: list[dict[str, Any]]) -> dict[str, Any]:

@@ -10,12 +10,10 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
-import struct
 import subprocess
 import sys
 import tracemalloc
 import warnings
-import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,6 @@ from typing import Any
 import msgpack
 import numpy as np
 import pytest
-from hardening_support import RawFormat, comparable, open_storage, tally
 
 from guideloom import (
     CorruptStorageError,
@@ -36,8 +33,17 @@ from guideloom import (
     TokenStorage,
     UntrustedFormatWarning,
 )
-from guideloom._layout import FOOTER
 from guideloom.types import DocumentStorageFormat
+from tests.hardening.campaigns import tally
+from tests.helpers import (
+    CRAFTED_SHARD_NAMES,
+    RawFormat,
+    comparable,
+    open_storage,
+    rewrite_footer,
+    set_offset,
+    shard_file,
+)
 
 KINDS = ("documents", "tokens")
 
@@ -92,10 +98,6 @@ def make(path: Path, kind: str) -> list[Any]:
 def read(path: Path, kind: str) -> list[Any]:
     with open_storage(path, kind).sync_reader() as reader:
         return [comparable(record) for record in reader]
-
-
-def shard_file(path: Path, shard: int) -> Path:
-    return path / "shards" / f"{shard:012d}.shard"
 
 
 # ----------------------------------------------------------------------------- decoding runs no code
@@ -193,24 +195,6 @@ def test_pickle_storages_warn_once_that_they_must_be_trusted(tmp_path: Path) -> 
 
 # ----------------------------------------------------------------------------- names and paths from disk
 
-CRAFTED_NAMES = [
-    "000000000001.shard.evil",
-    "000000000001.shard\n",
-    "000000000001.shard\r",
-    "00000000000\u0661.shard",  # ARABIC-INDIC DIGIT ONE: a digit to \d, not to a file system
-    "00000000000\uff11.shard",  # FULLWIDTH DIGIT ONE
-    "0000000000001.shard",
-    "00000000001.shard",
-    "1.shard",
-    "-00000000001.shard",
-    " 00000000001.shard",
-    "000000000001.SHARD",
-    ".000000000001.shard",
-    "000000000001.shard~",
-    "000000000001.shard.tmp",
-    "..000000000001.shard",
-]
-
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("content", ["copy", "symlink"])
@@ -219,7 +203,7 @@ def test_crafted_shard_names_are_ignored(tmp_path: Path, kind: str, content: str
     path = tmp_path / "storage"
     pristine = make(path, kind)
     failures = {}
-    for name in CRAFTED_NAMES:
+    for name in CRAFTED_SHARD_NAMES:
         crafted = path / "shards" / name
         if content == "copy":
             shutil.copyfile(shard_file(path, 1), crafted)
@@ -232,7 +216,7 @@ def test_crafted_shard_names_are_ignored(tmp_path: Path, kind: str, content: str
         except GuideloomError as error:
             failures[name] = f"{type(error).__name__}: {error}"
         crafted.unlink()
-    tally("security", crafted_names=len(CRAFTED_NAMES))
+    tally("security", crafted_names=len(CRAFTED_SHARD_NAMES))
     assert failures == {}
 
 
@@ -351,23 +335,6 @@ def test_clean_removes_links_not_their_targets_and_survives_directories(tmp_path
 # ----------------------------------------------------------------------------- sizes bounded
 
 
-def _rewrite_footer(file: Path, **changes: int) -> None:
-    names = ["magic", "version", "flags", "shard", "record_count", "data_size", "data_crc", "index_crc", "header_crc"]
-    data = file.read_bytes()
-    fields = list(FOOTER.unpack(data[-FOOTER.size :]))
-    for key, value in changes.items():
-        fields[names.index(key)] = value
-    body = FOOTER.pack(*fields)[: FOOTER.size - 12]
-    file.write_bytes(data[: -FOOTER.size] + body + struct.pack("<I", zlib.crc32(body)) + bytes(8))
-
-
-def _set_offset(file: Path, position: int, value: int) -> None:
-    data = bytearray(file.read_bytes())
-    data_size = FOOTER.unpack(bytes(data[-FOOTER.size :]))[5]
-    struct.pack_into("<Q", data, (data_size + 7) // 8 * 8 + 8 * position, value)
-    file.write_bytes(bytes(data))
-
-
 @pytest.fixture
 def peak() -> Iterator[Callable[[], int]]:
     tracemalloc.start()
@@ -376,14 +343,14 @@ def peak() -> Iterator[Callable[[], int]]:
 
 
 BOUNDED_DAMAGE: dict[str, Callable[[Path], None]] = {
-    "2**60 records": lambda path: _rewrite_footer(shard_file(path, 1), record_count=2**60),
-    "2**64-1 records": lambda path: _rewrite_footer(shard_file(path, 1), record_count=2**64 - 1),
-    "2**62 data bytes": lambda path: _rewrite_footer(shard_file(path, 1), data_size=2**62),
-    "records and data match a huge file": lambda path: _rewrite_footer(
+    "2**60 records": lambda path: rewrite_footer(shard_file(path, 1), record_count=2**60),
+    "2**64-1 records": lambda path: rewrite_footer(shard_file(path, 1), record_count=2**64 - 1),
+    "2**62 data bytes": lambda path: rewrite_footer(shard_file(path, 1), data_size=2**62),
+    "records and data match a huge file": lambda path: rewrite_footer(
         shard_file(path, 1), record_count=2**40, data_size=2**50
     ),
-    "offset 2**63": lambda path: _set_offset(shard_file(path, 1), 1, 2**63),
-    "offset 2**64-1 last": lambda path: _set_offset(shard_file(path, 1), 4, 2**64 - 1),
+    "offset 2**63": lambda path: set_offset(shard_file(path, 1), 1, 2**63),
+    "offset 2**64-1 last": lambda path: set_offset(shard_file(path, 1), 4, 2**64 - 1),
     "header 4 GiB sparse": lambda path: os.truncate(path / "guideloom.json", 1 << 32),
 }
 
@@ -407,7 +374,7 @@ def test_tokens_checked_against_dtype_and_offsets_on_read(tmp_path: Path, peak: 
     """A token storage whose index points past its data: reading the document fails, the stream is intact."""
     path = tmp_path / "storage"
     make(path, "tokens")
-    _set_offset(shard_file(path, 1), 2, 2**40)
+    set_offset(shard_file(path, 1), 2, 2**40)
     tracemalloc.reset_peak()
     with TokenStorage(path).sync_reader() as reader:
         reader.read_tokens(0, reader.token_count)

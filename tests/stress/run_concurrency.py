@@ -1,6 +1,6 @@
 """Concurrency, long run: thousands of racing-writer rounds and snapshot checks under heavier commit traffic.
 
-python tests/stress/run_concurrency.py [--rounds 3000] [--writers 4] [--shards-per-writer 200] [--seed N]
+python -m tests.stress.run_concurrency [--rounds 3000] [--writers 4] [--shards-per-writer 200] [--seed N]
 """
 
 from __future__ import annotations
@@ -8,17 +8,12 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "hardening"))
-
-import snapshots
-
-HARDENING = Path(__file__).resolve().parent.parent / "hardening"
+from tests.hardening.concurrency import snapshots
+from tests.helpers import run_harness
 
 
 def main() -> int:
@@ -32,13 +27,8 @@ def main() -> int:
     print(f"seed {arguments.seed}", flush=True)
     with tempfile.TemporaryDirectory(prefix="guideloom-stress-race-") as scratch:
         started = time.perf_counter()
-        completed = subprocess.run(
-            [sys.executable, str(HARDENING / "race_harness.py"), "--rounds", str(arguments.rounds),
-             "--seed", str(arguments.seed), "--root", str(Path(scratch) / "race")],
-            capture_output=True,
-            text=True,
-        )  # fmt: skip
-        lines = [json.loads(line) for line in completed.stdout.splitlines() if line.startswith("{")]
+        completed, lines = run_harness("tests.hardening.concurrency.harness", "--rounds", arguments.rounds,
+                                       "--seed", arguments.seed, "--root", Path(scratch) / "race")  # fmt: skip
         for line in lines[:-1]:
             print("FAILED round:", json.dumps(line, indent=1), flush=True)
         print("racing writers:", json.dumps(lines[-1]["summary"] if lines else completed.stderr[-3000:]),

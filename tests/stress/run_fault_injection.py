@@ -1,8 +1,8 @@
 """Fault injection, long run: hundreds of killed writers (every syscall instant too) and killed tokenize runs.
 
-    python tests/stress/run_fault_injection.py [--writer-cases 400] [--tokenize-cases 120] [--seed N]
+    python -m tests.stress.run_fault_injection [--writer-cases 400] [--tokenize-cases 120] [--seed N]
 
-See ``tests/hardening/kill_harness.py`` and ``tests/hardening/tokenize_kills.py`` for what is
+See ``tests/hardening/fault_injection/harness.py`` and ``tokenize_kills.py`` there for what is
 injected and checked. Prints the figures; exit status 1 if any case failed.
 """
 
@@ -11,18 +11,13 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import subprocess
-import sys
 import tempfile
 import time
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "hardening"))
-
-import tokenize_kills
-
-HARDENING = Path(__file__).resolve().parent.parent / "hardening"
+from tests.hardening.fault_injection import tokenize_kills
+from tests.helpers import run_harness
 
 
 def main() -> int:
@@ -37,12 +32,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="guideloom-stress-kill-") as scratch:
         root = Path(scratch)
         started = time.perf_counter()
-        command = [sys.executable, str(HARDENING / "kill_harness.py"), "--cases", str(arguments.writer_cases),
-                   "--seed", str(arguments.seed), "--root", str(root / "writers")]  # fmt: skip
-        if not arguments.no_exhaustive:
-            command.append("--exhaustive")
-        completed = subprocess.run(command, capture_output=True, text=True)
-        lines = [json.loads(line) for line in completed.stdout.splitlines() if line.startswith("{")]
+        exhaustive = [] if arguments.no_exhaustive else ["--exhaustive"]
+        completed, lines = run_harness("tests.hardening.fault_injection.harness", "--cases", arguments.writer_cases,
+                                       "--seed", arguments.seed, "--root", root / "writers", *exhaustive)  # fmt: skip
         for line in lines:
             if line.get("ok") is False:
                 print("FAILED writer case:", json.dumps(line, indent=1), flush=True)

@@ -1,8 +1,8 @@
 """Fuzzing, long run: many Hypothesis cases per target over several seeds, then atheris if it is installed.
 
-    python tests/stress/run_fuzz.py [--examples 3000] [--seeds 2] [--jobs 2] [--atheris-runs 20000]
+    python -m tests.stress.run_fuzz [--examples 3000] [--seeds 2] [--jobs 2] [--atheris-runs 20000]
 
-The Hypothesis part runs ``tests/hardening/fuzz_probe.py`` (which documents the properties) once
+The Hypothesis part runs ``tests/hardening/fuzz/harness.py`` (which documents the properties) once
 per (target, seed), ``--jobs`` at a time; each process must exit normally. The atheris part is
 coverage-guided: libFuzzer's bytes choose a storage kind and a file (the header or a shard) and
 overwrite, splice or truncate it; the same properties are checked (an uncaught exception or a
@@ -23,20 +23,18 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "hardening"))
+from tests.helpers import FOOTER_FIELDS, child_environment, module_command
 
 TARGETS = ("header", "footer", "index", "size", "bytes", "layout")
 
 
-HARDENING = Path(__file__).resolve().parent.parent / "hardening"
-
-
 def hypothesis_run(target: str, seed: int, examples: int, root: Path) -> dict[str, object]:
     completed = subprocess.run(
-        [sys.executable, str(HARDENING / "fuzz_probe.py"), "--targets", target, "--examples", str(examples),
-         "--seed", str(seed), "--root", str(root / f"{target}-{seed}")],
+        module_command("tests.hardening.fuzz.harness", "--targets", target, "--examples", examples,
+                       "--seed", seed, "--root", root / f"{target}-{seed}"),
         capture_output=True,
         text=True,
+        env=child_environment(),
     )  # fmt: skip
     cases = sum(int(line.split()[2]) for line in completed.stdout.splitlines() if line.startswith("CASES "))
     outcomes = next((line[9:] for line in completed.stdout.splitlines() if line.startswith("OUTCOMES ")), "{}")
@@ -55,7 +53,7 @@ def atheris_child(runs: int, root: Path) -> None:
     import atheris
 
     with atheris.instrument_imports(include=["guideloom"]):
-        import fuzz_probe
+        from tests.hardening.fuzz import harness as fuzz_probe
     fuzzer = fuzz_probe.Fuzzer(root, loader=False)
 
     def one_input(data: bytes) -> None:
@@ -76,7 +74,7 @@ def atheris_child(runs: int, root: Path) -> None:
             insert = provider.ConsumeBytes(provider.ConsumeIntInRange(0, 100))
             mutation = {"op": "splice", "shard": shard, "start": start, "remove": remove, "insert": insert}
         elif choice == 3:
-            names = fuzz_probe.FIELDS[1:]
+            names = FOOTER_FIELDS[1:]
             fields = {names[provider.ConsumeIntInRange(0, len(names) - 1)]: provider.ConsumeIntInRange(0, 2**32 - 1)}
             mutation = {"op": "footer-fields", "shard": shard, "fields": fields, "fix_crc": provider.ConsumeBool()}
         else:
@@ -129,9 +127,10 @@ def main() -> int:
             return 1 if failed else 0
         started = time.perf_counter()
         completed = subprocess.run(
-            [sys.executable, __file__, "--atheris-child", "--atheris-runs", str(arguments.atheris_runs)],
+            module_command("tests.stress.run_fuzz", "--atheris-child", "--atheris-runs", arguments.atheris_runs),
             capture_output=True,
             text=True,
+            env=child_environment(),
         )
         done = re.findall(r"Done (\d+) runs", completed.stderr)
         coverage = re.findall(r"cov: (\d+) ft: (\d+)", completed.stderr)

@@ -1,10 +1,10 @@
 """Soak, long run: tens of thousands of batches per loader kind; writes the memory curve.
 
-    python tests/stress/run_soak.py [--batches 40000] [--kinds documents,tokens] [--out soak-results]
+    python -m tests.stress.run_soak [--batches 40000] [--kinds documents,tokens] [--out soak-results]
 
 For each kind: a loader with 2 workers over a small storage (so: hundreds of epochs), resumed
 into a new loader from its state dict every ``--resume-every`` batches, compared batch by batch
-with a loader without workers (see ``tests/hardening/soak.py``). Writes ``soak-KIND.csv`` (one
+with a loader without workers (see ``tests/hardening/soak/harness.py``). Writes ``soak-KIND.csv`` (one
 row per sample: batch, seconds, RssAnon and Pss_Anon of this process plus its workers, open
 descriptors, worker processes), ``soak.png`` when matplotlib is installed, and prints a summary.
 Exit status 1 on a mismatching batch, anonymous memory growing by more than ``--limit-mib``
@@ -16,12 +16,9 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "hardening"))
-
-import soak
+from tests.hardening.soak import harness as soak
 
 
 def plot(results: list[soak.SoakResult], out: Path) -> Path | None:

@@ -1,0 +1,119 @@
+"""The ``guideloom tokenize`` command: its options, registered on the one ``guideloom`` command line.
+
+Like every command, it is prepared (everything checked: a mistake exits 2 with nothing written) and then
+run (a failed input exits 1, with the shards finished before it committed).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+from guideloom._layout import TOKEN_DTYPES
+from guideloom._remote import is_url, parse_storage_options
+from guideloom.tokenize._plan import CLI_NAMES, plan_run
+from guideloom.tokenize._run import execute
+from guideloom.tokenize._tokenizer import import_tokenizers
+
+DESCRIPTION = """\
+Tokenize text into a guideloom token storage, one shard per input file: the
+inputs are sorted and input i becomes shard i, whatever the number of workers.
+
+  .jsonl     one document per line: the string in --text-field (default "text")
+  .parquet   one document per row of the --text-field column (needs pyarrow)
+  others     UTF-8 text, one document per file (.txt, .md, .py, ...)
+  directory  its .txt, .jsonl and .parquet files, recursively
+
+gzip, zstd, bz2 and xz files (.jsonl.gz, .jsonl.zst, .txt.xz, ...) are read
+as they are. After each document the tokenizer's end-of-text id is appended
+(<|endoftext|>, </s>, ... if it has one; --eos-token / --no-eos to choose).
+
+Missing or unreadable files, bad Parquet columns and an existing output are
+reported before anything is written (exit status 2). A file that fails (e.g.
+a JSONL line without the field, reported with its line number) commits
+nothing and stops the run with exit status 1; files finished before stay
+committed, and --skip-existing after fixing the input writes only the
+missing shards.
+"""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _token_dtype(text: str) -> str:
+    if text not in TOKEN_DTYPES:
+        raise argparse.ArgumentTypeError(f"{text} is not a token dtype; use one of {', '.join(TOKEN_DTYPES)}")
+    return text
+
+
+def add_tokenize_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``guideloom tokenize`` on the command line's subcommands."""
+    command = commands.add_parser(
+        "tokenize",
+        help="tokenize .txt/.jsonl/.parquet files (compressed or not) into a token storage, one shard per file",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    command.add_argument("inputs", nargs="+", metavar="INPUT", help="input files or directories")
+    command.add_argument("output", metavar="OUTPUT", help="the token storage directory (or URL) to write")
+    command.add_argument("--tokenizer", required=True, metavar="TOKENIZER_JSON", help="a tokenizers tokenizer.json")
+    command.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=None,
+        help="worker processes (default: min(4, cpu count), none for inputs under 8 MiB; 1: no processes)",
+    )
+    command.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="ADDRESS",
+        help="run one Ray task per input file on the Ray cluster at ADDRESS (default: RAY_ADDRESS, else a "
+        "new local cluster); needs the ray extra",
+    )
+    command.add_argument("--text-field", default="text", help="JSONL field / Parquet column of the text")
+    command.add_argument(
+        "--dtype", type=_token_dtype, default=None, help="token dtype (default: uint16 if the vocabulary fits)"
+    )
+    eos = command.add_mutually_exclusive_group()
+    eos.add_argument("--eos-token", default="auto", help="token appended after each document (default: auto)")
+    eos.add_argument("--no-eos", dest="eos_token", action="store_const", const=None, help="append nothing")
+    command.add_argument("--skip-existing", action="store_true", help="skip inputs whose shard is already committed")
+    command.add_argument("--quiet", action="store_true", help="no progress bar")
+    command.add_argument("--storage-options", metavar="JSON", help="for an OUTPUT URL: fsspec options as a JSON object")
+    command.set_defaults(prepare=prepare_tokenize)
+
+
+def prepare_tokenize(arguments: argparse.Namespace) -> Callable[[], int]:
+    """Check everything and plan the run; the returned function runs it."""
+    if arguments.ray is not None and arguments.workers is not None:
+        raise ValueError("--workers and --ray exclude each other: Ray runs one task per input file")
+    import_tokenizers()
+    plan = plan_run(
+        arguments.inputs,
+        arguments.output if is_url(arguments.output) else Path(arguments.output),
+        Path(arguments.tokenizer),
+        storage_options=parse_storage_options(arguments.storage_options),
+        text_field=arguments.text_field,
+        dtype=arguments.dtype,
+        eos_token=arguments.eos_token,
+        skip_existing=arguments.skip_existing,
+        names=CLI_NAMES,
+    )
+
+    def run() -> int:
+        ray: bool | str = False if arguments.ray is None else arguments.ray or True
+        summary = execute(plan, arguments.workers, progress=not arguments.quiet, ray=ray)
+        print(summary.describe())
+        return 0
+
+    return run

@@ -1,0 +1,182 @@
+"""Planning a tokenize run: everything that can be checked is checked here, before anything is written.
+
+The plan holds the jobs (input ``i`` of the sorted inputs becomes shard ``i``), the settings every worker
+needs, and the shards skipped because a previous run committed them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from guideloom._errors import ShardExistsError, StorageNotFoundError
+from guideloom._layout import HEADER_NAME, INCOMPLETE_DIR, SHARDS_DIR, TOKEN_DTYPES
+from guideloom._remote import is_url
+from guideloom._storage import TokenStorage
+from guideloom.tokenize._inputs import InputFile, describe_input, expand_inputs
+from guideloom.tokenize._tokenizer import check_tokenizer_path, find_eos_id, load_tokenizer
+
+
+@dataclass(frozen=True)
+class OptionNames:
+    """How the caller spells each option in messages: Python arguments, or the command's options."""
+
+    skip_existing: str
+    eos_token: str
+    text_field: str
+    dtype: str
+    tokenizer: str
+    workers: str
+    ray: str
+
+
+PYTHON_NAMES = OptionNames("skip_existing=True", "eos_token", "text_field", "dtype", "tokenizer_path", "workers", "ray")
+CLI_NAMES = OptionNames(
+    "--skip-existing", "--eos-token", "--text-field", "--dtype", "--tokenizer", "--workers", "--ray"
+)
+
+
+@dataclass(frozen=True)
+class FileJob:
+    """One input file and the shard it becomes."""
+
+    shard: int
+    file: InputFile
+
+    @property
+    def path(self) -> Path:
+        return self.file.path
+
+    @property
+    def size(self) -> int:
+        return self.file.size
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What every worker needs to write a shard; small and picklable."""
+
+    output: Path | str  # a directory, or a storage URL
+    tokenizer_path: Path
+    text_field: str
+    dtype: str
+    eos_id: int | None
+    storage_options: dict[str, Any] | None = None
+
+    def storage(self) -> TokenStorage:
+        """The output storage (for a URL: through this machine's default cache)."""
+        return TokenStorage(self.output, self.dtype, storage_options=self.storage_options)
+
+
+@dataclass(frozen=True)
+class TokenizePlan:
+    """A checked run: the jobs to do, the settings, the loaded tokenizer and the inputs already committed."""
+
+    settings: Settings
+    jobs: list[FileJob]
+    skipped: list[Path]
+    tokenizer: Any
+    names: OptionNames
+
+
+def choose_dtype(vocab_size: int, requested: object, existing: str | None, names: OptionNames = PYTHON_NAMES) -> str:
+    """The token dtype: the one requested, else the existing storage's, else the smallest of uint16/uint32 that fits."""
+    if requested is None:
+        chosen = existing if existing is not None else "uint16" if vocab_size <= 2**16 else "uint32"
+    else:
+        try:
+            chosen = np.dtype(requested).name  # type: ignore[call-overload]
+        except TypeError:
+            raise TypeError(
+                f"{names.dtype} must be a token dtype ({', '.join(TOKEN_DTYPES)}), got {requested!r}"
+            ) from None
+    if chosen not in TOKEN_DTYPES:
+        raise ValueError(f"{names.dtype} {chosen} is not a token dtype; use one of {', '.join(TOKEN_DTYPES)}")
+    if vocab_size - 1 > np.iinfo(chosen).max:
+        raise ValueError(f"{names.dtype} {chosen} cannot hold the tokenizer's ids (vocabulary of {vocab_size})")
+    return chosen
+
+
+def unfinished_storage(output: Path) -> bool:
+    """What a writer killed before it published the header leaves: an empty ``shards/`` and ``incomplete/``."""
+    names = set(os.listdir(output))
+    if not names or not names <= {SHARDS_DIR, INCOMPLETE_DIR}:
+        return False
+    if any((output / name).is_symlink() or not (output / name).is_dir() for name in names):
+        return False
+    return SHARDS_DIR not in names or not any((output / SHARDS_DIR).iterdir())
+
+
+def _check_output(output: Path) -> str | None:
+    """The dtype of the token storage already at ``output``, None when there is none yet."""
+    if output.exists() and not output.is_dir():
+        raise ValueError(f"output {output} exists and is not a directory")
+    is_storage = (output / HEADER_NAME).exists()
+    if output.is_dir() and not is_storage and not unfinished_storage(output) and any(output.iterdir()):
+        raise ValueError(f"output {output} is a non-empty directory that holds no guideloom storage")
+    return TokenStorage(output).dtype.name if is_storage else None
+
+
+def _existing_dtype(output: Path | str, storage_options: dict[str, Any] | None) -> str | None:
+    """The dtype of the token storage already at ``output`` (a directory or a URL), None when there is none yet."""
+    if not is_url(output):
+        if storage_options:
+            raise ValueError(f"storage_options apply to URLs only, but the output {output} is a local path")
+        return _check_output(Path(output))
+    storage = TokenStorage(output, storage_options=storage_options)
+    try:
+        storage.header_for_reading()
+    except StorageNotFoundError:
+        return None
+    return storage.dtype.name
+
+
+def plan_run(
+    inputs: Any,
+    output: Path | str,
+    tokenizer_path: Path,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    text_field: str = "text",
+    dtype: object = None,
+    eos_token: str | None = "auto",
+    skip_existing: bool = False,
+    names: OptionNames = PYTHON_NAMES,
+) -> TokenizePlan:
+    """Check the inputs, the tokenizer and the output, and assign shards; raises before anything is written."""
+    if not isinstance(text_field, str) or not text_field:
+        raise ValueError(f"{names.text_field} must be a non-empty string, got {text_field!r}")
+    paths = expand_inputs(inputs)
+    duplicates = sorted({str(p) for p in paths if paths.count(p) > 1})
+    if duplicates:
+        raise ValueError(f"inputs name the same file more than once: {', '.join(duplicates)}")
+    jobs = [FileJob(shard, describe_input(path, text_field)) for shard, path in enumerate(paths)]
+    if all(job.size == 0 for job in jobs):
+        raise ValueError(f"the inputs hold no documents: all {len(jobs)} files are empty")
+    check_tokenizer_path(tokenizer_path, names.tokenizer)
+    tokenizer = load_tokenizer(tokenizer_path)
+    existing = _existing_dtype(output, storage_options)
+    chosen = choose_dtype(int(tokenizer.get_vocab_size(with_added_tokens=True)), dtype, existing, names)
+    # an existing storage of another kind or dtype fails here, before writing
+    storage = TokenStorage(output, chosen, storage_options=storage_options)
+    committed = set(storage.committed_shards()) if existing is not None else set()
+    skipped = [job for job in jobs if job.shard in committed]
+    if skipped and not skip_existing:
+        raise ShardExistsError(
+            f"{output} already holds {len(skipped)} of the shards to write (first: shard {skipped[0].shard} for "
+            f"{skipped[0].path}); write to a new directory, or pass {names.skip_existing} to finish an "
+            "interrupted run with the same inputs"
+        )
+    eos_id = find_eos_id(tokenizer, eos_token, names.eos_token)
+    settings = Settings(output, tokenizer_path, text_field, chosen, eos_id, storage_options)
+    return TokenizePlan(
+        settings=settings,
+        jobs=[job for job in jobs if job.shard not in committed],
+        skipped=[job.path for job in skipped],
+        tokenizer=tokenizer,
+        names=names,
+    )

@@ -1,0 +1,200 @@
+"""Running a planned tokenize run: in this process or in worker processes, and what it wrote."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from guideloom._remote import is_url
+from guideloom._text import plural
+from guideloom.tokenize._plan import PYTHON_NAMES, TokenizePlan, plan_run
+from guideloom.tokenize._pool import run_pool
+from guideloom.tokenize._shard import Cancelled, tokenize_file
+
+# With ``workers=None`` inputs smaller than this are tokenized in the calling process: starting worker
+# processes (each imports numpy, torch and tokenizers) takes longer than tokenizing a few MB.
+AUTO_PARALLEL_MIN_BYTES = 8 << 20
+
+
+@dataclass(frozen=True)
+class TokenizeSummary:
+    """What one tokenize run wrote."""
+
+    files: int  #: input files of this run (skipped ones included)
+    documents: int  #: documents written by this run
+    tokens: int  #: tokens written by this run (end-of-text ids included)
+    bytes: int  #: input bytes read by this run (as stored: compressed bytes for compressed files)
+    seconds: float  #: wall time, process start-up included
+    dtype: str
+    eos_id: int | None
+    shards: tuple[int, ...] = ()  #: shard ids committed by this run
+    empty_files: tuple[Path, ...] = ()  #: inputs without documents (no shard)
+    skipped_files: tuple[Path, ...] = ()  #: inputs whose shard already existed (``skip_existing``)
+    processes: int = 0  #: worker processes started (0: the calling process did the work)
+    ray_tasks: int = 0  #: Ray tasks run (``ray=``): one per input file
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    def describe(self) -> str:
+        """The run in a few lines, as ``guideloom tokenize`` prints it."""
+        workers = plural(self.processes, "worker process", "worker processes")
+        where = f"({workers})" if self.processes else "(in this process)"
+        if self.ray_tasks:
+            where = f"({plural(self.ray_tasks, 'Ray task')})"
+        lines = [
+            f"tokenized {plural(self.files - len(self.skipped_files), 'file')} ({self.bytes / 2**20:.1f} MiB) into "
+            f"{plural(len(self.shards), 'shard')}: {plural(self.documents, 'document')}, "
+            f"{plural(self.tokens, 'token')} ({self.dtype}) in {self.seconds:.1f} s = "
+            f"{self.tokens_per_second:,.0f} tokens/s {where}",
+        ]
+        if self.eos_id is None:
+            lines.append("no end-of-text id appended")
+        if self.empty_files:
+            lines.append(f"{plural(len(self.empty_files), 'input file')} held no documents (no shard)")
+        if self.skipped_files:
+            whose = "its shard" if len(self.skipped_files) == 1 else "their shards"
+            lines.append(f"{plural(len(self.skipped_files), 'input file')} skipped: {whose} already existed")
+        return "\n".join(lines)
+
+
+def _progress_bar(total: int, enabled: bool) -> Any:
+    if not enabled:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="tokenize", file=sys.stderr)
+
+
+def _note_committed(error: BaseException, plan: TokenizePlan, results: dict[int, tuple[int, int]]) -> None:
+    """Say on the error what the run committed before it failed, and how to finish it."""
+    if isinstance(error, Cancelled | KeyboardInterrupt):
+        return
+    done = sorted(shard for shard, (count, _) in results.items() if count)
+    if done:
+        verb = "was" if len(done) == 1 else "were"
+        error.add_note(
+            f"{len(done)} of {plural(len(plan.jobs), 'shard')} {verb} committed before the failure (the failed "
+            f"file's shard was not); fix the input and rerun with {plan.names.skip_existing} to write the rest"
+        )
+    else:
+        error.add_note("no shard of this run was committed")
+
+
+def _run_here(plan: TokenizePlan, update: Callable[[int], object], results: dict[int, tuple[int, int]]) -> None:
+    for job in plan.jobs:
+        results[job.shard] = tokenize_file(job, plan.settings, plan.tokenizer, update)
+
+
+def execute(
+    plan: TokenizePlan, workers: int | None, progress: bool, started: float | None = None, ray: bool | str = False
+) -> TokenizeSummary:
+    """Write the planned shards with ``workers`` processes or as Ray tasks (see :func:`tokenize_files`)."""
+    started = time.perf_counter() if started is None else started
+    if ray is not False and workers is not None:
+        raise ValueError(f"{plan.names.workers} and {plan.names.ray} exclude each other: Ray runs one task per file")
+    automatic = workers is None and ray is False
+    workers = min(4, os.cpu_count() or 1) if workers is None else workers
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"{plan.names.workers} must be a positive int, got {workers!r}")
+    jobs = plan.jobs
+    total = sum(job.size for job in jobs)
+    if automatic and total < AUTO_PARALLEL_MIN_BYTES:
+        workers = 1
+    processes = 0 if workers == 1 or len(jobs) <= 1 or ray is not False else min(workers, len(jobs))
+    results: dict[int, tuple[int, int]] = {}
+    bar = _progress_bar(total, progress)
+    update: Callable[[int], object] = bar.update if bar is not None else (lambda count: None)
+    try:
+        if ray is not False:
+            try:
+                from guideloom.ray import run_tokenize_tasks  # the only place tokenize imports Ray
+            except ModuleNotFoundError as error:
+                if error.name != "ray":
+                    raise
+                raise ImportError(f"{plan.names.ray} needs Ray: pip install 'guideloom[ray]'") from None
+
+            address = None if ray is True else ray
+            pool_results, failure = run_tokenize_tasks(jobs, plan.settings, address, update)
+            results.update(pool_results)
+            if failure is not None:
+                raise failure
+        elif processes:
+            pool_results, failure = run_pool(jobs, plan.settings, processes, update)
+            results.update(pool_results)
+            if failure is not None:
+                raise failure
+        else:
+            _run_here(plan, update, results)
+    except BaseException as error:
+        _note_committed(error, plan, results)
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    documents = sum(count for count, _ in results.values())
+    if documents == 0 and not plan.skipped:
+        raise ValueError(f"the inputs hold no documents ({plural(len(jobs), 'file')} read, nothing written)")
+    return TokenizeSummary(
+        files=len(jobs) + len(plan.skipped),
+        documents=documents,
+        tokens=sum(count for _, count in results.values()),
+        bytes=total,
+        seconds=time.perf_counter() - started,
+        dtype=plan.settings.dtype,
+        eos_id=plan.settings.eos_id,
+        shards=tuple(sorted(shard for shard, (count, _) in results.items() if count)),
+        empty_files=tuple(job.path for job in jobs if results.get(job.shard, (1, 0))[0] == 0),
+        skipped_files=tuple(plan.skipped),
+        processes=processes,
+        ray_tasks=len(jobs) if ray is not False else 0,
+    )
+
+
+def tokenize_files(
+    inputs: Sequence[str | os.PathLike[str]],
+    output: str | os.PathLike[str],
+    tokenizer_path: str | os.PathLike[str],
+    *,
+    storage_options: dict[str, Any] | None = None,
+    workers: int | None = None,
+    text_field: str = "text",
+    dtype: object = None,
+    eos_token: str | None = "auto",
+    skip_existing: bool = False,
+    progress: bool = True,
+    ray: bool | str = False,
+) -> TokenizeSummary:
+    """Tokenize ``inputs`` into the TokenStorage at ``output``, one shard per input file (see ``guideloom.tokenize``).
+
+    ``output`` may be a storage URL, with fsspec's ``storage_options`` (see docs/object-storage.md).
+
+    ``workers`` processes each tokenize whole files; input ``i`` of the sorted list is shard ``i``.
+    ``workers=1`` works in the calling process. The default, ``None``, means ``min(4, cpu count)``
+    processes, or the calling process when the inputs total less than ``AUTO_PARALLEL_MIN_BYTES``
+    (8 MiB), where starting processes costs more than it saves. ``ray=True`` (or a cluster address) runs
+    one Ray task per file instead (needs the ``ray`` extra; excludes ``workers``). The result is the same
+    storage either way.
+    """
+    started = time.perf_counter()
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"{PYTHON_NAMES.workers} must be a positive int, got {workers!r}")
+    plan = plan_run(
+        inputs,
+        output if isinstance(output, str) and is_url(output) else Path(output),
+        Path(tokenizer_path),
+        storage_options=storage_options,
+        text_field=text_field,
+        dtype=dtype,
+        eos_token=eos_token,
+        skip_existing=skip_existing,
+    )
+    return execute(plan, workers, progress, started, ray)

@@ -1,0 +1,1 @@
+"""Fault-injection campaign: writers and tokenize runs killed at injected instants."""

@@ -1,0 +1,1 @@
+"""Fuzz campaign: damaged storages opened, read, verified and loaded."""

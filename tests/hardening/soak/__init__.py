@@ -1,0 +1,1 @@
+"""Soak campaign: long loader runs watched for growing memory, descriptors and processes."""

@@ -1,0 +1,1 @@
+"""Tests with training frameworks (Lightning, accelerate, transformers, torch.distributed.checkpoint)."""

@@ -1,0 +1,141 @@
+"""The Hugging Face Trainer with LoaderStateCallback resumes exactly, on a two-layer GPT-2 on CPU."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    Trainer,
+    TrainerCallback,
+    TrainerControl,
+    TrainerState,
+    TrainingArguments,
+)
+
+from guideloom import StatefulDataLoader, TokenStorage
+from guideloom.integrations.transformers import STATE_KEY, LoaderStateCallback
+
+VOCABULARY = 64  # the token ids of the tokens fixture are below it
+
+
+def language_model_batch(rows: list[np.ndarray]) -> dict[str, torch.Tensor]:
+    windows = torch.from_numpy(np.stack(rows))
+    return {"input_ids": windows, "labels": windows}
+
+
+class GuideloomTrainer(Trainer):  # type: ignore[misc]
+    """Reads its training batches from a guideloom loader, and records them."""
+
+    def __init__(self, loader: StatefulDataLoader, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.loader = loader
+        self.seen: list[list[list[int]]] = []
+
+    def get_train_dataloader(self) -> StatefulDataLoader:
+        return self.loader
+
+    def training_step(self, model: Any, inputs: dict[str, torch.Tensor], *args: Any, **kwargs: Any) -> torch.Tensor:
+        self.seen.append(inputs["input_ids"].tolist())
+        return super().training_step(model, inputs, *args, **kwargs)
+
+
+class StopAfterSaving(TrainerCallback):  # type: ignore[misc]
+    """Ends training right after the checkpoint at ``step``, as a crash would."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step == self.step:
+            control.should_training_stop = True
+
+
+def make_loader(tokens: TokenStorage) -> StatefulDataLoader:
+    return StatefulDataLoader.from_storage(
+        tokens, language_model_batch, device="cpu", local_batch_size=4, sequence_length=17, shuffle=True, seed=3
+    )
+
+
+def make_trainer(loader: StatefulDataLoader, output: Path, callbacks: list[Any], **options: Any) -> GuideloomTrainer:
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=32, vocab_size=VOCABULARY)
+    arguments = TrainingArguments(
+        output_dir=str(output),
+        learning_rate=1e-3,
+        report_to="none",
+        use_cpu=True,
+        disable_tqdm=True,
+        logging_strategy="no",
+        **{"ignore_data_skip": True, "save_strategy": "steps", **options},
+    )
+    return GuideloomTrainer(loader, model=GPT2LMHeadModel(config), args=arguments, callbacks=callbacks)
+
+
+@pytest.mark.parametrize(
+    ("accumulation", "steps", "saved_at"),
+    [(1, 20, 6), (3, 7, 2)],  # 15 batches an epoch: 15 or 5 optimizer steps; both runs cross into epoch 2
+)
+def test_resume_from_checkpoint_continues_with_the_uninterrupted_runs_batches(
+    tokens: TokenStorage, tmp_path: Path, accumulation: int, steps: int, saved_at: int
+) -> None:
+    options = {"max_steps": steps, "save_steps": saved_at, "gradient_accumulation_steps": accumulation}
+    with make_loader(tokens) as loader:
+        callbacks = [LoaderStateCallback(loader)]
+        uninterrupted = make_trainer(loader, tmp_path / "uninterrupted", callbacks, **options, save_strategy="no")
+        uninterrupted.train()
+    with make_loader(tokens) as loader:
+        callbacks = [LoaderStateCallback(loader), StopAfterSaving(saved_at)]
+        interrupted = make_trainer(loader, tmp_path / "run", callbacks, **options)
+        interrupted.train()
+        checkpoint = tmp_path / "run" / f"checkpoint-{saved_at}"
+        saved = json.loads((checkpoint / "trainer_state.json").read_text())["stateful_callbacks"][STATE_KEY]
+        assert saved == loader.state_dict()
+    with make_loader(tokens) as loader:
+        resumed = make_trainer(loader, tmp_path / "run", [LoaderStateCallback(loader)], **options)
+        resumed.train(resume_from_checkpoint=str(checkpoint))
+
+    consumed = saved_at * accumulation
+    assert len(uninterrupted.seen) == steps * accumulation
+    assert interrupted.seen == uninterrupted.seen[:consumed]
+    assert resumed.seen == uninterrupted.seen[consumed:]
+    for name, parameter in uninterrupted.model.named_parameters():
+        assert torch.equal(parameter, resumed.model.get_parameter(name)), name
+
+
+def test_accumulation_that_does_not_divide_the_epoch_refuses_a_mid_epoch_resume(
+    tokens: TokenStorage, tmp_path: Path
+) -> None:
+    with make_loader(tokens) as loader:  # 15 batches an epoch, accumulated by 2: 8 optimizer steps
+        callback = LoaderStateCallback(loader)
+        arguments = TrainingArguments(output_dir=str(tmp_path), gradient_accumulation_steps=2, ignore_data_skip=True)
+        state = TrainerState(global_step=3, stateful_callbacks={STATE_KEY: loader.state_dict()})
+        with pytest.raises(ValueError, match="cannot resume exactly from step 3"):
+            callback.on_train_begin(arguments, state, TrainerControl())
+        state.global_step = 8  # the end of the first epoch
+        callback.on_train_begin(arguments, state, TrainerControl())
+        with pytest.warns(UserWarning, match="does not divide"):  # a fresh run is told at once
+            callback.on_train_begin(arguments, TrainerState(), TrainerControl())
+
+
+def test_the_callback_requires_ignore_data_skip(tokens: TokenStorage, tmp_path: Path) -> None:
+    with make_loader(tokens) as loader, pytest.raises(ValueError, match="ignore_data_skip=True"):
+        make_trainer(loader, tmp_path, [LoaderStateCallback(loader)], ignore_data_skip=False)
+
+
+def test_a_checkpoint_without_the_loader_state_is_refused(tokens: TokenStorage, tmp_path: Path) -> None:
+    with make_loader(tokens) as loader:
+        arguments = TrainingArguments(output_dir=str(tmp_path), ignore_data_skip=True)
+        with pytest.raises(ValueError, match="holds no loader state"):
+            LoaderStateCallback(loader).on_train_begin(arguments, TrainerState(global_step=4), TrainerControl())
+
+
+def test_the_callback_takes_only_a_resumable_loader() -> None:
+    with pytest.raises(TypeError, match="state_dict"):
+        LoaderStateCallback([1, 2, 3])  # type: ignore[arg-type]

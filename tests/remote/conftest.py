@@ -1,0 +1,50 @@
+"""A real S3 API server on 127.0.0.1 (moto's ThreadedMotoServer) for the object-storage tests.
+
+The server runs in the test process; its request log (werkzeug's, one record per HTTP request) is
+captured, so tests count on the server side what every process asked for. Credentials are dummy
+values in the environment, as a user's would be; subprocesses inherit them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+
+import pytest
+from s3_support import DUMMY_CREDENTIALS, RequestLog, S3Server, free_port
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    saved = {name: os.environ.get(name) for name in DUMMY_CREDENTIALS}
+    os.environ.update(DUMMY_CREDENTIALS)
+    log = RequestLog()
+    werkzeug = logging.getLogger("werkzeug")
+    werkzeug.addHandler(log)
+    werkzeug.setLevel(logging.INFO)
+    werkzeug.propagate = False  # the log is counted, not printed
+    server = S3Server(free_port(), log)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        werkzeug.removeHandler(log)
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@pytest.fixture
+def bucket(s3_server: S3Server) -> str:
+    """A fresh, empty bucket on the server."""
+    return s3_server.new_bucket()
+
+
+@pytest.fixture
+def s3_url(bucket: str) -> str:
+    """The URL of a storage that does not exist yet, in a fresh bucket."""
+    return f"s3://{bucket}/corpus"
