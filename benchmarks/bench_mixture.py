@@ -178,7 +178,7 @@ def state_measure(root: Path, repeats: int) -> dict[str, Any]:
 
     with loader() as first:
         iterator = iter(first)
-        for _ in range(2000):
+        for _ in range(50):
             next(iterator)
         state = first.state_dict()
         expected = next(iterator)

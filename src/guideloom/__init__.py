@@ -12,6 +12,7 @@ from guideloom._errors import (
     UntrustedFormatWarning,
 )
 from guideloom._formats import DocumentJsonFormat, DocumentMsgpackFormat, DocumentPickleFormat
+from guideloom._mixture import Mixture
 from guideloom._storage import DocumentStorage, TokenStorage
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ __all__ = [
     "DocumentStorage",
     "FormatMismatchError",
     "GuideloomError",
+    "Mixture",
     "ShardExistsError",
     "StateMismatchError",
     "StatefulDataLoader",

@@ -12,12 +12,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from guideloom._errors import StateMismatchError
 
-__all__ = ["ShardDigest", "describe_ranges", "parse_ranges", "recorded_shards"]
+__all__ = ["ShardDigest", "describe_shards", "over_recorded_shards", "parse_ranges", "recorded_shards"]
 
 PRIME = (1 << 61) - 1  # a Mersenne prime: every nonzero difference has an inverse
 _MASK64 = (1 << 64) - 1
@@ -49,7 +50,7 @@ class ShardDigest:
         return cls(a, b, c)
 
     def to_text(self) -> str:
-        return f"{self.a:x}.{self.b:x}.{self.c:x}"
+        return f"{self.a:016x}.{self.b:016x}.{self.c:016x}"
 
     @classmethod
     def from_text(cls, text: object) -> ShardDigest:
@@ -73,24 +74,25 @@ class ShardDigest:
         return key if key * key % PRIME * da % PRIME == dc else None
 
 
-def describe_ranges(ids: Iterable[int]) -> str:
-    """Ascending ids as ranges, e.g. ``0-2, 5, 7-9`` (short for the contiguous ids writers usually make)."""
+def describe_shards(shard_ids: list[int]) -> str:
+    """Shard ids as ranges, e.g. ``0-2, 5, 7-9`` (short for the contiguous ids writers usually make)."""
     ranges: list[str] = []
-    start = previous = -2
-    for shard in [*ids, -2]:
-        if shard != previous + 1 or shard == -2:
-            if start >= 0:
-                ranges.append(str(start) if start == previous else f"{start}-{previous}")
-            start = shard
-        previous = shard
-    return ", ".join(ranges)
+    first = 0
+    for position, shard in enumerate(shard_ids):
+        if position + 1 == len(shard_ids) or shard_ids[position + 1] != shard + 1:
+            start = shard_ids[first]
+            ranges.append(str(start) if start == shard else f"{start}-{shard}")
+            first = position + 1
+    return ", ".join(ranges) or "none"
 
 
 def parse_ranges(text: object) -> list[tuple[int, int]]:
-    """The ``(first, last)`` ranges that ``describe_ranges`` wrote; StateMismatchError if ``text`` is not that."""
+    """The ``(first, last)`` ranges of a state's shard ids (``"0-2, 5"``); else StateMismatchError."""
     if not isinstance(text, str):
         raise StateMismatchError(f"the state's shard ranges must be a string, got {text!r}")
     ranges: list[tuple[int, int]] = []
+    if text == "none":
+        return ranges
     for part in filter(None, (piece.strip() for piece in text.split(","))):
         match = _RANGE.match(part)
         if match is None:
@@ -121,3 +123,21 @@ def recorded_shards(ranges: list[tuple[int, int]], committed: list[int], storage
             )
         chosen.extend(ids[low:high].tolist())
     return chosen
+
+
+def over_recorded_shards(source: Any, recorded: dict[str, Any]) -> Any:
+    """``source`` (a storage's pinned shards) over the shards a state recorded, which must all be unchanged.
+
+    Shards committed since the state was taken are left out (they join at the next epoch); a recorded
+    shard that is missing or was rewritten is a StateMismatchError that names it.
+    """
+    where = f"the storage at {source.storage.path}"
+    shards = recorded_shards(parse_ranges(recorded.get("shards")), source.shard_ids, where)
+    then = source if shards == source.shard_ids else source.with_shards(shards)
+    if "digest" in recorded:
+        changed = ShardDigest.from_text(recorded["digest"]).changed_key(ShardDigest.of(then.shard_entries()))
+        if changed is not None:
+            raise StateMismatchError(f"shard {changed} of {where} changed since the state was taken (rewritten)")
+    if then.identity()["fingerprint"] != recorded.get("fingerprint"):
+        raise StateMismatchError(f"the state was taken from another storage: {source.difference(recorded)}")
+    return then

@@ -104,6 +104,7 @@ class StatefulDataLoader:
     ) -> None:
         self._closed = True  # until the transport exists: close() then releases only what was made
         self._source = source
+        self._next_epoch_source: SampleSource | None = None  # a grown storage's, while a state's epoch finishes
         self._collate = collate
         self.device = device
         self.local_batch_size = local_batch_size
@@ -194,6 +195,8 @@ class StatefulDataLoader:
             document_boundaries=document_boundaries,
             pack_documents=pack_documents,
             pad_id=pad_id,
+            shuffle=shuffle,
+            seed=seed,
         )
         return cls(
             source,
@@ -228,6 +231,9 @@ class StatefulDataLoader:
         if self._plan(self.position).batch_count == 0:
             self.epoch += 1
             self.position = 0
+            if self._next_epoch_source is not None:  # shards added since the checkpoint join now
+                source, self._next_epoch_source = self._next_epoch_source, None
+                self._use_source(source)
         self._generation += 1
         return self._epoch_segment(self._generation)
 
@@ -271,14 +277,21 @@ class StatefulDataLoader:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue exactly where ``state`` was taken; another world or batch size keeps the sample position."""
         self._check_open()
-        resume = check_state(state, self._settings(), self._source)
+        latest = self._next_epoch_source or self._source
+        resume = check_state(state, self._settings(), latest)
         if resume.source is not self._source:  # e.g. the shards a grown storage had at the checkpoint
-            self._transport.close()
-            self._source.close()
-            self._source, self.sample_count = resume.source, resume.source.sample_count
-            self._transport = self._make_transport()
+            self._use_source(resume.source, keep=latest)
+        self._next_epoch_source = latest if resume.source is not latest else None
         self.epoch, self.position = resume.epoch, resume.position
         self._generation += 1
+
+    def _use_source(self, source: SampleSource, keep: SampleSource | None = None) -> None:
+        """Read ``source`` from now on, closing the one read so far unless it is ``keep`` (and the transport)."""
+        self._transport.close()
+        if self._source is not keep:
+            self._source.close()
+        self._source, self.sample_count = source, source.sample_count
+        self._transport = self._make_transport()
 
     def close(self) -> None:
         """Stop every worker and release every file."""
@@ -288,6 +301,8 @@ class StatefulDataLoader:
         self._generation += 1
         self._transport.close()
         self._source.close()
+        if self._next_epoch_source is not None:
+            self._next_epoch_source.close()
 
     def _check_open(self) -> None:
         if self._closed:

@@ -15,10 +15,11 @@ import numpy as np
 import numpy.typing as npt
 
 from guideloom._errors import StateMismatchError
-from guideloom._growth import ShardDigest, describe_ranges, parse_ranges, recorded_shards
+from guideloom._growth import ShardDigest, describe_shards, parse_ranges, recorded_shards
 from guideloom._mixture import Mixture
 from guideloom._mixture_order import MixtureOrder
 from guideloom._schedule import Schedule
+from guideloom._sources import TokenWindowSource
 
 __all__ = ["MixtureSource"]
 
@@ -45,6 +46,10 @@ class MixtureSource:
         )
         self._sample_count = mixture.samples_per_epoch or self.order.default_samples_per_epoch()
         self._identity: dict[str, Any] | None = None
+        self._located: list[tuple[int, npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]] = []
+        self._plain_windows = all(type(source) is TokenWindowSource for source in components) and (
+            len({(source.sequence_length, source.window_dtype) for source in components}) == 1
+        )
 
     @property
     def sample_count(self) -> int:
@@ -60,13 +65,34 @@ class MixtureSource:
         return sizes.pop() if len(sizes) == 1 else 0
 
     def locate(self, positions: npt.NDArray[np.int64], epoch: int) -> tuple[npt.NDArray[np.int64], ...]:
-        """The component of each epoch position and the index of its sample there."""
-        positions = np.asarray(positions, np.int64) % self._sample_count  # padding wraps around
-        return self.order.locate(epoch * self._sample_count + positions)
+        """The component of each epoch position and the index of its sample there.
+
+        Positions the loader announced through `prefetch` (thousands at once, which is cheaper per
+        position) are looked up; others are computed.
+        """
+        positions = np.asarray(positions, np.int64)
+        for known_epoch, known, components, samples in self._located:
+            if known_epoch == epoch and len(known) and len(positions):
+                where = np.minimum(np.searchsorted(known, positions), len(known) - 1)
+                if bool((known[where] == positions).all()):
+                    return components[where], samples[where]
+        wrapped = positions % self._sample_count  # padding wraps around
+        return self.order.locate(epoch * self._sample_count + wrapped)
 
     def fetch(self, indices: np.ndarray, epoch: int) -> Any:
         components, samples = self.locate(indices, epoch)
-        parts = {int(k): self.components[int(k)].fetch(samples[components == k], epoch) for k in np.unique(components)}
+        present = np.unique(components).tolist()
+        if self._plain_windows:  # straight into one array: no second copy to interleave them
+            first = self.components[0]
+            windows = np.empty((len(components), first.sequence_length), first.window_dtype)
+            for k in present:
+                rows = np.flatnonzero(components == k)
+                source = self.components[k]
+                source.reader.read_windows(samples[rows], source.sequence_length, windows, rows=rows)
+            for k in present:
+                self.components[k].check_ids(windows)
+            return windows
+        parts = {k: self.components[k].fetch(samples[components == k], epoch) for k in present}
         return _interleave(parts, components)
 
     def default_collate(self, samples: Any) -> Any:
@@ -76,13 +102,19 @@ class MixtureSource:
         return list(self.components[0].split_collated(batch, sizes))
 
     def prefetch(self, indices: np.ndarray, epoch: int) -> None:
-        components, samples = self.locate(indices, epoch)
+        positions = np.asarray(indices, np.int64).reshape(-1)
+        positions = positions[np.argsort(positions, kind="stable")]
+        components, samples = self.locate(positions, epoch)
+        self._located = [*self._located[-1:], (epoch, positions, components, samples)]  # for `fetch`
         for k in np.unique(components).tolist():
             self.components[k].prefetch(samples[components == k], epoch)
 
     def close(self) -> None:
         for source in self.components:
             source.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_located": []}
 
     def __repr__(self) -> str:
         return f"a mixture of {', '.join(self.mixture.names)}"
@@ -92,17 +124,14 @@ class MixtureSource:
     def identity(self) -> dict[str, Any]:
         if self._identity is None:
             first = self.components[0].identity()
-            fingerprints = "|".join(str(source.identity().get("fingerprint")) for source in self.components)
             self._identity = {
                 "kind": KIND,
                 "components": [
-                    [name, describe_ranges(source.shard_ids), source.sample_count]
+                    [name, describe_shards(source.shard_ids), source.sample_count]
                     for name, source in zip(self.mixture.names, self.components, strict=True)
                 ],
                 "digest": self._digest().to_text(),
-                "fingerprint": f"{zlib.crc32(fingerprints.encode()):08x}-mixture",
                 "source": {key: value for key, value in first.items() if key not in _SHARD_KEYS},
-                "sequence_length": first.get("sequence_length"),
                 "schedule": _stage_digests(self.mixture.schedule),
                 "block_size": self.mixture.block_size,
                 "samples_per_epoch": self._sample_count,
@@ -136,7 +165,8 @@ class MixtureSource:
                 raise StateMismatchError(
                     f"the state was taken with the mixture's {key}={recorded.get(key)!r}, this loader has {mine[key]!r}"
                 )
-        source = self if recorded == mine else self._over_recorded_shards(recorded)
+        same_shards = all(recorded.get(key) == mine[key] for key in ("components", "digest", "samples_per_epoch"))
+        source = self if same_shards else self._over_recorded_shards(recorded)
         source._check_schedule(recorded, epoch, position)
         return source
 

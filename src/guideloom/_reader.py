@@ -175,22 +175,26 @@ class TokenReader(StorageReader[np.ndarray]):
         """Whole windows of ``sequence_length`` tokens in the stream (the shorter tail is not served)."""
         return self.token_count // check_sequence_length(sequence_length)
 
-    def read_windows(self, indices: np.ndarray, sequence_length: int, out: np.ndarray) -> np.ndarray:
+    def read_windows(
+        self, indices: np.ndarray, sequence_length: int, out: np.ndarray, rows: np.ndarray | None = None
+    ) -> np.ndarray:
         """Windows ``stream[k*S:(k+1)*S]`` for each ``k`` in ``indices`` (int64), copied into the rows of ``out``.
 
-        ``out`` has shape ``(len(indices), sequence_length)``; its dtype may differ (ids are cast).
+        ``out`` has ``sequence_length`` columns and its dtype may differ (ids are cast); window ``i`` goes to
+        row ``rows[i]`` (a mixture interleaves several readers' windows in one array), else to row ``i``.
         """
         self._check_open()
         length = sequence_length
         starts = np.asarray(indices, np.int64) * length
         positions = np.searchsorted(self.token_starts, starts, side="right") - 1
         offsets = (starts - self.token_starts[positions]).tolist()
-        for row, (position, offset) in enumerate(zip(positions.tolist(), offsets, strict=True)):
+        targets = range(len(starts)) if rows is None else rows.tolist()
+        for number, (row, position, offset) in enumerate(zip(targets, positions.tolist(), offsets, strict=True)):
             tokens = self._tokens[position]
             if offset + length <= len(tokens):
                 out[row] = tokens[offset : offset + length]
             else:  # the window crosses into the next shard(s)
-                start = int(starts[row])
+                start = int(starts[number])
                 self.read_tokens(start, start + length, out=out[row])
         return out
 

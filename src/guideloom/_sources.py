@@ -8,6 +8,7 @@ processes read exactly the shards the loader saw when it was created, whatever i
 
 from __future__ import annotations
 
+import copy
 import os
 from itertools import pairwise
 from typing import Any, Generic, Protocol, Self, TypeVar
@@ -17,6 +18,8 @@ import torch
 
 from guideloom._checks import check_sequence_length
 from guideloom._errors import StateMismatchError
+from guideloom._growth import ShardDigest, describe_shards, over_recorded_shards
+from guideloom._mixture import Mixture
 from guideloom._reader import DocumentReader, StorageReader, TokenReader
 from guideloom._storage import DocumentStorage, TokenStorage
 
@@ -59,8 +62,13 @@ class SampleSource(Protocol):
         """Small and JSON-serialisable: what a loader state records about this source."""
         ...
 
-    def resumed(self, recorded: dict[str, Any]) -> SampleSource:
-        """The source serving the rest of a state's epoch, given the identity it recorded; else StateMismatchError."""
+    def resumed(
+        self, recorded: dict[str, Any], *, epoch: int | None = None, position: int | None = None
+    ) -> SampleSource:
+        """The source serving the rest of a state's epoch, given the identity it recorded; else StateMismatchError.
+
+        ``epoch`` and ``position`` say where the state continues (a mixture's schedule may change from there).
+        """
         ...
 
     def prefetch(self, indices: np.ndarray, epoch: int) -> None:
@@ -75,18 +83,6 @@ class _OpensReaders(Protocol[ReaderT_co]):
     def path(self) -> Any: ...
 
     def open_reader(self, shard_ids: list[int] | None = None) -> ReaderT_co: ...
-
-
-def describe_shards(shard_ids: list[int]) -> str:
-    """Shard ids as ranges, e.g. ``0-2, 5, 7-9`` (short for the contiguous ids writers usually make)."""
-    ranges: list[str] = []
-    first = 0
-    for position, shard in enumerate(shard_ids):
-        if position + 1 == len(shard_ids) or shard_ids[position + 1] != shard + 1:
-            start = shard_ids[first]
-            ranges.append(str(start) if start == shard else f"{start}-{shard}")
-            first = position + 1
-    return ", ".join(ranges) or "none"
 
 
 def parse_shards(text: str) -> list[int]:
@@ -135,24 +131,42 @@ class PinnedShards(Generic[ReaderT]):
                 "path": str(self.storage.path),
                 "shards": describe_shards(self.shard_ids),
                 "fingerprint": self.reader.fingerprint,  # shard ids, record counts and checksums
+                "digest": ShardDigest.of(self.shard_entries()).to_text(),  # names a shard rewritten since
             }
         return dict(self._identity)
 
-    def resumed(self, recorded: dict[str, Any]) -> Self:
-        """``self`` if ``recorded`` is this source's identity; else StateMismatchError saying what differs."""
+    def shard_entries(self) -> list[tuple[int, int, int]]:
+        """``(id, record count, checksum)`` of each shard: what a state's shard digest is made of."""
+        return [(shard.id, shard.record_count, shard.data_crc) for shard in self.reader.shards]
+
+    def with_shards(self, shard_ids: list[int]) -> Self:
+        """This source over other shards of its storage (those a state recorded); opens nothing yet.
+
+        A subclass that caches what it derives from its shards must drop those caches here.
+        """
+        clone = copy.copy(self)
+        clone.__dict__.update(self.__getstate__())
+        clone.shard_ids, clone._identity = list(shard_ids), None
+        return clone
+
+    def resumed(self, recorded: dict[str, Any], *, epoch: int | None = None, position: int | None = None) -> Self:
+        """The source for the rest of the state's epoch: ``self``, or this storage over the shards the state read
+        if shards were added since; StateMismatchError saying what differs otherwise (a missing or changed shard
+        is named)."""
         mine = self.identity()
         if not isinstance(recorded, dict):
             raise StateMismatchError(f"the state's source must be a dict, got {type(recorded).__name__}")
         if recorded.get("kind") != mine["kind"]:
             raise StateMismatchError(f"the state was taken from {recorded.get('kind')!r}, this loader reads {self}")
         for key, value in mine.items():
-            if key not in ("path", "shards", "fingerprint") and recorded.get(key) != value:
+            if key not in ("path", "shards", "fingerprint", "digest") and recorded.get(key) != value:
                 raise StateMismatchError(
                     f"the state was taken with {key}={recorded.get(key)!r}, but this loader has {key}={value!r}"
                 )
-        if recorded.get("fingerprint") != mine["fingerprint"]:
-            raise StateMismatchError(f"the state was taken from another storage: {self.difference(recorded)}")
-        return self
+        if recorded.get("fingerprint") == mine["fingerprint"]:
+            return self
+        then: Self = over_recorded_shards(self, recorded)
+        return then
 
     def difference(self, recorded: dict[str, Any]) -> str:
         """In words, how the shards a state recorded differ from this snapshot's."""
@@ -264,16 +278,34 @@ def make_source(
     document_boundaries: bool = False,
     pack_documents: bool = False,
     pad_id: int = 0,
-) -> DocumentSource | TokenWindowSource:
+    shuffle: bool = False,
+    seed: int = 0,
+) -> SampleSource:
     """The source for the shards of ``storage`` committed now, checking the arguments fit its kind.
 
     ``document_boundaries`` / ``pack_documents`` (with ``pad_id``) choose a document-aware window mode.
+    A `Mixture` gets one source per component, made here as for that storage alone, blended in its order
+    (``shuffle`` and ``seed`` key the components' passes and the blocks' slot order).
     """
     from guideloom._document_sources import check_window_modes, window_source  # they build on this module
+    from guideloom._mixture_source import MixtureSource  # as does this one
 
+    if isinstance(storage, Mixture):
+        parts = [
+            make_source(
+                component,
+                sequence_length=sequence_length,
+                window_dtype=window_dtype,
+                document_boundaries=document_boundaries,
+                pack_documents=pack_documents,
+                pad_id=pad_id,
+            )
+            for component in storage.components.values()
+        ]
+        return MixtureSource(storage, parts, shuffle=shuffle, seed=seed)
     check_window_modes(storage, document_boundaries, pack_documents, pad_id)
     if not isinstance(storage, DocumentStorage | TokenStorage):
-        raise TypeError(f"storage must be a DocumentStorage or TokenStorage, got {type(storage).__name__}")
+        raise TypeError(f"storage must be a DocumentStorage, TokenStorage or Mixture, got {type(storage).__name__}")
     if window_dtype is not None and not isinstance(storage, TokenStorage):
         raise ValueError("window_dtype must be omitted for a DocumentStorage: it applies to token windows")
     if window_dtype not in (None, torch.int64, torch.int32):

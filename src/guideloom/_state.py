@@ -80,25 +80,32 @@ def check_state(state: object, settings: Settings, source: SampleSource) -> Resu
         raise StateMismatchError(
             f"not a guideloom loader state of version 1 or {VERSION}: {VERSION_KEY!r} is {version!r}"
         )
-    if version == 1:
-        _check_v1_source(state, source)
-    else:  # the source says best what differs: the argument, the storage, the shards
-        _require(state, SOURCE)
-        source = source.resumed(state[SOURCE])
-    for key, value in ((SHUFFLE, settings.shuffle), (SEED, settings.seed), (SAMPLE_COUNT, source.sample_count)):
-        _require(state, key)
-        if state[key] != value or type(state[key]) is not type(value):
-            raise StateMismatchError(
-                f"the state was taken with {key}={state[key]!r}, but this loader has {key}={value!r}"
-            )
     epoch, position = state.get(EPOCH), state.get(POSITION)
     for key, number in ((EPOCH, epoch), (POSITION, position)):
         if isinstance(number, bool) or not isinstance(number, int) or number < 0:
             raise StateMismatchError(f"the state's {key} must be a non-negative int, got {number!r}")
     assert isinstance(epoch, int) and isinstance(position, int)
+    settings_recorded = ((SHUFFLE, settings.shuffle), (SEED, settings.seed))
+    if version == 1:
+        _check_v1_source(state, source)
+    else:  # the source says best what differs (the argument, the storage, the shards) once the seed is the same
+        _check_equal(state, settings_recorded)
+        _require(state, SOURCE)
+        source = source.resumed(state[SOURCE], epoch=epoch, position=position)
+    _check_equal(state, (*settings_recorded, (SAMPLE_COUNT, source.sample_count)))
     if position > source.sample_count:
         raise StateMismatchError(f"the state's position {position} exceeds the epoch's {source.sample_count} samples")
     return Resume(epoch, position, source)
+
+
+def _check_equal(state: dict[str, Any], expected: tuple[tuple[str, object], ...]) -> None:
+    """StateMismatchError naming the first key whose recorded value is not the expected one."""
+    for key, value in expected:
+        _require(state, key)
+        if state[key] != value or type(state[key]) is not type(value):
+            raise StateMismatchError(
+                f"the state was taken with {key}={state[key]!r}, but this loader has {key}={value!r}"
+            )
 
 
 def _require(state: dict[str, Any], key: str) -> None:
