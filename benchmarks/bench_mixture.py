@@ -117,7 +117,7 @@ def batches(library: str, root: Path) -> Iterator[Any]:
             grain.MapDataset.source(grain.sources.ArrayRecordDataSource(str(out / name / TOKENS_FILE))).shuffle(seed=k)
             for k, name in enumerate(WEIGHTS)
         ]
-        mixed = grain.MapDataset.mix(parts, list(WEIGHTS.values())).map(decode_block).batch(BATCH)
+        mixed = grain.MapDataset.mix(parts, list(WEIGHTS.values())).map(decode_block).batch(BATCH, drop_remainder=True)
         for batch in mixed.repeat().to_iter_dataset():
             yield np.asarray(batch).astype(np.int64)
     if library == "litdata":
@@ -129,7 +129,7 @@ def batches(library: str, root: Path) -> Iterator[Any]:
         ]
         combined = CombinedStreamingDataset(datasets, weights=list(WEIGHTS.values()), iterate_over_all=False)
         while True:
-            for batch in StreamingDataLoader(combined, batch_size=BATCH, num_workers=0):
+            for batch in StreamingDataLoader(combined, batch_size=BATCH, num_workers=0, drop_last=True):
                 yield batch.to("cpu").long()
     if library == "mosaic":
         from peers.mosaic_peer import stack_tokens

@@ -75,7 +75,7 @@ class MixtureSource:
         positions = np.asarray(positions, np.int64)
         found = self._look_up(positions, epoch)
         pending = self._pending
-        if found is None and pending is not None and pending[0] == epoch and _holds(pending[1], positions):
+        if found is None and pending is not None and pending[0] == epoch and _find(pending[1], positions) is not None:
             self._pending = None
             self._remember(*pending)
             found = self._look_up(positions, epoch)
@@ -85,9 +85,9 @@ class MixtureSource:
         return self.order.locate(epoch * self._sample_count + wrapped)
 
     def _look_up(self, positions: npt.NDArray[np.int64], epoch: int) -> tuple[npt.NDArray[np.int64], ...] | None:
-        for known_epoch, known, components, samples in self._located:
-            if known_epoch == epoch and _holds(known, positions):
-                where = np.searchsorted(known, positions)
+        for known_epoch, known, components, samples in reversed(self._located):
+            where = _find(known, positions) if known_epoch == epoch else None
+            if where is not None:
                 return components[where], samples[where]
         return None
 
@@ -237,12 +237,17 @@ class MixtureSource:
                 )
 
 
-def _holds(known: npt.NDArray[np.int64], positions: npt.NDArray[np.int64]) -> bool:
-    """Whether every one of ``positions`` is among the sorted ``known`` ones."""
-    if not len(known) or not len(positions):
-        return False
+def _find(known: npt.NDArray[np.int64], positions: npt.NDArray[np.int64]) -> slice | npt.NDArray[np.int64] | None:
+    """Where ``positions`` lie in the sorted ``known`` ones (a slice when they are a run of them, as a batch's
+    positions usually are), or None if any is not there."""
+    count = len(positions)
+    if not len(known) or not count:
+        return None
+    first = int(np.searchsorted(known, positions[0]))
+    if first + count <= len(known) and np.array_equal(known[first : first + count], positions):
+        return slice(first, first + count)
     where = np.minimum(np.searchsorted(known, positions), len(known) - 1)
-    return bool((known[where] == positions).all())
+    return where if bool((known[where] == positions).all()) else None
 
 
 def _in_force(stages: list[list[Any]], sample: int) -> Any:
