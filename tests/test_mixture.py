@@ -322,3 +322,23 @@ def test_fetch_gives_the_same_samples_whether_or_not_they_were_announced(compone
     assert source.fetch(positions, 2).tolist() == cold
     assert source.fetch(np.array([], np.int64), 2).shape == (0, S)
     source.close()
+
+
+def test_changed_first_weights_are_named_before_the_epoch_length_they_change(
+    components: dict[str, TokenStorage],
+) -> None:
+    with loader_of(Mixture(components, WEIGHTS, block_size=8)) as loader:
+        next(iter(loader))
+        state = loader.state_dict()
+    with loader_of(Mixture(components, {"web": 1, "code": 1, "math": 1}, block_size=8)) as loader:
+        with pytest.raises(StateMismatchError, match="weights in force at global sample 0 differ"):
+            loader.load_state_dict(state)
+
+
+@pytest.mark.parametrize("damage", [{"components": [["web"]]}, {"schedule": "x"}, {"samples_per_epoch": -1}])
+def test_a_damaged_mixture_state_is_refused(components: dict[str, TokenStorage], damage: dict[str, Any]) -> None:
+    with loader_of(Mixture(components, WEIGHTS, block_size=8)) as loader:
+        state = loader.state_dict()
+        state["source"].update(damage)
+        with pytest.raises(StateMismatchError, match="not"):
+            loader.load_state_dict(state)

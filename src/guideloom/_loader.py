@@ -162,7 +162,7 @@ class StatefulDataLoader:
         prefetch_factor: int = 2,
         timeout: float = 0.0,
     ) -> StatefulDataLoader:
-        """A loader over the shards of ``storage`` committed now.
+        """A loader over the shards of ``storage`` (a storage or a `Mixture` of storages) committed now.
 
         ``collate(samples)`` builds a batch (default: token windows stacked into an int64 tensor of
         shape ``(local_batch_size, sequence_length)``, or int32 with ``window_dtype=torch.int32``;

@@ -173,7 +173,12 @@ class MixtureSource:
             kind = recorded.get("kind") if isinstance(recorded, dict) else recorded
             raise StateMismatchError(f"the state was taken from a source of kind {kind!r}, this loader reads {self}")
         mine = self.identity()
-        names = [entry[0] for entry in recorded.get("components", []) if isinstance(entry, list) and entry]
+        entries = recorded.get("components")
+        if not isinstance(entries, list) or not all(
+            isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str) for entry in entries
+        ):
+            raise StateMismatchError(f"the state's mixture components {entries!r} are not what guideloom writes")
+        names = [entry[0] for entry in entries]
         if names != list(self.mixture.names):
             raise StateMismatchError(
                 f"the state was taken from a mixture of {names}, this loader reads one of {list(self.mixture.names)}"
@@ -183,10 +188,9 @@ class MixtureSource:
                 raise StateMismatchError(
                     f"the state was taken with the mixture's {key}={recorded.get(key)!r}, this loader has {mine[key]!r}"
                 )
+        self._check_schedule(recorded, epoch, position)
         same_shards = all(recorded.get(key) == mine[key] for key in ("components", "digest", "samples_per_epoch"))
-        source = self if same_shards else self._over_recorded_shards(recorded)
-        source._check_schedule(recorded, epoch, position)
-        return source
+        return self if same_shards else self._over_recorded_shards(recorded)
 
     def _over_recorded_shards(self, recorded: dict[str, Any]) -> MixtureSource:
         """This mixture over the shards each component had when the state was taken (they may have grown since)."""
@@ -219,10 +223,10 @@ class MixtureSource:
             isinstance(stage, list) and len(stage) == 2 and isinstance(stage[0], int) for stage in stages
         ):
             raise StateMismatchError(f"the state's mixture schedule {stages!r} is not one guideloom writes")
-        if epoch is None or position is None:
-            before = None
-        else:
-            before = epoch * self._sample_count + position
+        samples_per_epoch = recorded.get("samples_per_epoch")
+        if isinstance(samples_per_epoch, bool) or not isinstance(samples_per_epoch, int) or samples_per_epoch < 1:
+            raise StateMismatchError(f"the state's samples_per_epoch {samples_per_epoch!r} is not a positive int")
+        before = None if epoch is None or position is None else epoch * samples_per_epoch + position
         mine = _stage_digests(self.mixture.schedule)
         block = self.mixture.block_size
         boundaries = sorted({stage[0] for stage in stages} | {stage[0] for stage in mine})
