@@ -16,16 +16,16 @@ from guideloom._checks import check_bool, check_int
 
 __all__ = ["BatchPlan", "EpochOrder"]
 
-_MASK64 = (1 << 64) - 1
+MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
 _ROUNDS = 6
 _MAX_SAMPLES = (1 << 63) - 1  # positions and indices are int64
 
 
-def _mix_int(x: int) -> int:
+def mix_int(x: int) -> int:
     """Splitmix64 finaliser on a Python int: a well-mixed 64-bit hash used to derive round keys."""
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
     return x ^ (x >> 31)
 
 
@@ -64,8 +64,8 @@ class EpochOrder:
         bits = max(2, (self.sample_count - 1).bit_length())
         self._half_bits = np.uint64((bits + 1) // 2)
         self._half_mask = np.uint64((1 << int(self._half_bits)) - 1)
-        base = _mix_int(_mix_int((self.seed & _MASK64) ^ _GOLDEN) ^ (self.epoch & _MASK64))
-        self._keys = tuple(np.uint64(_mix_int((base + (r + 1) * _GOLDEN) & _MASK64)) for r in range(_ROUNDS))
+        base = mix_int(mix_int((self.seed & MASK64) ^ _GOLDEN) ^ (self.epoch & MASK64))
+        self._keys = tuple(np.uint64(mix_int((base + (r + 1) * _GOLDEN) & MASK64)) for r in range(_ROUNDS))
 
     def __len__(self) -> int:
         return self.sample_count
