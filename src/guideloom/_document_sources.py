@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from guideloom._boundaries import PieceRows, split_batch
+from guideloom._checks import check_bool, check_int
 from guideloom._document_rows import PackedShards, boundary_rows, nonempty_document_starts
 from guideloom._sources import TokenWindowSource
 from guideloom._storage import TokenStorage
@@ -92,11 +93,9 @@ class PackedRowSource(TokenWindowSource):
 
 def check_window_modes(storage: object, document_boundaries: object, pack_documents: object, pad_id: object) -> None:
     """Check the window-mode arguments of ``from_storage``: they apply to token storages, one mode at a time."""
-    for name, value in (("document_boundaries", document_boundaries), ("pack_documents", pack_documents)):
-        if not isinstance(value, bool):
-            raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
-    if isinstance(pad_id, bool) or not isinstance(pad_id, int):
-        raise TypeError(f"pad_id must be an int, got {type(pad_id).__name__}")
+    check_bool("document_boundaries", document_boundaries)
+    check_bool("pack_documents", pack_documents)
+    check_int("pad_id", pad_id)
     if document_boundaries and pack_documents:
         raise ValueError(
             "document_boundaries and pack_documents are exclusive: pick one (packed rows report their documents too)"

@@ -17,19 +17,19 @@ from typing import Any
 import numpy as np
 
 from guideloom._errors import StateMismatchError
+from guideloom._order import MASK64
 
 __all__ = ["ShardDigest", "describe_shards", "over_recorded_shards", "parse_ranges", "recorded_shards"]
 
 PRIME = (1 << 61) - 1  # a Mersenne prime: every nonzero difference has an inverse
-_MASK64 = (1 << 64) - 1
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 
 
 def _hash(key: int, record_count: int, checksum: int) -> int:
     """A well-mixed nonzero number below PRIME for one shard's key, record count and checksum."""
-    x = (key * 0x9E3779B97F4A7C15 ^ record_count * 0xC2B2AE3D27D4EB4F ^ checksum) & _MASK64
+    x = (key * 0x9E3779B97F4A7C15 ^ record_count * 0xC2B2AE3D27D4EB4F ^ checksum) & MASK64
     for multiplier in (0xBF58476D1CE4E5B9, 0x94D049BB133111EB):
-        x = ((x ^ (x >> 31)) * multiplier) & _MASK64
+        x = ((x ^ (x >> 31)) * multiplier) & MASK64
     return x % (PRIME - 1) + 1
 
 
@@ -139,5 +139,5 @@ def over_recorded_shards(source: Any, recorded: dict[str, Any]) -> Any:
         if changed is not None:
             raise StateMismatchError(f"shard {changed} of {where} changed since the state was taken (rewritten)")
     if then.identity()["fingerprint"] != recorded.get("fingerprint"):
-        raise StateMismatchError(f"the state was taken from another storage: {source.difference(recorded)}")
+        raise StateMismatchError(f"the state was taken from another storage: {then.difference(recorded)}")
     return then

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from guideloom._checks import check_int
 from guideloom._schedule import Schedule, parse_schedule
 from guideloom._storage import DocumentStorage, TokenStorage
 
@@ -42,10 +43,7 @@ class Mixture:
             weights, stages = None, weights
         self.schedule: Schedule = parse_schedule(tuple(self.components), weights, stages, block_size)
         if samples_per_epoch is not None:
-            if isinstance(samples_per_epoch, bool) or not isinstance(samples_per_epoch, int):
-                raise TypeError(f"samples_per_epoch must be an int or None, got {type(samples_per_epoch).__name__}")
-            if samples_per_epoch < 1:
-                raise ValueError(f"samples_per_epoch must be >= 1, got {samples_per_epoch}")
+            samples_per_epoch = check_int("samples_per_epoch", samples_per_epoch, minimum=1)
         self.samples_per_epoch = samples_per_epoch
 
     @property

@@ -17,8 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from guideloom._order import _MASK64, EpochOrder, _mix_int
-from guideloom._passes import permute_many
+from guideloom._order import MASK64, EpochOrder, mix_int, permute_many
 from guideloom._schedule import Schedule
 
 __all__ = ["MixtureOrder"]
@@ -49,8 +48,8 @@ class MixtureOrder:
         self.sizes = np.array(component_sizes, np.int64)
         self.shuffle = shuffle
         self.seed = seed
-        self._slot_seed = _mix_int((seed & _MASK64) ^ _SLOT_SALT)
-        self._component_seeds = [_mix_int((seed & _MASK64) ^ _mix_int(k + 1)) for k in range(len(component_sizes))]
+        self._slot_seed = mix_int((seed & MASK64) ^ _SLOT_SALT)
+        self._component_seeds = [mix_int((seed & MASK64) ^ mix_int(k + 1)) for k in range(len(component_sizes))]
         self._blocks: OrderedDict[int, _BlockLayout] = OrderedDict()
 
     def __getstate__(self) -> dict[str, object]:

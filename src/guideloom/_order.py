@@ -14,18 +14,18 @@ import numpy.typing as npt
 
 from guideloom._checks import check_bool, check_int
 
-__all__ = ["BatchPlan", "EpochOrder"]
+__all__ = ["BatchPlan", "EpochOrder", "permute_many"]
 
-_MASK64 = (1 << 64) - 1
+MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
 _ROUNDS = 6
 _MAX_SAMPLES = (1 << 63) - 1  # positions and indices are int64
 
 
-def _mix_int(x: int) -> int:
+def mix_int(x: int) -> int:
     """Splitmix64 finaliser on a Python int: a well-mixed 64-bit hash used to derive round keys."""
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
     return x ^ (x >> 31)
 
 
@@ -64,8 +64,8 @@ class EpochOrder:
         bits = max(2, (self.sample_count - 1).bit_length())
         self._half_bits = np.uint64((bits + 1) // 2)
         self._half_mask = np.uint64((1 << int(self._half_bits)) - 1)
-        base = _mix_int(_mix_int((self.seed & _MASK64) ^ _GOLDEN) ^ (self.epoch & _MASK64))
-        self._keys = tuple(np.uint64(_mix_int((base + (r + 1) * _GOLDEN) & _MASK64)) for r in range(_ROUNDS))
+        base = mix_int(mix_int((self.seed & MASK64) ^ _GOLDEN) ^ (self.epoch & MASK64))
+        self._keys = tuple(np.uint64(mix_int((base + (r + 1) * _GOLDEN) & MASK64)) for r in range(_ROUNDS))
 
     def __len__(self) -> int:
         return self.sample_count
@@ -210,3 +210,54 @@ class BatchPlan:
         if batch >= self.batch_count:
             raise IndexError(f"batch must be < batch_count ({self.batch_count}), got {batch}")
         return batch
+
+
+# --- many orders at once: a mixture's components, each in its own seeded pass -----------------------
+# One EpochOrder per (component, pass) would cost a round of NumPy calls per order, and a small
+# component may be in dozens of passes within one batch: this evaluates the same Feistel network for
+# all of them together, with per-position keys, half widths and limits (equal element by element).
+
+
+def _round_keys(seed: int, epoch: int) -> list[int]:
+    """The Feistel round keys `EpochOrder(..., seed=seed, epoch=epoch)` uses."""
+    base = mix_int(mix_int((seed & MASK64) ^ _GOLDEN) ^ (epoch & MASK64))
+    return [mix_int((base + (r + 1) * _GOLDEN) & MASK64) for r in range(_ROUNDS)]
+
+
+def _feistel(
+    x: npt.NDArray[np.uint64],
+    half_bits: npt.NDArray[np.uint64],
+    half_mask: npt.NDArray[np.uint64],
+    keys: npt.NDArray[np.uint64],
+) -> npt.NDArray[np.uint64]:
+    left, right = x >> half_bits, x & half_mask
+    for key in keys:
+        left, right = right, left ^ (_mix_array(right ^ key) & half_mask)
+    result: npt.NDArray[np.uint64] = (left << half_bits) | right
+    return result
+
+
+def permute_many(
+    positions: npt.NDArray[np.int64],
+    orders: npt.NDArray[np.int64],
+    counts: list[int],
+    seeds: list[int],
+    epochs: list[int],
+) -> npt.NDArray[np.int64]:
+    """``EpochOrder(counts[o], shuffle=True, seed=seeds[o], epoch=epochs[o]).indices(position)`` for each
+    position and its order number ``o`` (from ``orders``), in one vectorised pass."""
+    sizes = np.array(counts, np.uint64)
+    bits = np.array([max(2, (count - 1).bit_length()) for count in counts], np.uint64)
+    half_bits = ((bits + np.uint64(1)) // np.uint64(2))[orders]
+    half_mask = (np.uint64(1) << half_bits) - np.uint64(1)
+    keys = np.array([_round_keys(seed, epoch) for seed, epoch in zip(seeds, epochs, strict=True)], np.uint64)
+    keys = keys.reshape(len(counts), _ROUNDS).T[:, orders]
+    limit = sizes[orders]
+    with np.errstate(over="ignore"):
+        result = _feistel(positions.astype(np.uint64), half_bits, half_mask, keys)
+        pending = np.flatnonzero(result >= limit)  # cycle walking, as EpochOrder does
+        while pending.size:
+            walked = _feistel(result[pending], half_bits[pending], half_mask[pending], keys[:, pending])
+            result[pending] = walked
+            pending = pending[walked >= limit[pending]]
+    return result.astype(np.int64)

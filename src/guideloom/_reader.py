@@ -323,6 +323,3 @@ class AsyncReader(Generic[Out]):
         if self._reader is not None:
             self._reader.close()
             self._reader = None
-
-
-_Reader = StorageReader  # the former name, still imported by the command line until it moves to public names

@@ -31,7 +31,7 @@ from guideloom._layout import (
 )
 
 if TYPE_CHECKING:
-    from guideloom._storage import _Storage
+    from guideloom._storage import StorageBase
 
 WRITES_DIR = "writes"
 _WRITE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -57,7 +57,7 @@ class WriteRecords:
     store), so a crash at any moment leaves either no record, a started one, or a finished one.
     """
 
-    def __init__(self, storage: _Storage) -> None:
+    def __init__(self, storage: StorageBase) -> None:
         self._storage = storage
 
     def first_shard(self, write_id: str) -> int | None:
@@ -130,7 +130,7 @@ class WriteRecords:
         return publish(temporary, self._storage.path / WRITES_DIR / name)
 
 
-def start_write(storage: _Storage, write_id: str | None) -> int:
+def start_write(storage: StorageBase, write_id: str | None) -> int:
     """The first shard id of a write starting now: its recorded one when a named write runs again.
 
     A new write is refused while another named write is unfinished: it would take the shard ids that
@@ -148,12 +148,12 @@ def start_write(storage: _Storage, write_id: str | None) -> int:
             f"write_id={others[0]!r} to complete it, or delete {WRITES_DIR}/{others[0]}.json in the storage "
             "to abandon it (the shards it committed stay)"
         )
-    existing = storage.committed_shard_ids()
+    existing = storage.committed_shards()
     first_shard = existing[-1] + 1 if existing else 0
     return first_shard if write_id is None else records.start(write_id, first_shard)
 
 
-def finish_write(storage: _Storage, write_id: str | None, shards: list[int], records: int) -> None:
+def finish_write(storage: StorageBase, write_id: str | None, shards: list[int], records: int) -> None:
     if write_id is not None:
         WriteRecords(storage).finish(write_id, sorted(shards), records)
 
@@ -172,11 +172,10 @@ class ShardDigest:
         self.data_crc = zlib.crc32(payload, self.data_crc)
 
 
-def committed_digest(storage: _Storage, header: StorageHeader, shard: int) -> ShardDigest | None:
+def committed_digest(storage: StorageBase, header: StorageHeader, shard: int) -> ShardDigest | None:
     """The digest of a committed shard, from its footer or the store's listing; None if not committed."""
-    if storage._remote is not None:
-        storage.committed_shard_ids()
-        info = storage._listed.get(shard)
+    if storage.is_remote:
+        info = storage.listed_shard(shard)
         return (
             None
             if info is None
@@ -191,7 +190,7 @@ def committed_digest(storage: _Storage, header: StorageHeader, shard: int) -> Sh
         committed.close()
 
 
-def check_same_shard(storage: _Storage, header: StorageHeader, shard: int, digest: ShardDigest) -> None:
+def check_same_shard(storage: StorageBase, header: StorageHeader, shard: int, digest: ShardDigest) -> None:
     """Accept an already committed shard only if it holds exactly the rows digested."""
     found = committed_digest(storage, header, shard)
     if found != digest:

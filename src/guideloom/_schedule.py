@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from guideloom._checks import check_int, check_number
+
 __all__ = ["Schedule", "largest_remainder", "parse_schedule"]
 
 
@@ -108,9 +110,7 @@ def _check_weights(names: Sequence[str], weights: object, where: str) -> list[fl
         raise ValueError(f"{where} must name exactly the components {list(names)}: it {' and '.join(problems)}")
     values: list[float] = []
     for name in names:
-        value = weights[name]
-        if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-            raise TypeError(f"{where}[{name!r}] must be a number, got {type(value).__name__}")
+        value = check_number(f"{where}[{name!r}]", weights[name])
         if not math.isfinite(value) or value < 0:
             raise ValueError(f"{where}[{name!r}] must be a finite number >= 0, got {value!r}")
         values.append(float(value))
@@ -122,9 +122,7 @@ def _check_weights(names: Sequence[str], weights: object, where: str) -> list[fl
 def _check_start(value: object, index: int, block_size: int, previous: int | None) -> int:
     """Stage ``index``'s start, checked: an int, 0 for the first, increasing, a multiple of ``block_size``."""
     where = f"schedule[{index}] start"
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise TypeError(f"{where} must be an int (a global sample index), got {type(value).__name__}")
-    start = int(value)
+    start = check_int(where, value)
     if previous is None and start != 0:
         raise ValueError(f"schedule[0] start must be 0, got {start}")
     if previous is not None and start <= previous:
@@ -136,11 +134,7 @@ def _check_start(value: object, index: int, block_size: int, previous: int | Non
 
 def parse_schedule(names: Sequence[str], weights: object, schedule: object, block_size: object) -> Schedule:
     """A `Schedule` from either ``weights`` (one stage) or ``schedule`` (a list of ``(start, weights)``)."""
-    if isinstance(block_size, bool) or not isinstance(block_size, int | np.integer):
-        raise TypeError(f"block_size must be an int, got {type(block_size).__name__}")
-    if block_size < 1:
-        raise ValueError(f"block_size must be >= 1, got {block_size}")
-    block = int(block_size)
+    block = check_int("block_size", block_size, minimum=1)
     if (weights is None) == (schedule is None):
         raise ValueError("give exactly one of weights= and schedule=")
     if weights is not None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 
-from guideloom._checks import check_choice, check_number, check_path
+from guideloom._checks import check_int, check_number, check_path
 from guideloom._errors import CorruptStorageError, FormatMismatchError, StorageNotFoundError, UntrustedFormatWarning
 from guideloom._files import CommitTarget, LocalShards, ShardSet
 from guideloom._formats import DocumentPickleFormat, DocumentStorageFormat, format_identity
@@ -22,7 +22,6 @@ from guideloom._layout import (
     HEADER_NAME,
     INCOMPLETE_DIR,
     SHARDS_DIR,
-    TOKEN_DTYPES,
     ShardFile,
     ShardInfo,
     StorageHeader,
@@ -34,6 +33,7 @@ from guideloom._layout import (
 )
 from guideloom._reader import AsyncReader, DocumentReader, StorageReader, TokenReader
 from guideloom._remote import is_url
+from guideloom._token_ids import TokenEncoder, TokenInput
 from guideloom._writer import AsyncWriter, SyncWriter
 
 if TYPE_CHECKING:
@@ -50,14 +50,9 @@ def _as_path(path: object) -> Path:
 
 
 def _cache_arguments(cache_dir: object, cache_limit_bytes: object) -> tuple[Path | None, int | None]:
-    if cache_dir is not None and not isinstance(cache_dir, str | os.PathLike):
-        raise TypeError(f"cache_dir must be a str or os.PathLike, got {type(cache_dir).__name__}")
-    if cache_limit_bytes is not None:
-        if isinstance(cache_limit_bytes, bool) or not isinstance(cache_limit_bytes, int):
-            raise TypeError(f"cache_limit_bytes must be an int or None, got {type(cache_limit_bytes).__name__}")
-        if cache_limit_bytes < 1:
-            raise ValueError(f"cache_limit_bytes must be positive, got {cache_limit_bytes}")
-    return (None if cache_dir is None else Path(cache_dir)), cache_limit_bytes
+    cache_path = None if cache_dir is None else check_path("cache_dir", cache_dir)
+    limit = None if cache_limit_bytes is None else check_int("cache_limit_bytes", cache_limit_bytes, minimum=1)
+    return cache_path, limit
 
 
 class StorageBase:
@@ -112,6 +107,16 @@ class StorageBase:
         self._listed = {info.id: info for info in infos}
         return [info.id for info in infos]
 
+    @property
+    def is_remote(self) -> bool:
+        """Whether the storage lives on an object store (read through a local cache)."""
+        return self._remote is not None
+
+    def listed_shard(self, shard: int) -> ShardInfo | None:
+        """A remote storage's listing entry of ``shard``, listed now; None if it is not committed."""
+        self.committed_shards()
+        return self._listed.get(shard)
+
     def _shard_set(self, header: StorageHeader, shard_ids: list[int] | None) -> Path | ShardSet:
         """What a reader of these shards (default: all committed now) reads through."""
         if self._remote is None:
@@ -124,7 +129,8 @@ class StorageBase:
             raise CorruptStorageError(f"shard {missing[0]} vanished: it is no longer listed at {self.location}")
         return self._remote.shard_set(header, [self._listed[shard] for shard in shard_ids])
 
-    def _commit_target(self) -> Path | CommitTarget:
+    def commit_target(self) -> Path | CommitTarget:
+        """Where a writer commits its shards: the local directory, or the object store."""
         if self._remote is None:
             return self.path
         from guideloom._remote_files import RemoteTarget
@@ -147,7 +153,7 @@ class StorageBase:
             )
         return found
 
-    def _create(self) -> StorageHeader:
+    def create(self) -> StorageHeader:
         """Create the directory and header if needed; safe when writers race to do it."""
         header = self._expected_header()
         if self._remote is not None:
@@ -167,6 +173,8 @@ class StorageBase:
                 self._existing_header()  # another writer created it first: it must match
             fsync_directory(self.path.parent)
         return header
+
+    _create = create  # the former name, still called by the tokenize package until it uses create()
 
     def open_reader(self, shard_ids: list[int] | None = None) -> StorageReader[Any]:
         """A reader of the given shards (a loader's pinned snapshot), or of all committed now."""
@@ -254,8 +262,6 @@ class AnyFormatStorage(StorageBase):
         return StorageReader(self._shard_set(self.header, shard_ids), self.header)
 
 
-_Storage = StorageBase  # the former name, still imported by the command line until it uses AnyFormatStorage
-
 _warned_paths: set[str] = set()
 
 
@@ -298,7 +304,8 @@ class DocumentStorage(StorageBase, Generic[In, Out]):
     def _expected_header(self) -> StorageHeader:
         return StorageHeader("documents", format=format_identity(self.format))
 
-    def _encode(self, data: In) -> tuple[memoryview, int]:
+    def encode(self, data: In) -> tuple[memoryview, int]:
+        """One record as the bytes a shard stores, and their count."""
         encoded = self.format.pack(data)
         if not isinstance(encoded, bytes | bytearray | memoryview):
             raise TypeError(f"{type(self.format).__name__}.pack must return bytes, got {type(encoded).__name__}")
@@ -307,7 +314,7 @@ class DocumentStorage(StorageBase, Generic[In, Out]):
 
     def sync_writer(self) -> SyncWriter[In]:
         """A writer; use it as ``with storage.sync_writer() as writer``."""
-        return SyncWriter(self._commit_target(), self._create(), self._encode)
+        return SyncWriter(self.commit_target(), self.create(), self.encode)
 
     def sync_reader(self) -> DocumentReader[Out]:
         """A reader of the shards committed now; use it as ``with storage.sync_reader() as reader``."""
@@ -324,9 +331,6 @@ class DocumentStorage(StorageBase, Generic[In, Out]):
         if isinstance(self.format, DocumentPickleFormat):
             _warn_untrusted_once(self)
         return DocumentReader(self._shard_set(header, shard_ids), header, self.format)
-
-
-TokenInput = Any  # list of ints, a 1-D integer NumPy array or a 1-D integer tensor
 
 
 class TokenStorage(StorageBase):
@@ -348,34 +352,20 @@ class TokenStorage(StorageBase):
             recorded = self._read_header()
         if recorded is not None and recorded.kind != "tokens":
             raise FormatMismatchError(f"the storage at {self.location} holds {recorded.describe()}, not tokens")
-        if dtype is None:
-            self.dtype = np.dtype(recorded.dtype if recorded is not None else "uint32")
-        else:
-            self.dtype = _token_dtype(dtype)
-        self.dtype = self.dtype.newbyteorder("=")
-        self._stored_dtype = self.dtype.newbyteorder("<")
-        self._limits = np.iinfo(self.dtype)
+        self.encoder = TokenEncoder(recorded.dtype if dtype is None and recorded is not None else dtype)
+        self.dtype = self.encoder.dtype
         self._existing_header()
 
     def _expected_header(self) -> StorageHeader:
         return StorageHeader("tokens", dtype=self.dtype.name)
 
-    def _encode(self, tokens: TokenInput) -> tuple[memoryview, int]:
-        if type(tokens) is np.ndarray and tokens.dtype == self._stored_dtype and tokens.ndim == 1:
-            if tokens.flags.c_contiguous:  # the common case, already as stored: no conversion, no copy
-                return memoryview(tokens.data).cast("B"), tokens.size
-        array = _token_array(tokens)
-        if array.size and not np.can_cast(array.dtype, self.dtype, "safe"):  # else every id fits
-            low, high = int(array.min()), int(array.max())
-            if low < self._limits.min or high > self._limits.max:
-                bad = low if low < self._limits.min else high
-                raise ValueError(f"token id {bad} does not fit the storage dtype {self.dtype}")
-        stored = np.ascontiguousarray(array, dtype=self._stored_dtype)
-        return memoryview(stored.data).cast("B"), stored.size
+    def encode(self, tokens: TokenInput) -> tuple[memoryview, int]:
+        """One document's ids as the bytes a shard stores, and their count; an id the dtype cannot hold is an error."""
+        return self.encoder(tokens)
 
     def sync_writer(self) -> SyncWriter[TokenInput]:
         """A writer; ``writer.append(shard, tokens)`` appends one document's token ids."""
-        return SyncWriter(self._commit_target(), self._create(), self._encode)
+        return SyncWriter(self.commit_target(), self.create(), self.encoder)  # no extra call per append
 
     def sync_reader(self) -> TokenReader:
         """A reader of the shards committed now: documents by index and the token stream."""
@@ -390,50 +380,3 @@ class TokenStorage(StorageBase):
     def open_reader(self, shard_ids: list[int] | None = None) -> TokenReader:
         header = self.header_for_reading()
         return TokenReader(self._shard_set(header, shard_ids), header)
-
-
-def _token_dtype(dtype: object) -> np.dtype[Any]:
-    """``dtype`` (a name, NumPy dtype or type) as one of the token dtypes; else an error listing them.
-
-    As in NumPy, what is no dtype at all (a misspelt name too) is a TypeError; another dtype a ValueError.
-    """
-    try:
-        name = np.dtype(dtype).name  # type: ignore[call-overload]
-    except TypeError:
-        raise TypeError(f"dtype must be one of {', '.join(TOKEN_DTYPES)}, got {dtype!r}") from None
-    return np.dtype(check_choice("dtype", name, TOKEN_DTYPES))
-
-
-def _token_array(tokens: TokenInput) -> np.ndarray:
-    """One document's token ids as a 1-D integer array, without wrapping or truncating."""
-    if hasattr(tokens, "detach") and hasattr(tokens, "cpu"):
-        tokens = tokens.detach().cpu().numpy()
-    if isinstance(tokens, np.ndarray):
-        array = tokens
-    elif isinstance(tokens, list | tuple | range):
-        array = _list_array(tokens)
-    else:
-        raise TypeError(f"tokens must be a list, NumPy array or tensor of ints, got {type(tokens).__name__}")
-    if array.ndim != 1:
-        raise ValueError(f"tokens must be one-dimensional, got shape {array.shape}")
-    if array.dtype.kind not in "iu":
-        raise TypeError(f"tokens must be integers, got dtype {array.dtype}")
-    return array
-
-
-def _list_array(tokens: list[Any] | tuple[Any, ...] | range) -> np.ndarray:
-    """A list of Python ints as int64, or uint64 when ids need it; never float or wrapped."""
-    if not len(tokens):
-        return np.empty(0, np.int64)
-    try:
-        array = np.asarray(tokens)
-    except (TypeError, ValueError, OverflowError):
-        array = np.empty(0, object)
-    if array.dtype.kind in "iu" and array.ndim == 1:
-        return array
-    if not all(isinstance(token, int | np.integer) and not isinstance(token, bool) for token in tokens):
-        raise TypeError("tokens must be integers")
-    low, high = min(tokens), max(tokens)
-    if low < 0 or high >= 2**64:
-        raise ValueError(f"token id {low if low < 0 else high} does not fit any token dtype")
-    return np.asarray(tokens, dtype=np.uint64)

@@ -68,7 +68,7 @@ class StorageDatasink(Datasink[TaskResult]):
 
     def on_write_start(self, schema: pa.Schema | None = None) -> None:
         """On the driver, before any task: create the storage and fix the write's first shard id."""
-        self.storage._create()
+        self.storage.create()
         self.first_shard = start_write(self.storage, self.write_id)
 
     def write(self, blocks: Iterable[Block], ctx: Any) -> TaskResult:
@@ -145,8 +145,8 @@ def _list_rows(chunk: pa.ListArray, column: str, storage: TokenStorage) -> Itera
     flat = chunk.values.slice(offsets[0], offsets[-1] - offsets[0])
     if flat.null_count:
         raise ValueError(f"column {column!r} has a null token id")
-    payload, _ = storage._encode(flat.to_numpy(zero_copy_only=False))  # every id checked against the dtype once
-    tokens = np.frombuffer(payload, storage._stored_dtype)
+    payload, _ = storage.encode(flat.to_numpy(zero_copy_only=False))  # every id checked against the dtype once
+    tokens = np.frombuffer(payload, storage.encoder.stored_dtype)
     offsets = offsets - offsets[0]
     for start, stop in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True):
         yield tokens[start:stop]  # already as stored: written without conversion
@@ -154,7 +154,7 @@ def _list_rows(chunk: pa.ListArray, column: str, storage: TokenStorage) -> Itera
 
 def _incomplete(storage: Storage) -> Path:
     """Where this machine's writers of the storage build shards (an object store's: in its local cache)."""
-    target = storage._commit_target()
+    target = storage.commit_target()
     return target / INCOMPLETE_DIR if isinstance(target, Path) else target.incomplete
 
 
@@ -167,16 +167,16 @@ def _write_shard(storage: Storage, shard: int, items: Iterable[Any]) -> tuple[Sh
 
     Returns the items' digest and whether this call committed the shard.
     """
-    header = storage._create()
+    header = storage.create()
     digest = ShardDigest()
     committed = committed_digest(storage, header, shard) is not None
     writer: SyncWriter[tuple[memoryview, int]] | None = None
     if not committed:
-        writer = SyncWriter(storage._commit_target(), header, _already_encoded)
+        writer = SyncWriter(storage.commit_target(), header, _already_encoded)
     written = False
     try:
         for item in items:
-            payload, element_count = storage._encode(item)
+            payload, element_count = storage.encode(item)
             digest.update(payload)
             if writer is not None:
                 try:
