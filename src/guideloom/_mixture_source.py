@@ -76,7 +76,8 @@ class MixtureSource:
         found = self._look_up(positions, epoch)
         pending = self._pending
         if found is None and pending is not None and pending[0] == epoch and _find(pending[1], positions) is not None:
-            self._pending = None
+            if self._pending is pending:  # (a newer announcement may have replaced it meanwhile)
+                self._pending = None
             self._remember(*pending)
             found = self._look_up(positions, epoch)
         if found is not None:
