@@ -122,11 +122,22 @@ class MixtureSource:
         return list(self.components[0].split_collated(batch, sizes))
 
     def prefetch(self, indices: np.ndarray, epoch: int) -> None:
-        """Locate the first announced positions now and the rest when first needed: a resumed loader's first
-        batch does not wait for thousands of positions."""
+        """Locate announced positions for `fetch`. The first announcement of a run (a fresh or resumed loader)
+        is located in two steps, so its first batch does not wait for thousands of positions; later ones,
+        which continue the run, at once (each step has a fixed cost)."""
         positions = np.sort(np.asarray(indices, np.int64).reshape(-1))
-        self._pending = (epoch, positions[_FIRST_LOCATED:]) if len(positions) > _FIRST_LOCATED else None
-        self._remember(epoch, positions[:_FIRST_LOCATED])
+        previous = self._pending or (self._located[-1][:2] if self._located else None)
+        continues = False
+        if previous is not None and previous[0] == epoch and len(previous[1]) and len(positions):
+            continues = bool(positions[0] > previous[1][-1])
+        if continues:  # an unconsumed earlier announcement stays pending
+            self._remember(epoch, positions)
+        elif len(positions) <= _FIRST_LOCATED:
+            self._pending = None
+            self._remember(epoch, positions)
+        else:
+            self._pending = (epoch, positions[_FIRST_LOCATED:])
+            self._remember(epoch, positions[:_FIRST_LOCATED])
 
     def close(self) -> None:
         for source in self.components:
