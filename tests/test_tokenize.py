@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +21,9 @@ pytest.importorskip("tokenizers")  # the 'tokenize' extra
 from guideloom import ShardExistsError, TokenStorage
 from guideloom._cli import main as cli
 from guideloom._layout import committed_shard_ids
-from guideloom.tokenize import load_tokenizer, tokenize_files, train_tokenizer
+from guideloom.tokenize import TokenizeWorkerDied, load_tokenizer, tokenize_files, train_tokenizer
 
+TOKEN_DTYPES = "uint8, uint16, uint32, uint64, int8, int16, int32, int64"
 DOCUMENTS = [
     "The quick brown fox jumps over the lazy dog.",
     "def add(a, b):\n    return a + b\n",
@@ -260,3 +265,134 @@ def test_cli_without_tokenizers(
     assert cli(["tokenize", str(source), str(tmp_path / "out"), "--tokenizer", str(tokenizer_path)]) == 2
     assert "pip install 'guideloom[tokenize]'" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def tokenize_command(*arguments: object) -> list[str]:
+    return ["tokenize", *map(str, arguments), "--quiet"]
+
+
+def test_cli_mistakes_exit_2_in_the_command_line_words(
+    tmp_path: Path, tokenizer_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = write_jsonl(tmp_path / "a.jsonl", DOCUMENTS)
+    output = tmp_path / "out"
+    assert cli(tokenize_command(source, output, "--tokenizer", tmp_path)) == 2
+    assert capsys.readouterr().err == (
+        f"guideloom tokenize: error: --tokenizer {tmp_path} is a directory, not a tokenizer.json file\n"
+    )
+    assert cli(tokenize_command(source, output, "--tokenizer", tokenizer_path, "--eos-token", "<nope>")) == 2
+    assert capsys.readouterr().err == (
+        "guideloom tokenize: error: --eos-token '<nope>' is not in the tokenizer's vocabulary\n"
+    )
+    assert cli(tokenize_command(source, output, "--tokenizer", tokenizer_path, "--text-field", "")) == 2
+    assert capsys.readouterr().err == "guideloom tokenize: error: --text-field must be a non-empty string, got ''\n"
+    assert not output.exists()
+
+
+def test_cli_names_the_directory_holding_the_tokenizer(
+    tmp_path: Path, tokenizer_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = write_jsonl(tmp_path / "a.jsonl", DOCUMENTS)
+    assert cli(tokenize_command(source, tmp_path / "out", "--tokenizer", tokenizer_path.parent)) == 2
+    assert capsys.readouterr().err == (
+        f"guideloom tokenize: error: --tokenizer {tokenizer_path.parent} is a directory, not a tokenizer.json "
+        f"file; did you mean {tokenizer_path}?\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("--workers", "0", "must be a positive integer, got 0"),
+        ("--workers", "-1", "must be a positive integer, got -1"),
+        ("--workers", "two", "must be a positive integer, got 'two'"),
+        ("--dtype", "float32", f"float32 is not a token dtype; use one of {TOKEN_DTYPES}"),
+        ("--dtype", "unit16", f"unit16 is not a token dtype; use one of {TOKEN_DTYPES}"),
+    ],
+)
+def test_cli_option_values_are_checked_by_the_command_line(
+    tmp_path: Path, tokenizer_path: Path, capsys: pytest.CaptureFixture[str], option: str, value: str, message: str
+) -> None:
+    source = write_jsonl(tmp_path / "a.jsonl", DOCUMENTS)
+    with pytest.raises(SystemExit) as exit_info:
+        cli(tokenize_command(source, tmp_path / "out", "--tokenizer", tokenizer_path, option, value))
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"guideloom tokenize: error: argument {option}: {message}"
+
+
+def test_api_dtype_must_be_a_token_dtype(tmp_path: Path, tokenizer_path: Path) -> None:
+    source = write_jsonl(tmp_path / "a.jsonl", DOCUMENTS)
+    with pytest.raises(ValueError) as raised:
+        tokenize_files([source], tmp_path / "out", tokenizer_path, dtype="float32")
+    assert str(raised.value) == f"dtype float32 is not a token dtype; use one of {TOKEN_DTYPES}"
+
+
+def test_cli_existing_shards_exit_2_and_name_the_option(
+    tmp_path: Path, tokenizer_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = write_jsonl(tmp_path / "a.jsonl", DOCUMENTS)
+    output = tmp_path / "out"
+    assert cli(tokenize_command(source, output, "--tokenizer", tokenizer_path)) == 0
+    capsys.readouterr()
+    assert cli(tokenize_command(source, output, "--tokenizer", tokenizer_path)) == 2
+    assert capsys.readouterr().err == (
+        f"guideloom tokenize: error: {output} already holds 1 of the shards to write (first: shard 0 for "
+        f"{source}); write to a new directory, or pass --skip-existing to finish an interrupted run with the "
+        "same inputs\n"
+    )
+    assert cli(tokenize_command(source, output, "--tokenizer", tokenizer_path, "--skip-existing")) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "1 input file skipped: its shard already existed"
+
+
+def test_cli_failed_input_exits_1_and_says_how_to_finish(
+    tmp_path: Path, tokenizer_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = write_jsonl(tmp_path / "a.jsonl", DOCUMENTS)
+    bad = tmp_path / "b.jsonl"
+    bad.write_text('{"text": "fine"}\n{"body": 1}\n')
+    assert cli(tokenize_command(good, bad, tmp_path / "out", "--tokenizer", tokenizer_path, "--workers", "1")) == 1
+    assert capsys.readouterr().err == (
+        f"guideloom tokenize: error: {bad}:2: no field 'text' (fields: body)\n"
+        "1 of 2 shards was committed before the failure (the failed file's shard was not); fix the input and "
+        "rerun with --skip-existing to write the rest\n"
+    )
+
+
+def test_cli_zstd_input_without_zstandard_exits_2(
+    tmp_path: Path, tokenizer_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import zstandard
+
+    source = tmp_path / "a.jsonl.zst"
+    source.write_bytes(zstandard.ZstdCompressor().compress(b'{"text": "a"}\n'))
+    monkeypatch.setitem(sys.modules, "zstandard", None)  # as if the package were not installed
+    assert cli(tokenize_command(source, tmp_path / "out", "--tokenizer", tokenizer_path)) == 2
+    assert capsys.readouterr().err == (
+        "guideloom tokenize: error: reading zstd-compressed input needs the zstandard package: "
+        "pip install 'guideloom[tokenize]'\n"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_worker_that_dies_is_reported(tmp_path: Path, tokenizer_path: Path) -> None:
+    """SIGKILL the first worker process as soon as it exists: its shard is not committed, the run says so."""
+    inputs = [write_jsonl(tmp_path / f"{name}.jsonl", DOCUMENTS * 50) for name in "ab"]
+    killed: list[int] = []
+
+    def kill_a_worker() -> None:
+        while not killed:
+            children = multiprocessing.active_children()
+            if children:
+                os.kill(children[0].pid or 0, signal.SIGKILL)
+                killed.append(children[0].pid or 0)
+            time.sleep(0.001)
+
+    killer = threading.Thread(target=kill_a_worker)
+    killer.start()
+    try:
+        with pytest.raises(TokenizeWorkerDied, match=r"a tokenize worker process died \(killed by SIGKILL\)"):
+            tokenize_files(inputs, tmp_path / "out", tokenizer_path, workers=2, progress=False)
+    finally:
+        killed.append(0)
+        killer.join()
+    assert committed_shard_ids(tmp_path / "out") != [0, 1]

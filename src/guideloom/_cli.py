@@ -7,7 +7,8 @@ Every command is prepared, then run, and its exit status follows one convention:
   input failed mid-run, the shards finished before it stay committed);
 * 2: the command could not start: a usage error (an unknown option, a bad value), or a path that is not
   what the command needs (no storage there, a damaged header, a missing input or tokenizer, an output
-  that already holds the shards); nothing was changed.
+  that already holds the shards); nothing was changed;
+* 130: interrupted (Ctrl-C); what a writer had not committed stays uncommitted.
 
 Errors print as ``guideloom COMMAND: error: MESSAGE`` on stderr, like argparse's own usage errors.
 """
@@ -35,6 +36,7 @@ from guideloom._storage import _Storage
 from guideloom._text import plural
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report it
 REPORTED_ERRORS = (GuideloomError, ValueError, TypeError, OSError, ImportError, RuntimeError)
 Run = Callable[[], int]
 
@@ -230,12 +232,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``guideloom`` command; returns its exit status (see the module docstring)."""
     arguments = _parser().parse_args(argv)  # a usage error exits 2 here
     try:
-        run: Run = arguments.prepare(arguments)
-    except REPORTED_ERRORS as error:
-        _report(arguments.command, error)
-        return EXIT_USAGE
-    try:
-        return run()
-    except REPORTED_ERRORS as error:
-        _report(arguments.command, error)
-        return EXIT_FAILED
+        try:
+            run: Run = arguments.prepare(arguments)
+        except REPORTED_ERRORS as error:
+            _report(arguments.command, error)
+            return EXIT_USAGE
+        try:
+            return run()
+        except REPORTED_ERRORS as error:
+            _report(arguments.command, error)
+            return EXIT_FAILED
+    except KeyboardInterrupt:
+        print(f"guideloom {arguments.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

@@ -1,5 +1,7 @@
 """Worker processes for a tokenize run: each tokenizes whole files, one at a time, the largest first.
 
+A worker asks for its first file once it has loaded the tokenizer (the first ready takes the largest).
+
 Each worker has two pipes of its own (jobs in, events out), so a worker killed at any instant holds no
 lock the others need; its death is seen through its process sentinel. The first failure cancels the
 others: the parent sends each busy worker a stop message, which :func:`tokenize_file` notices between
@@ -42,6 +44,7 @@ def _worker_main(settings: Settings, threads: int, jobs: Connection, events: Con
     except Exception as error:
         events.send(("failed", None, picklable(error), traceback.format_exc()))
         return
+    events.send(("ready", None, None, None))
 
     def report(count: int) -> None:
         events.send(("progress", count, None, None))
@@ -90,8 +93,6 @@ class _Pool:
             self.workers.append(_Worker(process, job_writer, event_reader))
 
     def run(self) -> None:
-        for worker in self.workers:
-            self._next_job(worker)
         while self.workers:
             sentinels = {worker.process.sentinel: worker for worker in self.workers}
             ready = wait([*(worker.events for worker in self.workers), *sentinels])
@@ -115,7 +116,7 @@ class _Pool:
                 if kind == "progress":
                     self.update(value)
                     continue
-                worker.job = None
+                worker.job = None  # ready for a job: it loaded the tokenizer, or it finished its last one
                 if kind == "done":
                     self.results[value] = payload
                 elif kind == "failed":
@@ -139,7 +140,7 @@ class _Pool:
     def _died(self, worker: _Worker) -> TokenizeWorkerDied:
         code = worker.process.exitcode or 0
         how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
-        doing = f"while writing shard {worker.job.shard} ({worker.job.path})" if worker.job else "between files"
+        doing = f"while writing shard {worker.job.shard} ({worker.job.path})" if worker.job else "while it had no file"
         return TokenizeWorkerDied(
             f"a tokenize worker process died ({how}) {doing}: the shard it was writing was not committed; "
             f"leftovers in {self.settings.output / 'incomplete'} can be removed with 'guideloom clean'"

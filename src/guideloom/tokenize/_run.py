@@ -58,7 +58,8 @@ class TokenizeSummary:
         if self.empty_files:
             lines.append(f"{plural(len(self.empty_files), 'input file')} held no documents (no shard)")
         if self.skipped_files:
-            lines.append(f"{plural(len(self.skipped_files), 'input file')} skipped: their shards already existed")
+            whose = "its shard" if len(self.skipped_files) == 1 else "their shards"
+            lines.append(f"{plural(len(self.skipped_files), 'input file')} skipped: {whose} already existed")
         return "\n".join(lines)
 
 
@@ -78,9 +79,10 @@ def _note_committed(error: BaseException, plan: TokenizePlan, results: dict[int,
         return
     done = sorted(shard for shard, (count, _) in results.items() if count)
     if done:
+        verb = "was" if len(done) == 1 else "were"
         error.add_note(
-            f"{len(done)} of {plural(len(plan.jobs), 'shard')} were committed before the failure (the failed file's "
-            f"shard was not); fix the input and rerun with {plan.names.skip_existing} to write the rest"
+            f"{len(done)} of {plural(len(plan.jobs), 'shard')} {verb} committed before the failure (the failed "
+            f"file's shard was not); fix the input and rerun with {plan.names.skip_existing} to write the rest"
         )
     else:
         error.add_note("no shard of this run was committed")
