@@ -23,16 +23,9 @@ from pathlib import Path
 
 from guideloom import __version__
 from guideloom._errors import GuideloomError, StorageNotFoundError
-from guideloom._layout import (
-    INCOMPLETE_DIR,
-    SHARDS_DIR,
-    StorageHeader,
-    committed_shard_ids,
-    read_header,
-    shard_file_name,
-)
-from guideloom._reader import _Reader
-from guideloom._storage import _Storage
+from guideloom._layout import INCOMPLETE_DIR, SHARDS_DIR, committed_shard_ids, shard_file_name
+from guideloom._remote import is_url, parse_storage_options
+from guideloom._storage import AnyFormatStorage
 from guideloom._text import plural
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -41,26 +34,15 @@ REPORTED_ERRORS = (GuideloomError, ValueError, TypeError, OSError, ImportError, 
 Run = Callable[[], int]
 
 
-class _AnyFormatStorage(_Storage):
-    """A storage opened without its format class: enough to inspect, verify and clean it."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.location = str(path)
-        self.header = read_header(path)
-
-    def _expected_header(self) -> StorageHeader:
-        return self.header
-
-    def _open_reader(self, shard_ids: list[int] | None = None) -> _Reader[object]:
-        return _Reader(self.path, self.header, shard_ids)
-
-
-def _open(text: str) -> _AnyFormatStorage:
+def _open(text: str, options: str | None = None) -> AnyFormatStorage:
+    if is_url(text):
+        return AnyFormatStorage(text, storage_options=parse_storage_options(options))
+    if options is not None:
+        raise ValueError(f"--storage-options apply to URLs only, but {text} is a local path")
     path = Path(text)
     if path.exists() and not path.is_dir():
         raise StorageNotFoundError(f"no storage at {path}: it is a file, not a storage directory")
-    return _AnyFormatStorage(path)
+    return AnyFormatStorage(path)
 
 
 def _leftovers(path: Path) -> tuple[int, int]:
@@ -86,12 +68,12 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "
 
 
 def _prepare_inspect(arguments: argparse.Namespace) -> Run:
-    storage = _open(arguments.path)
+    storage = _open(arguments.path, arguments.storage_options)
     header = storage.header
     unit = "documents" if header.kind == "tokens" else "records"
-    with storage._open_reader() as reader:
-        shards = reader.shards
-        fields = [("path", str(storage.path)), ("kind", header.kind)]
+    with storage.open_reader() as reader:
+        shards = reader.infos  # from the shards' footers, or a remote storage's listing: nothing is downloaded
+        fields = [("path", storage.location), ("kind", header.kind)]
         if header.format is not None:
             fields.append(("format", header.format))
         if header.dtype is not None:
@@ -100,8 +82,8 @@ def _prepare_inspect(arguments: argparse.Namespace) -> Run:
         fields.append((unit, f"{len(reader):,}"))
         if header.kind == "tokens":
             fields.append(("tokens", f"{sum(shard.element_count for shard in shards):,}"))
-        fields.append(("bytes", f"{sum(shard.path.stat().st_size for shard in shards):,}"))
-        files, size = _leftovers(storage.path)
+        fields.append(("bytes", f"{sum(shard.size for shard in shards):,}"))
+        files, size = (0, 0) if is_url(arguments.path) else _leftovers(storage.path)
         if files:
             fields.append(
                 (
@@ -116,7 +98,7 @@ def _prepare_inspect(arguments: argparse.Namespace) -> Run:
             rows = [
                 [str(shard.id), f"{shard.record_count:,}"]
                 + ([f"{shard.element_count:,}"] if header.kind == "tokens" else [])
-                + [f"{shard.data_size:,}"]
+                + [f"{shard.element_count * header.element_size:,}"]
                 for shard in shards
             ]
             lines += _table(columns, rows)
@@ -137,12 +119,16 @@ def _size_for_progress(path: Path) -> int:
 
 
 def _prepare_verify(arguments: argparse.Namespace) -> Run:
-    storage = _open(arguments.path)
+    storage = _open(arguments.path, arguments.storage_options)
 
     def run() -> int:
-        shards = committed_shard_ids(storage.path)
-        shard_files = [storage.path / SHARDS_DIR / shard_file_name(shard) for shard in shards]
-        total = sum(_size_for_progress(path) for path in shard_files)
+        if is_url(arguments.path):
+            with storage.open_reader() as reader:  # one listing: the sizes, nothing downloaded
+                shard_sizes = [info.size for info in reader.infos]
+        else:
+            shards = committed_shard_ids(storage.path)
+            shard_sizes = [_size_for_progress(storage.path / SHARDS_DIR / shard_file_name(shard)) for shard in shards]
+        total = sum(shard_sizes)
         bar = None
         if not arguments.quiet and total >= 64 * 2**20:
             try:
@@ -165,9 +151,9 @@ def _prepare_verify(arguments: argparse.Namespace) -> Run:
         for problem in problems:
             print(f"CORRUPT {problem}")
         if problems:
-            print(f"{len(problems)} of {plural(len(shard_files), 'shard')} failed verification", file=sys.stderr)
+            print(f"{len(problems)} of {plural(len(shard_sizes), 'shard')} failed verification", file=sys.stderr)
             return EXIT_FAILED
-        print(f"ok: {plural(len(shard_files), 'shard')}, {plural(checked, 'data byte')} verified")
+        print(f"ok: {plural(len(shard_sizes), 'shard')}, {plural(checked, 'data byte')} verified")
         return EXIT_OK
 
     return run
@@ -185,7 +171,7 @@ def _seconds(text: str) -> float:
 
 
 def _prepare_clean(arguments: argparse.Namespace) -> Run:
-    storage = _open(arguments.path)
+    storage = _open(arguments.path, arguments.storage_options)
 
     def run() -> int:
         removed = storage.clean_leftovers(older_than=arguments.older_than)
@@ -204,17 +190,23 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     inspect = commands.add_parser("inspect", help="print kind, format, dtype, shards, records/tokens, bytes")
-    inspect.add_argument("path")
+    inspect.add_argument("path", help="a storage directory or URL (s3://bucket/prefix, ...)")
     inspect.add_argument("--shards", action="store_true", help="also list every shard")
     inspect.set_defaults(prepare=_prepare_inspect)
     verify = commands.add_parser("verify", help="recompute every shard's checksums; exit 1 on damage")
-    verify.add_argument("path")
+    verify.add_argument("path", help="a storage directory or URL")
     verify.add_argument("--quiet", action="store_true", help="no progress bar")
     verify.set_defaults(prepare=_prepare_verify)
     clean = commands.add_parser("clean", help="delete files left by dead writers")
-    clean.add_argument("path")
+    clean.add_argument("path", help="a storage directory or URL")
     clean.add_argument("--older-than", type=_seconds, default=3600.0, metavar="SECONDS", help="(default: 3600)")
     clean.set_defaults(prepare=_prepare_clean)
+    for command in (inspect, verify, clean):
+        command.add_argument(
+            "--storage-options",
+            metavar="JSON",
+            help='for a URL: fsspec options as a JSON object, e.g. \'{"endpoint_url": "http://127.0.0.1:9000"}\'',
+        )
     from guideloom.tokenize._command import add_tokenize_command  # tokenizers itself is imported only when run
 
     add_tokenize_command(commands)

@@ -24,6 +24,7 @@ import stat
 import struct
 import sys
 import zlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -188,7 +189,17 @@ def committed_shard_ids(path: Path) -> list[int]:
     return sorted(int(match.group(1)) for name in names if (match := _SHARD_NAME.fullmatch(name)))
 
 
-def pack_footer(
+def shard_trailer(shard: int, offsets: list[int], data_size: int, data_crc: int, header: StorageHeader) -> bytes:
+    """What a writer appends after a shard's data: padding to 8 bytes, the record offsets, the footer.
+
+    ``ShardFile`` reads it back; ``offsets`` are the ``record_count + 1`` element offsets of the records.
+    """
+    index = np.asarray(offsets, dtype="<u8").tobytes()
+    footer = _pack_footer(shard, len(offsets) - 1, data_size, data_crc, zlib.crc32(index), header)
+    return bytes(padded(data_size) - data_size) + index + footer
+
+
+def _pack_footer(
     shard: int, record_count: int, data_size: int, data_crc: int, index_crc: int, header: StorageHeader
 ) -> bytes:
     body = FOOTER.pack(
@@ -209,6 +220,19 @@ def pack_footer(
 
 def padded(size: int) -> int:
     return (size + 7) // 8 * 8
+
+
+def verify_shards(
+    shards: Iterable[ShardFile], progress: Callable[[int], None] | None, problems: list[str]
+) -> list[str]:
+    """``problems`` with those found by recomputing each shard's checksums; ``progress`` gets the bytes checked."""
+    for shard in shards:
+        problem = shard.verify()
+        if problem is not None:
+            problems.append(problem)
+        if progress is not None:
+            progress(shard.data_size)
+    return problems
 
 
 class ShardFile:

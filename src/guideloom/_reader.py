@@ -17,13 +17,13 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
+from guideloom._checks import check_sequence_length
 from guideloom._files import LocalShards, ShardSet, first_positions
 from guideloom._formats import DocumentStorageFormat
-from guideloom._layout import ShardFile, StorageHeader
+from guideloom._layout import ShardFile, StorageHeader, verify_shards
 
 Out = TypeVar("Out")
-PREFETCH_LOOKAHEAD = 8  # distinct shards a prefetch hint looks at
-R = TypeVar("R", bound="_Reader[Any]")
+R = TypeVar("R", bound="StorageReader[Any]")
 
 
 def check_index(index: object, length: int, what: str = "index") -> int:
@@ -35,7 +35,7 @@ def check_index(index: object, length: int, what: str = "index") -> int:
     return int(index)
 
 
-class _Reader(Generic[Out]):
+class StorageReader(Generic[Out]):
     """The shards committed when the reader was opened, and their record counts.
 
     Shards are opened through the reader's :class:`ShardSet`: a local storage's are all mapped at once,
@@ -80,8 +80,9 @@ class _Reader(Generic[Out]):
 
     def prefetch_records(self, indices: np.ndarray) -> None:
         """A hint: the records at these global indices are read soon, in this order."""
-        positions = np.searchsorted(self.record_starts, indices, side="right") - 1
-        self.shard_set.prefetch(first_positions(positions, PREFETCH_LOOKAHEAD))
+        if not isinstance(self.shard_set, LocalShards):  # local shards are mapped already
+            positions = np.searchsorted(self.record_starts, indices, side="right") - 1
+            self.shard_set.prefetch(first_positions(positions, len(self.infos)))
 
     def __len__(self) -> int:
         return int(self.record_starts[-1])
@@ -105,15 +106,8 @@ class _Reader(Generic[Out]):
 
     def verify(self, progress: Callable[[int], None] | None = None) -> list[str]:
         """Check every shard's checksums; the problems found, each naming its shard."""
-        problems = []
-        for position in range(len(self.infos)):
-            shard = self.shard(position)
-            problem = shard.verify()
-            if problem is not None:
-                problems.append(problem)
-            if progress is not None:
-                progress(shard.data_size)
-        return problems
+        shards = (self.shard(position) for position in range(len(self.infos)))
+        return verify_shards(shards, progress, [])
 
     def __iter__(self) -> Iterator[Out]:
         for index in range(len(self)):
@@ -139,7 +133,7 @@ class _Reader(Generic[Out]):
             raise ValueError("this reader is closed")
 
 
-class DocumentReader(_Reader[Out]):
+class DocumentReader(StorageReader[Out]):
     """Decoded records of a DocumentStorage."""
 
     def __init__(
@@ -188,7 +182,7 @@ class DocumentReader(_Reader[Out]):
         return decoded
 
 
-class TokenReader(_Reader[np.ndarray]):
+class TokenReader(StorageReader[np.ndarray]):
     """Documents of a TokenStorage and the concatenated token stream."""
 
     def __init__(self, path: Path | ShardSet, header: StorageHeader, shard_ids: list[int] | None = None) -> None:
@@ -206,9 +200,29 @@ class TokenReader(_Reader[np.ndarray]):
 
     def window_count(self, sequence_length: int) -> int:
         """Whole windows of ``sequence_length`` tokens in the stream (the shorter tail is not served)."""
-        if isinstance(sequence_length, bool) or not isinstance(sequence_length, int) or sequence_length < 1:
-            raise ValueError(f"sequence_length must be a positive int, got {sequence_length!r}")
-        return self.token_count // sequence_length
+        return self.token_count // check_sequence_length(sequence_length)
+
+    def read_windows(self, indices: np.ndarray, sequence_length: int, out: np.ndarray) -> np.ndarray:
+        """Windows ``stream[k*S:(k+1)*S]`` for each ``k`` in ``indices`` (int64), copied into the rows of ``out``.
+
+        ``out`` has shape ``(len(indices), sequence_length)``; its dtype may differ (ids are cast).
+        """
+        self._check_open()
+        length = sequence_length
+        starts = np.asarray(indices, np.int64) * length
+        positions = np.searchsorted(self.token_starts, starts, side="right") - 1
+        offsets = (starts - self.token_starts[positions]).tolist()
+        token_arrays = self._tokens
+        for row, (position, offset) in enumerate(zip(positions.tolist(), offsets, strict=True)):
+            tokens = token_arrays[position]
+            if tokens is None:
+                tokens = self.tokens(position)
+            if offset + length <= len(tokens):
+                out[row] = tokens[offset : offset + length]
+            else:  # the window crosses into the next shard(s)
+                start = int(starts[row])
+                self.read_tokens(start, start + length, out=out[row])
+        return out
 
     def _forget(self, position: int) -> None:
         self._tokens[position] = None
@@ -224,8 +238,9 @@ class TokenReader(_Reader[np.ndarray]):
 
     def prefetch_tokens(self, starts: np.ndarray) -> None:
         """A hint: the tokens at these stream positions are read soon, in this order."""
-        positions = np.searchsorted(self.token_starts, starts, side="right") - 1
-        self.shard_set.prefetch(first_positions(positions, PREFETCH_LOOKAHEAD))
+        if not isinstance(self.shard_set, LocalShards):
+            positions = np.searchsorted(self.token_starts, starts, side="right") - 1
+            self.shard_set.prefetch(first_positions(positions, len(self.infos)))
 
     def read(self, index: int) -> np.ndarray:
         """Document ``index``'s tokens: a read-only view into the mapping."""
@@ -272,11 +287,11 @@ class TokenReader(_Reader[np.ndarray]):
 class AsyncReader(Generic[Out]):
     """The reader for event loops: ``await reader.read(i)``, ``len(reader)``, ``async for``."""
 
-    def __init__(self, opener: Callable[[], _Reader[Out]]) -> None:
+    def __init__(self, opener: Callable[[], StorageReader[Out]]) -> None:
         self._opener = opener
-        self._reader: _Reader[Out] | None = None
+        self._reader: StorageReader[Out] | None = None
 
-    def _sync(self) -> _Reader[Out]:
+    def _sync(self) -> StorageReader[Out]:
         if self._reader is None:
             raise ValueError("use the async reader inside 'async with'")
         return self._reader
@@ -304,3 +319,6 @@ class AsyncReader(Generic[Out]):
         if self._reader is not None:
             self._reader.close()
             self._reader = None
+
+
+_Reader = StorageReader  # the former name, still imported by the command line until it moves to public names

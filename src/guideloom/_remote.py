@@ -9,6 +9,7 @@ is "check, then put" (see docs/object-storage.md).
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,19 @@ S3_DEFAULTS: dict[str, Any] = {
 def is_url(location: object) -> bool:
     """Whether a storage location names an object store (``scheme://...``) rather than a local path."""
     return isinstance(location, str) and "://" in location and not location.startswith("file://")
+
+
+def parse_storage_options(text: str | None) -> dict[str, Any] | None:
+    """The command line's ``--storage-options``: a JSON object handed to fsspec (URLs only)."""
+    if text is None:
+        return None
+    try:
+        options = json.loads(text)
+    except ValueError as error:
+        raise ValueError(f"--storage-options must be a JSON object: {error}") from None
+    if not isinstance(options, dict):
+        raise ValueError(f"--storage-options must be a JSON object, got {text!r}")
+    return options
 
 
 class ObjectStore:
@@ -83,9 +97,9 @@ class ObjectStore:
         except Exception as error:
             raise self.failure(error, f"listing {self.name_of(directory)}") from error
         names = {}
-        prefix = self.key(directory).rstrip("/") + "/"
+        prefix = self.fs._strip_protocol(self.key(directory)).rstrip("/") + "/"
         for entry in entries:
-            name = str(entry["name"])
+            name = self.fs._strip_protocol(str(entry["name"]))
             if entry.get("type") == "file" and name.startswith(prefix):
                 names[name[len(prefix) :]] = int(entry.get("size") or 0)
         return names
@@ -190,7 +204,8 @@ class ObjectStore:
     def failure(self, error: BaseException, doing: str) -> Exception:
         """An error a user can act on, for a failed call to the store."""
         text = str(error) or type(error).__name__
-        if isinstance(error, PermissionError) or "AccessDenied" in text or "InvalidAccessKeyId" in text:
+        denied = ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoCredentials", "credentials")
+        if isinstance(error, PermissionError) or any(word in text or word in type(error).__name__ for word in denied):
             return PermissionError(
                 f"{doing} was denied: {text} (credentials come from storage_options or the usual environment "
                 "variables, e.g. AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_PROFILE)"

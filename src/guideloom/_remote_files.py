@@ -44,7 +44,6 @@ from guideloom._remote import ObjectStore
 
 _SHARD = re.compile(r"([0-9]{12})\.shard")
 _MARKER = re.compile(r"([0-9]{12})\.r([0-9]+)\.e([0-9]+)\.c([0-9a-f]{8})\.meta")
-PREFETCH_SHARDS = 4
 
 
 def default_cache_dir() -> Path:
@@ -150,7 +149,7 @@ class RemoteFiles:
             if problem is not None:
                 problems.append(problem)
             if progress is not None:
-                progress(info.size)
+                progress(info.element_count * header.element_size)
         return problems
 
     def download_checked(self, info: ShardInfo, header: StorageHeader) -> CacheLease:
@@ -234,7 +233,8 @@ class RemoteShards:
         self._queued: set[int] = set()
         limit = files.cache.limit_bytes
         largest = max((info.size for info in infos), default=1)
-        self.max_open: int | None = None if limit is None else max(2, limit // max(largest, 1))
+        # Room for the shards a reader holds plus the one being downloaded, so the limit holds with one reader.
+        self.max_open: int | None = None if limit is None else max(1, limit // max(largest, 1) - 1)
 
     def open(self, position: int) -> ShardFile:
         info = self.infos[position]
@@ -255,6 +255,7 @@ class RemoteShards:
         lease = self._leases.pop(position, None)
         if lease is not None:
             lease.release()
+            self.files.cache.make_room(0)  # what no reader holds any more is evicted as soon as it is over the limit
 
     def prefetch(self, positions: list[int]) -> None:
         """Download these shards in the background, in order (a hint: failures surface when they are read)."""
@@ -262,7 +263,9 @@ class RemoteShards:
             self._prefetcher = ThreadPoolExecutor(1, thread_name_prefix="guideloom-prefetch")
             self._prefetcher_pid = os.getpid()
             self._queued = set()
-        limit = PREFETCH_SHARDS if self.max_open is None else max(0, self.max_open - 1)
+        # Without a cache limit every shard the epoch needs is fetched, in the order it needs them;
+        # with one, only as many as fit next to those a reader holds.
+        limit = len(positions) if self.max_open is None else max(0, self.max_open - 1)
         for position in positions[:limit]:
             if position in self._queued or position in self._leases:
                 continue

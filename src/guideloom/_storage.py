@@ -8,7 +8,7 @@ import stat
 import time
 import uuid
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -29,8 +29,9 @@ from guideloom._layout import (
     fsync_directory,
     publish,
     read_header,
+    verify_shards,
 )
-from guideloom._reader import AsyncReader, DocumentReader, TokenReader, _Reader
+from guideloom._reader import AsyncReader, DocumentReader, StorageReader, TokenReader
 from guideloom._remote import is_url
 from guideloom._writer import AsyncWriter, SyncWriter
 
@@ -60,7 +61,7 @@ def _cache_arguments(cache_dir: object, cache_limit_bytes: object) -> tuple[Path
     return (None if cache_dir is None else Path(cache_dir)), cache_limit_bytes
 
 
-class _Storage:
+class StorageBase:
     """What both storages share: where its files live, its header, verification and clean-up.
 
     A local storage is a directory (``path``); a storage opened by URL keeps its objects on a
@@ -104,11 +105,11 @@ class _Storage:
     def _read_header(self) -> StorageHeader:
         return read_header(self.path) if self._remote is None else self._remote.read_header()
 
-    def committed_shard_ids(self) -> list[int]:
+    def committed_shards(self) -> list[int]:
         """Ids of the shards committed now, ascending (for a remote storage: from one listing)."""
         if self._remote is None:
             return committed_shard_ids(self.path)
-        infos = self._remote.list_shards(self._header_for_reading())
+        infos = self._remote.list_shards(self.header_for_reading())
         self._listed = {info.id: info for info in infos}
         return [info.id for info in infos]
 
@@ -117,7 +118,7 @@ class _Storage:
         if self._remote is None:
             return LocalShards(self.path, header, shard_ids)
         if shard_ids is None or any(shard not in self._listed for shard in shard_ids):
-            listed = self.committed_shard_ids()
+            listed = self.committed_shards()
             shard_ids = listed if shard_ids is None else shard_ids
         missing = [shard for shard in shard_ids if shard not in self._listed]
         if missing:
@@ -168,11 +169,12 @@ class _Storage:
             fsync_directory(self.path.parent)
         return header
 
-    def _open_reader(self, shard_ids: list[int] | None = None) -> _Reader[Any]:
+    def open_reader(self, shard_ids: list[int] | None = None) -> StorageReader[Any]:
         """A reader of the given shards (a loader's pinned snapshot), or of all committed now."""
         raise NotImplementedError
 
-    def _header_for_reading(self) -> StorageHeader:
+    def header_for_reading(self) -> StorageHeader:
+        """The header on disk, checked against this storage's; a missing storage is StorageNotFoundError."""
         header = self._existing_header()
         if header is None:
             self._read_header()  # raises the precise StorageNotFoundError
@@ -184,10 +186,14 @@ class _Storage:
 
         Each problem names its shard. ``progress`` is called with the bytes checked per shard.
         """
-        header = self._header_for_reading()
+        header = self.header_for_reading()
         if self._remote is not None:
             return self._remote.verify(header, progress)
-        problems = []
+        problems: list[str] = []
+        return verify_shards(self._each_shard(header, problems), progress, problems)
+
+    def _each_shard(self, header: StorageHeader, problems: list[str]) -> Iterator[ShardFile]:
+        """Each committed shard, opened in turn and closed after; one that cannot be opened is a problem."""
         for shard_id in committed_shard_ids(self.path):
             try:
                 shard = ShardFile(self.path, shard_id, header)
@@ -195,14 +201,9 @@ class _Storage:
                 problems.append(str(error))  # a shard that cannot even be opened is one more problem
                 continue
             try:
-                problem = shard.verify()
-                if problem is not None:
-                    problems.append(problem)
-                if progress is not None:
-                    progress(shard.data_size)
+                yield shard
             finally:
                 shard.close()
-        return problems
 
     def clean_leftovers(self, older_than: float = 3600.0) -> list[Path | str]:
         """Delete files that dead writers left in ``incomplete/``, untouched for ``older_than`` seconds.
@@ -239,10 +240,26 @@ class _Storage:
         return f"{type(self).__name__}({self.location!r})"
 
 
+class AnyFormatStorage(StorageBase):
+    """A storage opened without its format class: enough to inspect, verify and clean it (the command line)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None) -> None:
+        self._locate(path, storage_options, None, None)
+        self.header = self._read_header()
+
+    def _expected_header(self) -> StorageHeader:
+        return self.header
+
+    def open_reader(self, shard_ids: list[int] | None = None) -> StorageReader[object]:
+        return StorageReader(self._shard_set(self.header, shard_ids), self.header)
+
+
+_Storage = StorageBase  # the former name, still imported by the command line until it uses AnyFormatStorage
+
 _warned_paths: set[str] = set()
 
 
-def _warn_untrusted_once(storage: _Storage) -> None:
+def _warn_untrusted_once(storage: StorageBase) -> None:
     """Warn once per storage and process that reading pickle runs the data's code."""
     resolved = storage.location if storage._remote is not None else str(storage.path.resolve())
     if resolved not in _warned_paths:
@@ -255,7 +272,7 @@ def _warn_untrusted_once(storage: _Storage) -> None:
         )
 
 
-class DocumentStorage(_Storage, Generic[In, Out]):
+class DocumentStorage(StorageBase, Generic[In, Out]):
     """Whole records, each encoded by ``format`` and decoded as one sample."""
 
     def __init__(
@@ -294,7 +311,7 @@ class DocumentStorage(_Storage, Generic[In, Out]):
 
     def sync_reader(self) -> DocumentReader[Out]:
         """A reader of the shards committed now; use it as ``with storage.sync_reader() as reader``."""
-        return self._open_reader()
+        return self.open_reader()
 
     def async_writer(self) -> AsyncWriter[In]:
         return AsyncWriter(self.sync_writer())
@@ -302,8 +319,8 @@ class DocumentStorage(_Storage, Generic[In, Out]):
     def async_reader(self) -> AsyncReader[Out]:
         return AsyncReader(self.sync_reader)
 
-    def _open_reader(self, shard_ids: list[int] | None = None) -> DocumentReader[Out]:
-        header = self._header_for_reading()
+    def open_reader(self, shard_ids: list[int] | None = None) -> DocumentReader[Out]:
+        header = self.header_for_reading()
         if isinstance(self.format, DocumentPickleFormat):
             _warn_untrusted_once(self)
         return DocumentReader(self._shard_set(header, shard_ids), header, self.format)
@@ -312,7 +329,7 @@ class DocumentStorage(_Storage, Generic[In, Out]):
 TokenInput = Any  # list of ints, a 1-D integer NumPy array or a 1-D integer tensor
 
 
-class TokenStorage(_Storage):
+class TokenStorage(StorageBase):
     """Documents of token ids, concatenated into one stream served as fixed windows."""
 
     def __init__(
@@ -367,7 +384,7 @@ class TokenStorage(_Storage):
 
     def sync_reader(self) -> TokenReader:
         """A reader of the shards committed now: documents by index and the token stream."""
-        return self._open_reader()
+        return self.open_reader()
 
     def async_writer(self) -> AsyncWriter[TokenInput]:
         return AsyncWriter(self.sync_writer())
@@ -375,8 +392,8 @@ class TokenStorage(_Storage):
     def async_reader(self) -> AsyncReader[np.ndarray]:
         return AsyncReader(self.sync_reader)
 
-    def _open_reader(self, shard_ids: list[int] | None = None) -> TokenReader:
-        header = self._header_for_reading()
+    def open_reader(self, shard_ids: list[int] | None = None) -> TokenReader:
+        header = self.header_for_reading()
         return TokenReader(self._shard_set(header, shard_ids), header)
 
 

@@ -25,19 +25,15 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Generic, TypeVar
 
-import numpy as np
-
 from guideloom._errors import ShardExistsError
 from guideloom._files import CommitTarget, LocalTarget
 from guideloom._layout import (
-    FOOTER,
     ShardInfo,
     StorageHeader,
     check_shard_id,
-    pack_footer,
-    padded,
     shard_file_name,
     shard_size,
+    shard_trailer,
 )
 
 In = TypeVar("In")
@@ -147,12 +143,7 @@ class _ShardInProgress:
         if self.data_size > self.handed_off:
             self.data_crc = _file_checksum(self.path, self.handed_off, self.data_size, self.data_crc, sync=False)
             self.handed_off = self.data_size
-        index = np.asarray(self.offsets, dtype="<u8").tobytes()
-        footer = pack_footer(
-            self.shard, len(self.offsets) - 1, self.data_size, self.data_crc, zlib.crc32(index), header
-        )
-        assert len(footer) == FOOTER.size
-        self.file.write(bytes(padded(self.data_size) - self.data_size) + index + footer)
+        self.file.write(shard_trailer(self.shard, self.offsets, self.data_size, self.data_crc, header))
         self.file.flush()
         os.fsync(self.file.fileno())
         self.file.close()

@@ -243,5 +243,5 @@ def run_tokenize_tasks(
             ray.shutdown()
     if failure is None and jobs:
         shards = [job.shard for job in jobs]
-        remove_leftovers(settings.output / INCOMPLETE_DIR, min(shards), max(shards) + 1)  # of killed attempts
+        remove_leftovers(_incomplete(settings.storage()), min(shards), max(shards) + 1)  # of killed attempts
     return results, failure

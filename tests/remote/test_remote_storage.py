@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import boto3
 import numpy as np
 import pytest
-from conftest import S3Server
+from s3_support import S3Server
 
 from guideloom import (
     DocumentJsonFormat,
@@ -111,7 +112,7 @@ def test_the_header_is_never_overwritten(s3_url: str, s3_server: S3Server, tmp_p
 
 def test_a_missing_storage_is_named(s3_url: str, s3_server: S3Server, tmp_path: Path) -> None:
     storage = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path)
-    with pytest.raises(StorageNotFoundError, match="guideloom.json is missing"):
+    with pytest.raises(StorageNotFoundError, match=r"guideloom\.json is missing"):
         storage.sync_reader()
 
 
@@ -130,3 +131,40 @@ def test_a_remote_storage_has_no_local_path(s3_url: str, s3_server: S3Server, tm
     storage = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path)
     assert storage.location == s3_url
     assert not hasattr(storage, "path")
+
+
+def test_a_shard_without_its_marker_is_indexed_from_its_footer(
+    s3_url: str, bucket: str, s3_server: S3Server, tmp_path: Path
+) -> None:
+    storage = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path)
+    documents = _write_tokens(storage, shards=2)
+    client = boto3.client("s3", endpoint_url=s3_server.endpoint)
+    listed = client.list_objects_v2(Bucket=bucket, Prefix="corpus/shards/000000000001.r")["Contents"]
+    client.delete_object(Bucket=bucket, Key=listed[0]["Key"])  # as if its writer died between the two creates
+    with TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "r").sync_reader() as reader:
+        assert [reader.read(i).tolist() for i in range(len(reader))] == [d.tolist() for d in documents]
+
+
+def test_clean_removes_markers_whose_shard_is_gone(
+    s3_url: str, bucket: str, s3_server: S3Server, tmp_path: Path
+) -> None:
+    storage = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path)
+    _write_tokens(storage, shards=2)
+    client = boto3.client("s3", endpoint_url=s3_server.endpoint)
+    client.delete_object(Bucket=bucket, Key="corpus/shards/000000000000.shard")
+    removed = storage.clean_leftovers(older_than=0)
+    assert [str(path).rsplit("/", 1)[1].startswith("000000000000.r") for path in removed] == [True]
+    with storage.sync_reader() as reader:
+        assert len(reader) == 4
+
+
+def test_any_fsspec_store_works_through_generic_calls(tmp_path: Path) -> None:
+    url = f"memory://guideloom-test-{tmp_path.name}/corpus"
+    storage = TokenStorage(url, cache_dir=tmp_path)
+    documents = _write_tokens(storage)
+    with pytest.raises(ShardExistsError):
+        with storage.sync_writer() as writer:
+            writer.append(1, [1])
+    with TokenStorage(url, cache_dir=tmp_path / "r").sync_reader() as reader:
+        assert [reader.read(i).tolist() for i in range(len(reader))] == [d.tolist() for d in documents]
+    assert storage.verify() == []

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from guideloom._layout import TOKEN_DTYPES
+from guideloom._remote import is_url, parse_storage_options
 from guideloom.tokenize._plan import CLI_NAMES, plan_run
 from guideloom.tokenize._run import execute
 from guideloom.tokenize._tokenizer import import_tokenizers
@@ -62,7 +63,7 @@ def add_tokenize_command(commands: argparse._SubParsersAction[argparse.ArgumentP
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     command.add_argument("inputs", nargs="+", metavar="INPUT", help="input files or directories")
-    command.add_argument("output", metavar="OUTPUT", help="the token storage directory to write")
+    command.add_argument("output", metavar="OUTPUT", help="the token storage directory (or URL) to write")
     command.add_argument("--tokenizer", required=True, metavar="TOKENIZER_JSON", help="a tokenizers tokenizer.json")
     command.add_argument(
         "--workers",
@@ -88,6 +89,7 @@ def add_tokenize_command(commands: argparse._SubParsersAction[argparse.ArgumentP
     eos.add_argument("--no-eos", dest="eos_token", action="store_const", const=None, help="append nothing")
     command.add_argument("--skip-existing", action="store_true", help="skip inputs whose shard is already committed")
     command.add_argument("--quiet", action="store_true", help="no progress bar")
+    command.add_argument("--storage-options", metavar="JSON", help="for an OUTPUT URL: fsspec options as a JSON object")
     command.set_defaults(prepare=prepare_tokenize)
 
 
@@ -98,8 +100,9 @@ def prepare_tokenize(arguments: argparse.Namespace) -> Callable[[], int]:
     import_tokenizers()
     plan = plan_run(
         arguments.inputs,
-        Path(arguments.output),
+        arguments.output if is_url(arguments.output) else Path(arguments.output),
         Path(arguments.tokenizer),
+        storage_options=parse_storage_options(arguments.storage_options),
         text_field=arguments.text_field,
         dtype=arguments.dtype,
         eos_token=arguments.eos_token,

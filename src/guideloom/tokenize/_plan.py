@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from guideloom._errors import ShardExistsError
-from guideloom._layout import HEADER_NAME, INCOMPLETE_DIR, SHARDS_DIR, TOKEN_DTYPES, committed_shard_ids
+from guideloom._errors import ShardExistsError, StorageNotFoundError
+from guideloom._layout import HEADER_NAME, INCOMPLETE_DIR, SHARDS_DIR, TOKEN_DTYPES
+from guideloom._remote import is_url
 from guideloom._storage import TokenStorage
 from guideloom.tokenize._inputs import InputFile, describe_input, expand_inputs
 from guideloom.tokenize._tokenizer import check_tokenizer_path, find_eos_id, load_tokenizer
@@ -59,11 +60,16 @@ class FileJob:
 class Settings:
     """What every worker needs to write a shard; small and picklable."""
 
-    output: Path
+    output: Path | str  # a directory, or a storage URL
     tokenizer_path: Path
     text_field: str
     dtype: str
     eos_id: int | None
+    storage_options: dict[str, Any] | None = None
+
+    def storage(self) -> TokenStorage:
+        """The output storage (for a URL: through this machine's default cache)."""
+        return TokenStorage(self.output, self.dtype, storage_options=self.storage_options)
 
 
 @dataclass(frozen=True)
@@ -115,11 +121,26 @@ def _check_output(output: Path) -> str | None:
     return TokenStorage(output).dtype.name if is_storage else None
 
 
+def _existing_dtype(output: Path | str, storage_options: dict[str, Any] | None) -> str | None:
+    """The dtype of the token storage already at ``output`` (a directory or a URL), None when there is none yet."""
+    if not is_url(output):
+        if storage_options:
+            raise ValueError(f"storage_options apply to URLs only, but the output {output} is a local path")
+        return _check_output(Path(output))
+    storage = TokenStorage(output, storage_options=storage_options)
+    try:
+        storage.header_for_reading()
+    except StorageNotFoundError:
+        return None
+    return storage.dtype.name
+
+
 def plan_run(
     inputs: Any,
-    output: Path,
+    output: Path | str,
     tokenizer_path: Path,
     *,
+    storage_options: dict[str, Any] | None = None,
     text_field: str = "text",
     dtype: object = None,
     eos_token: str | None = "auto",
@@ -138,10 +159,11 @@ def plan_run(
         raise ValueError(f"the inputs hold no documents: all {len(jobs)} files are empty")
     check_tokenizer_path(tokenizer_path, names.tokenizer)
     tokenizer = load_tokenizer(tokenizer_path)
-    existing = _check_output(output)
+    existing = _existing_dtype(output, storage_options)
     chosen = choose_dtype(int(tokenizer.get_vocab_size(with_added_tokens=True)), dtype, existing, names)
-    TokenStorage(output, chosen)  # an existing storage of another kind or dtype fails here, before writing
-    committed = set(committed_shard_ids(output))
+    # an existing storage of another kind or dtype fails here, before writing
+    storage = TokenStorage(output, chosen, storage_options=storage_options)
+    committed = set(storage.committed_shards()) if existing is not None else set()
     skipped = [job for job in jobs if job.shard in committed]
     if skipped and not skip_existing:
         raise ShardExistsError(
@@ -149,7 +171,8 @@ def plan_run(
             f"{skipped[0].path}); write to a new directory, or pass {names.skip_existing} to finish an "
             "interrupted run with the same inputs"
         )
-    settings = Settings(output, tokenizer_path, text_field, chosen, find_eos_id(tokenizer, eos_token, names.eos_token))
+    eos_id = find_eos_id(tokenizer, eos_token, names.eos_token)
+    settings = Settings(output, tokenizer_path, text_field, chosen, eos_id, storage_options)
     return TokenizePlan(
         settings=settings,
         jobs=[job for job in jobs if job.shard not in committed],

@@ -143,7 +143,7 @@ class _Pool:
         doing = f"while writing shard {worker.job.shard} ({worker.job.path})" if worker.job else "while it had no file"
         return TokenizeWorkerDied(
             f"a tokenize worker process died ({how}) {doing}: the shard it was writing was not committed; "
-            f"leftovers in {self.settings.output / 'incomplete'} can be removed with 'guideloom clean'"
+            f"leftovers of {self.settings.output} can be removed with 'guideloom clean'"
         )
 
     def _fail(self, error: BaseException) -> None:

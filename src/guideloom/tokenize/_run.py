@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from guideloom._remote import is_url
 from guideloom._text import plural
 from guideloom.tokenize._plan import PYTHON_NAMES, TokenizePlan, plan_run
 from guideloom.tokenize._pool import run_pool
@@ -163,6 +164,7 @@ def tokenize_files(
     output: str | os.PathLike[str],
     tokenizer_path: str | os.PathLike[str],
     *,
+    storage_options: dict[str, Any] | None = None,
     workers: int | None = None,
     text_field: str = "text",
     dtype: object = None,
@@ -172,6 +174,8 @@ def tokenize_files(
     ray: bool | str = False,
 ) -> TokenizeSummary:
     """Tokenize ``inputs`` into the TokenStorage at ``output``, one shard per input file (see ``guideloom.tokenize``).
+
+    ``output`` may be a storage URL, with fsspec's ``storage_options`` (see docs/object-storage.md).
 
     ``workers`` processes each tokenize whole files; input ``i`` of the sorted list is shard ``i``.
     ``workers=1`` works in the calling process. The default, ``None``, means ``min(4, cpu count)``
@@ -185,8 +189,9 @@ def tokenize_files(
         raise ValueError(f"{PYTHON_NAMES.workers} must be a positive int, got {workers!r}")
     plan = plan_run(
         inputs,
-        Path(output),
+        output if isinstance(output, str) and is_url(output) else Path(output),
         Path(tokenizer_path),
+        storage_options=storage_options,
         text_field=text_field,
         dtype=dtype,
         eos_token=eos_token,

@@ -1,0 +1,54 @@
+"""Argument checks with one rule: a wrong type is a ``TypeError``, a wrong value a ``ValueError``.
+
+Every message names the argument, so a user sees at once which one to fix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def check_int(name: str, value: object, minimum: int | None = None, maximum: int | None = None) -> int:
+    """``value`` as an int; a bool, float or anything else is a TypeError, one out of range a ValueError."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {value}")
+    return int(value)
+
+
+def check_bool(name: str, value: object) -> bool:
+    """``value`` as a bool; anything else (even 0 or 1) is a TypeError."""
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return bool(value)
+
+
+def check_number(name: str, value: object, minimum: float | None = None) -> float:
+    """``value`` as a float (an int or float, not a bool); one below ``minimum`` is a ValueError."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | float | np.integer | np.floating):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    if value != value:  # NaN
+        raise ValueError(f"{name} must be a number, got {value}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return float(value)
+
+
+def check_callable(name: str, value: Any, optional: bool = False) -> Any:
+    """``value`` if it is callable (or None when ``optional``); anything else is a TypeError."""
+    if value is None and optional:
+        return None
+    if not callable(value):
+        expected = "callable or None" if optional else "callable"
+        raise TypeError(f"{name} must be {expected}, got {type(value).__name__}")
+    return value
+
+
+def check_sequence_length(value: object) -> int:
+    """A token window's length: an int >= 1."""
+    return check_int("sequence_length", value, minimum=1)

@@ -1,0 +1,259 @@
+"""The batch transport: how batches are built from index arrays and reach the device.
+
+One of three engines, chosen once per loader by :func:`make_transport`:
+
+- inline: in the loader's own thread (``num_workers=0``);
+- one background thread building groups of batches ahead, when a source's samples are plain copies
+  and no user code runs (token windows with the default collate);
+- torch worker processes (``num_workers`` > 0), each batch sent back as NumPy arrays.
+
+Every engine yields the batches in the order of the index arrays it is given, moved to the device
+(through pinned memory on CUDA), so which engine runs never changes what a batch holds.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from itertools import islice
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+import torch.utils.data
+
+from guideloom._containers import map_tensors, move_to_device
+from guideloom._sources import SampleSource
+
+THREAD_GROUP = 16  # batches built together, up to GROUP_BYTES of samples
+GROUP_BYTES = 8 * 1024 * 1024
+
+
+class Batcher:
+    """Turns a batch's sample indices into the collated batch; what worker processes run."""
+
+    def __init__(self, source: SampleSource, collate: Callable[[Any], Any] | None) -> None:
+        self.source = source
+        self.collate = collate
+
+    @property
+    def builds_groups(self) -> bool:
+        """Whether ``many`` fetches several batches in one go: samples that are plain copies, default collate.
+
+        Only then, since no user code runs: building a group again one batch at a time is harmless.
+        """
+        return self.collate is None and self.source.sample_bytes > 0
+
+    def many(self, index_batches: list[np.ndarray], epoch: int) -> list[Any]:
+        """The batches of several index arrays, in order; fetched in one go when ``builds_groups``.
+
+        Batches of token windows are then views into one array (it is freed when all are).
+        """
+        if self.builds_groups and len(index_batches) > 1:
+            samples = self.source.fetch(np.concatenate(index_batches), epoch)
+            batch = self.source.default_collate(samples)
+            return self.source.split_collated(batch, [len(indices) for indices in index_batches])
+        return [self(indices, epoch) for indices in index_batches]
+
+    def __call__(self, indices: np.ndarray, epoch: int) -> Any:
+        samples = self.source.fetch(np.asarray(indices, np.int64), epoch)
+        if self.collate is None:
+            return self.source.default_collate(samples)
+        if isinstance(samples, np.ndarray):
+            samples = list(samples)
+        return self.collate(samples)
+
+
+class Transport(Protocol):
+    """An engine that builds batches, in order, and hands them over on the device."""
+
+    def batches(self, index_batches: Iterator[np.ndarray], epoch: int) -> Iterator[Any]: ...
+
+    def close(self) -> None: ...
+
+
+def make_transport(
+    batcher: Batcher,
+    *,
+    device: torch.device,
+    num_workers: int,
+    prefetch_factor: int,
+    timeout: float,
+    batch_bytes: int,
+) -> Transport:
+    """The engine for this loader; ``batch_bytes`` is a batch's size when its samples are plain copies, else 0."""
+    group_size = max(1, min(THREAD_GROUP, GROUP_BYTES // max(1, batch_bytes)))
+    if num_workers > 0 and batcher.builds_groups:
+        # Plain copies release the GIL: one background thread beats worker processes (whose queues
+        # pickle every batch) and beats more threads, which only contend for the GIL (benchmarks/README.md).
+        return ThreadTransport(batcher, device, group_size, depth=max(2, prefetch_factor))
+    if num_workers > 0:
+        return WorkerTransport(batcher, device, num_workers, prefetch_factor, timeout)
+    return InlineTransport(batcher, device, group_size if batcher.builds_groups else 1)
+
+
+def _group_sizes(largest: int) -> Iterator[int]:
+    """1, 2, 4, ... up to ``largest``, then ``largest`` for ever: the first batch comes as soon as it can."""
+    size = 1
+    while True:
+        yield size
+        size = min(2 * size, largest)
+
+
+class InlineTransport:
+    """Batches built in the loader's thread when asked for, ``group_size`` at a time at most."""
+
+    def __init__(self, batcher: Batcher, device: torch.device, group_size: int) -> None:
+        self._batcher = batcher
+        self._device = device
+        self._group_size = group_size
+
+    def batches(self, index_batches: Iterator[np.ndarray], epoch: int) -> Iterator[Any]:
+        batcher = self._batcher
+        if self._group_size == 1:
+            for indices in index_batches:
+                yield move_to_device(batcher(indices, epoch), self._device)
+            return
+        for size in _group_sizes(self._group_size):
+            group = list(islice(index_batches, size))
+            if not group:
+                return
+            try:
+                built: Iterable[Any] = batcher.many(group, epoch)
+            except Exception:  # build them one by one, so the error surfaces at the batch it belongs to
+                built = (batcher(indices, epoch) for indices in group)
+            for batch in built:
+                yield move_to_device(batch, self._device)
+
+    def close(self) -> None:
+        pass
+
+
+class ThreadTransport:
+    """Batches built ahead by one background thread in groups; ``depth`` groups are in flight at most.
+
+    Groups keep the hand-off cost per batch small.
+    """
+
+    def __init__(self, batcher: Batcher, device: torch.device, group_size: int, depth: int) -> None:
+        self._batcher = batcher
+        self._device = device
+        self._group_size = group_size
+        self._depth = depth
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="guideloom-loader")
+
+    def batches(self, index_batches: Iterator[np.ndarray], epoch: int) -> Iterator[Any]:
+        batcher = self._batcher
+        pending: deque[tuple[list[np.ndarray], Future[list[Any]]]] = deque()
+        for size in _group_sizes(self._group_size):
+            group = list(islice(index_batches, size))
+            if group:
+                pending.append((group, self._thread.submit(batcher.many, group, epoch)))
+            if not pending:
+                return
+            if len(pending) >= self._depth or not group:
+                built_group, future = pending.popleft()
+                try:
+                    built: Iterable[Any] = future.result()
+                except Exception:  # again one by one, so the error surfaces at the batch it belongs to
+                    built = (batcher(indices, epoch) for indices in built_group)
+                for batch in built:
+                    yield move_to_device(batch, self._device)
+
+    def close(self) -> None:
+        self._thread.shutdown(wait=True, cancel_futures=True)
+
+
+class _WireArray:
+    """A CPU tensor crossing from a worker process as a NumPy array.
+
+    torch sends tensors between processes through a new shared-memory file each, which costs far
+    more than pickling the bytes through the pipe for batch-sized tensors (benchmarks/README.md).
+    """
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+
+
+def _to_wire(tensor: torch.Tensor) -> Any:
+    if type(tensor) is not torch.Tensor or tensor.device.type != "cpu" or tensor.requires_grad:
+        return tensor
+    try:
+        return _WireArray(tensor.numpy())
+    except (TypeError, RuntimeError):  # dtypes NumPy lacks (bfloat16, ...) keep torch's own transport
+        return tensor
+
+
+def _from_wire(wire: _WireArray) -> torch.Tensor:
+    return torch.from_numpy(wire.array)
+
+
+class _IndexDataset(torch.utils.data.Dataset[Any]):
+    """Map-style view for torch's DataLoader: item = a whole batch, keyed by its epoch and sample indices."""
+
+    def __init__(self, batcher: Batcher) -> None:
+        self.batcher = batcher
+
+    def __getitem__(self, key: tuple[int, np.ndarray]) -> Any:
+        epoch, indices = key
+        return map_tensors(self.batcher(indices, epoch), _to_wire)
+
+
+def _unchanged(batch: Any) -> Any:
+    """torch's collate step: our batches are collated already (and must not be converted)."""
+    return batch
+
+
+class _CurrentEpochBatches:
+    """torch's batch sampler: yields the keys of whatever epoch segment the loader set."""
+
+    def __init__(self) -> None:
+        self.keys: Iterator[tuple[int, np.ndarray]] = iter(())
+
+    def __iter__(self) -> Iterator[Any]:
+        # torch's DataLoader treats each yielded item as one dataset key (batch_size=None).
+        return self.keys
+
+
+class WorkerTransport:
+    """Batches built by torch worker processes, ``prefetch_factor`` ahead each; they persist across epochs."""
+
+    def __init__(
+        self, batcher: Batcher, device: torch.device, num_workers: int, prefetch_factor: int, timeout: float
+    ) -> None:
+        self._device = device
+        self._segment = _CurrentEpochBatches()
+        self._loader: torch.utils.data.DataLoader[Any] | None = torch.utils.data.DataLoader(
+            _IndexDataset(batcher),
+            batch_size=None,
+            sampler=self._segment,
+            num_workers=num_workers,
+            collate_fn=_unchanged,
+            prefetch_factor=prefetch_factor,
+            persistent_workers=True,
+            timeout=timeout,
+        )
+
+    def batches(self, index_batches: Iterator[np.ndarray], epoch: int) -> Iterator[Any]:
+        assert self._loader is not None
+        self._segment.keys = ((epoch, indices) for indices in index_batches)
+        for batch in self._loader:
+            yield move_to_device(map_tensors(batch, _from_wire, _WireArray), self._device)
+
+    def close(self) -> None:
+        if self._loader is not None:
+            _stop_workers(self._loader)
+            self._loader = None
+
+
+def _stop_workers(loader: torch.utils.data.DataLoader[Any]) -> None:
+    """Stop the persistent worker processes of a torch DataLoader now.
+
+    torch has no public call for this: it stops persistent workers only when the DataLoader's
+    iterator is garbage collected, which a reference held anywhere (a traceback, a suspended
+    generator) delays indefinitely. So this one place calls its iterator's shutdown.
+    """
+    iterator = getattr(loader, "_iterator", None)
+    if iterator is not None:
+        iterator._shutdown_workers()

@@ -1,0 +1,66 @@
+"""A process of the object-storage tests: writes or reads a storage on the test server, as told by argv.
+
+``python remote_child.py ENDPOINT COMMAND URL CACHE_DIR [ARGS]``; credentials come from the environment.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import guideloom._remote
+from guideloom import TokenStorage
+
+
+def shard_tokens(shard: int, documents: int = 20, length: int = 500) -> list[np.ndarray]:
+    """The documents a test writes into ``shard``: different for every shard, the same in every process."""
+    generator = np.random.default_rng(shard)
+    return [generator.integers(0, 2**31, length, dtype=np.uint32) for _ in range(documents)]
+
+
+class _DyingFile(io.FileIO):
+    """A shard file being uploaded that kills its process once half its bytes were sent a second time.
+
+    botocore reads a body once for its checksum, then again to send it; dying in the second pass
+    kills the writer while the object is on the wire.
+    """
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = super().read(size)
+        self.consumed = getattr(self, "consumed", 0) + len(chunk)
+        if self.consumed > os.fstat(self.fileno()).st_size * 1.5:
+            print("dying", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return chunk
+
+
+def main(endpoint: str, command: str, url: str, cache_dir: str, *args: str) -> None:
+    storage = TokenStorage(url, storage_options={"endpoint_url": endpoint}, cache_dir=Path(cache_dir))
+    if command == "write":  # shard ids, each committed by this process
+        with storage.sync_writer() as writer:
+            for shard in map(int, args):
+                for tokens in shard_tokens(shard):
+                    writer.append(shard, tokens)
+        print("committed", flush=True)
+    elif command == "die-uploading":
+        opened: Any = _DyingFile
+        guideloom._remote.open = opened  # type: ignore[attr-defined]
+        with storage.sync_writer() as writer:
+            for tokens in shard_tokens(int(args[0]), documents=200, length=5000):
+                writer.append(int(args[0]), tokens)
+        print("survived", flush=True)
+    elif command == "read":  # every document; prints the sum of all tokens
+        with storage.sync_reader() as reader:
+            print(sum(int(reader.read(i).sum()) for i in range(len(reader))), flush=True)
+    else:
+        raise SystemExit(f"unknown command {command}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

@@ -1,0 +1,82 @@
+"""The S3 API server the object-storage tests run against, and what it answered (see conftest.py)."""
+
+from __future__ import annotations
+
+import logging
+import re
+import socket
+import threading
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+_REQUEST_LINE = re.compile(r'"([A-Z]+) (\S+) HTTP/[0-9.]+" (\d+)')
+DUMMY_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+class RequestLog(logging.Handler):
+    """Records (method, path, status) of every request the server answers."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.requests: list[tuple[str, str, int]] = []
+        self._lock = threading.Lock()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        match = _REQUEST_LINE.search(record.getMessage())
+        if match is not None:
+            with self._lock:
+                self.requests.append((match.group(1), match.group(2), int(match.group(3))))
+
+
+@dataclass
+class S3Server:
+    """The running server: its endpoint, and the requests it answered."""
+
+    port: int
+    log: RequestLog
+    server: Any = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return {"endpoint_url": self.endpoint}
+
+    def start(self) -> None:
+        from moto.server import ThreadedMotoServer
+
+        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
+        self.server.start()
+
+    def stop(self) -> None:
+        """Stop answering (the stored objects stay: moto keeps them in this process)."""
+        self.server.stop()
+
+    def new_bucket(self) -> str:
+        import boto3
+
+        name = f"bucket-{uuid.uuid4().hex[:12]}"
+        boto3.client("s3", endpoint_url=self.endpoint).create_bucket(Bucket=name)
+        return name
+
+    def gets(self, bucket: str, key_part: str = "") -> list[str]:
+        """Paths of the successful whole-object GETs in ``bucket`` (listings excluded), in order."""
+        prefix = f"/{bucket}/"
+        return [
+            path
+            for method, path, status in list(self.log.requests)
+            if method == "GET" and path.startswith(prefix) and "?" not in path and key_part in path and status < 300
+        ]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

@@ -1,0 +1,56 @@
+"""``guideloom inspect``, ``verify`` and ``clean`` on a storage URL."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import boto3
+import pytest
+from s3_support import S3Server
+
+from guideloom import TokenStorage
+from guideloom._cli import main
+
+
+@pytest.fixture
+def written(s3_url: str, s3_server: S3Server, tmp_path: Path) -> list[str]:
+    """The storage's URL and ``--storage-options`` for the test server."""
+    with TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path).sync_writer() as writer:
+        writer.append(0, list(range(100)))
+        writer.append(3, list(range(50)))
+    return [s3_url, "--storage-options", json.dumps(s3_server.options)]
+
+
+def test_inspect_a_url_reads_only_the_listing(
+    written: list[str], bucket: str, s3_server: S3Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["inspect", *written, "--shards"]) == 0
+    out = capsys.readouterr().out
+    assert f"path:       {written[0]}" in out
+    assert "shards:     2" in out and "tokens:     150" in out
+    assert s3_server.gets(bucket, "/shards/") == []
+
+
+def test_verify_a_url_names_a_damaged_shard(
+    written: list[str], bucket: str, s3_server: S3Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["verify", *written]) == 0
+    assert "ok: 2 shards" in capsys.readouterr().out
+    client = boto3.client("s3", endpoint_url=s3_server.endpoint)
+    key = "corpus/shards/000000000003.shard"
+    damaged = bytearray(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+    damaged[0] ^= 1
+    client.put_object(Bucket=bucket, Key=key, Body=bytes(damaged))
+    assert main(["verify", *written]) == 1
+    assert "CORRUPT shard 3: data checksum mismatch" in capsys.readouterr().out
+
+
+def test_clean_a_url(written: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["clean", *written]) == 0
+    assert "removed 0 leftover files" in capsys.readouterr().out
+
+
+def test_storage_options_on_a_local_path_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", str(tmp_path), "--storage-options", "{}"]) == 2
+    assert "apply to URLs only" in capsys.readouterr().err

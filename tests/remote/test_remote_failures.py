@@ -1,0 +1,143 @@
+"""Failures of the store, the network and the data get clear errors; nothing committed is lost."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import boto3
+import numpy as np
+import pytest
+import requests
+import torch
+from s3_support import S3Server
+
+from guideloom import CorruptStorageError, StatefulDataLoader, TokenStorage
+
+
+def _storage(url: str, s3_server: S3Server, cache: Path, **options: Any) -> TokenStorage:
+    return TokenStorage(url, storage_options=s3_server.options, cache_dir=cache, **options)
+
+
+def _fill(storage: TokenStorage, shards: int = 6, documents: int = 8) -> None:
+    generator = np.random.default_rng(2)
+    with storage.sync_writer() as writer:
+        for shard in range(shards):
+            for _ in range(documents):
+                writer.append(shard, generator.integers(0, 1000, 40, dtype=np.uint32))
+
+
+def _epoch(storage: TokenStorage, **options: Any) -> list[list[list[int]]]:
+    with StatefulDataLoader.from_storage(
+        storage, device="cpu", local_batch_size=4, sequence_length=16, **options
+    ) as loader:
+        return [batch.tolist() for batch in loader]
+
+
+def test_an_unreachable_endpoint_is_named(s3_server: S3Server, tmp_path: Path) -> None:
+    options = {"endpoint_url": "http://127.0.0.1:9", "config_kwargs": {"retries": {"max_attempts": 1}}}
+    with pytest.raises(ConnectionError, match=r"cannot be reached"):
+        TokenStorage("s3://bucket/corpus", storage_options=options, cache_dir=tmp_path)
+
+
+def test_denied_credentials_are_named(s3_url: str, s3_server: S3Server, tmp_path: Path) -> None:
+    _fill(_storage(s3_url, s3_server, tmp_path), shards=1)
+    reset = f"{s3_server.endpoint}/moto-api/reset-auth"
+    requests.post(reset, data=b"0", timeout=10)  # from now on the server checks credentials: ours are unknown
+    try:
+        with pytest.raises(PermissionError, match=r"denied.*AWS_ACCESS_KEY_ID"):
+            _storage(s3_url, s3_server, tmp_path / "denied")
+    finally:
+        requests.post(reset, data=str(2**62).encode(), timeout=10)
+    assert _epoch(_storage(s3_url, s3_server, tmp_path / "again"))  # nothing was lost
+
+
+def test_a_corrupt_object_is_downloaded_three_times_then_named(
+    s3_url: str, bucket: str, s3_server: S3Server, tmp_path: Path
+) -> None:
+    _fill(_storage(s3_url, s3_server, tmp_path / "w"), shards=2)
+    client = boto3.client("s3", endpoint_url=s3_server.endpoint)
+    key = "corpus/shards/000000000001.shard"
+    damaged = bytearray(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+    damaged[10] ^= 0x40  # a flipped bit in the data, as bit rot on the store would leave it
+    client.put_object(Bucket=bucket, Key=key, Body=bytes(damaged))
+    storage = _storage(s3_url, s3_server, tmp_path / "r")
+    with storage.sync_reader() as reader:
+        with pytest.raises(CorruptStorageError, match=r"shard 1 failed its checks 3 times.*data checksum"):
+            reader.read(len(reader) - 1)
+        assert reader.read(0).tolist()  # the other shard is fine
+    assert s3_server.gets(bucket, "000000000001.shard").count(f"/{bucket}/{key}") == 3 + 1  # + the fetch above
+    assert [problem.startswith("shard 1: data checksum mismatch") for problem in storage.verify()] == [True]
+
+
+def test_a_shard_deleted_from_the_store_is_named(s3_url: str, bucket: str, s3_server: S3Server, tmp_path: Path) -> None:
+    _fill(_storage(s3_url, s3_server, tmp_path / "w"), shards=2)
+    storage = _storage(s3_url, s3_server, tmp_path / "r")
+    with storage.sync_reader() as reader:
+        boto3.client("s3", endpoint_url=s3_server.endpoint).delete_object(
+            Bucket=bucket, Key="corpus/shards/000000000000.shard"
+        )
+        with pytest.raises(CorruptStorageError, match=r"shard 0 vanished: .* was deleted from the store"):
+            reader.read(0)
+
+
+def test_eviction_keeps_the_cache_within_two_shards_during_a_shuffled_epoch(
+    s3_url: str, bucket: str, s3_server: S3Server, tmp_path: Path
+) -> None:
+    local = TokenStorage(tmp_path / "local")
+    _fill(local)
+    _fill(_storage(s3_url, s3_server, tmp_path / "w"))
+    shard_size = max(path.stat().st_size for path in (tmp_path / "local" / "shards").iterdir())
+    cache = tmp_path / "cache"
+    remote = _storage(s3_url, s3_server, cache, cache_limit_bytes=2 * shard_size)
+    assert _epoch(remote, shuffle=True, seed=4) == _epoch(local, shuffle=True, seed=4)
+    cached = [path for path in cache.rglob("*.shard")]
+    assert len(cached) <= 2
+    assert len(s3_server.gets(bucket, "/shards/")) > 6  # shards were evicted and fetched again
+
+
+def test_the_server_stopped_mid_epoch_raises_then_the_loader_continues(
+    s3_url: str, s3_server: S3Server, tmp_path: Path
+) -> None:
+    local = TokenStorage(tmp_path / "local")
+    _fill(local)
+    _fill(_storage(s3_url, s3_server, tmp_path / "w"))
+    expected = _epoch(local)
+    options = {"endpoint_url": s3_server.endpoint, "config_kwargs": {"retries": {"max_attempts": 1}}}
+    remote = TokenStorage(s3_url, storage_options=options, cache_dir=tmp_path / "cache")
+    with StatefulDataLoader.from_storage(remote, device="cpu", local_batch_size=4, sequence_length=16) as loader:
+        batches: list[torch.Tensor] = [next(iter(loader))]  # shard 0 only
+        s3_server.stop()
+        try:
+            with pytest.raises(ConnectionError, match=r"cannot be reached.*shard|shard.*cannot be reached"):
+                batches.extend(loader)
+        finally:
+            s3_server.start()
+        batches.extend(loader)  # the failed batch and the rest, from where the loader stopped
+    assert [batch.tolist() for batch in batches] == expected
+
+
+def test_the_loader_prefetches_the_epochs_shards_so_it_needs_the_server_only_at_first(
+    s3_url: str, s3_server: S3Server, tmp_path: Path
+) -> None:
+    local = TokenStorage(tmp_path / "local")
+    _fill(local)
+    _fill(_storage(s3_url, s3_server, tmp_path / "w"))
+    expected = _epoch(local, shuffle=True)
+    cache = tmp_path / "cache"
+    remote = _storage(s3_url, s3_server, cache)
+    with StatefulDataLoader.from_storage(
+        remote, device="cpu", local_batch_size=4, sequence_length=16, shuffle=True
+    ) as loader:
+        batches = iter(loader)
+        taken = [next(batches).tolist()]
+        deadline = time.monotonic() + 60
+        while len(list(cache.rglob("*.shard"))) < 6 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        s3_server.stop()
+        try:
+            taken += [batch.tolist() for batch in batches]
+        finally:
+            s3_server.start()
+    assert taken == expected

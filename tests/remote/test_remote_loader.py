@@ -1,0 +1,125 @@
+"""The loader over a storage on an S3 API server yields exactly the batches of the same storage on disk."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from s3_support import S3Server
+
+from guideloom import DocumentJsonFormat, DocumentStorage, StatefulDataLoader, TokenStorage
+
+SEQUENCE = 13
+
+
+def _fill_tokens(storage: TokenStorage) -> None:
+    generator = np.random.default_rng(5)
+    with storage.sync_writer() as writer:
+        for shard in range(6):
+            for _ in range(8):
+                writer.append(shard, generator.integers(0, 50_000, int(generator.integers(1, 60)), dtype=np.uint32))
+
+
+def _fill_documents(storage: DocumentStorage[Any, Any]) -> None:
+    with storage.sync_writer() as writer:
+        for shard in range(4):
+            for i in range(9):
+                writer.append(shard, {"shard": shard, "i": i, "ids": list(range(i))})
+
+
+@pytest.fixture
+def token_pair(s3_url: str, s3_server: S3Server, tmp_path: Path) -> tuple[TokenStorage, TokenStorage]:
+    local = TokenStorage(tmp_path / "local")
+    remote = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "cache")
+    _fill_tokens(local)
+    _fill_tokens(remote)
+    return local, remote
+
+
+def _batches(loader: StatefulDataLoader, count: int | None = None) -> list[Any]:
+    taken = []
+    for batch in loader:
+        taken.append(batch.tolist() if isinstance(batch, torch.Tensor) else batch)
+        if count is not None and len(taken) == count:
+            break
+    return taken
+
+
+def _run(storage: Any, count: int | None = None, **options: Any) -> list[Any]:
+    defaults: dict[str, Any] = {"device": "cpu", "local_batch_size": 4}
+    if isinstance(storage, TokenStorage):
+        defaults["sequence_length"] = SEQUENCE
+    with StatefulDataLoader.from_storage(storage, **{**defaults, **options}) as loader:
+        return _batches(loader, count)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"shuffle": True, "seed": 3},
+        {"shuffle": True, "num_workers": 2},
+        {"shuffle": True, "rank": 1, "world_size": 2},
+        {"shuffle": True, "rank": 0, "world_size": 2, "drop_last": True},
+    ],
+)
+def test_token_batches_equal_the_local_run(token_pair: tuple[TokenStorage, TokenStorage], options: Any) -> None:
+    local, remote = token_pair
+    expected = _run(local, **options)
+    assert len(expected) > 5
+    assert _run(remote, **options) == expected
+
+
+def test_document_batches_equal_the_local_run(s3_url: str, s3_server: S3Server, tmp_path: Path) -> None:
+    local = DocumentStorage(tmp_path / "local", DocumentJsonFormat())
+    remote = DocumentStorage(s3_url, DocumentJsonFormat(), storage_options=s3_server.options, cache_dir=tmp_path / "c")
+    _fill_documents(local)
+    _fill_documents(remote)
+    for options in ({"shuffle": True}, {"shuffle": True, "num_workers": 2}):
+        assert _run(remote, **options) == _run(local, **options)
+
+
+def _resumed(storage: TokenStorage, steps: int, first: dict[str, Any], second: dict[str, Any]) -> list[Any]:
+    """Batches of two epochs' worth: ``steps`` from one loader, the rest from a fresh one resumed from its state."""
+    make: Callable[..., StatefulDataLoader] = StatefulDataLoader.from_storage
+    common = {"device": "cpu", "sequence_length": SEQUENCE, "shuffle": True, "seed": 9}
+    with make(storage, **common, **first) as loader:
+        head = _batches(loader, steps)
+        state = loader.state_dict()
+    with make(storage, **common, **second) as loader:
+        loader.load_state_dict(state)
+        return head + _batches(loader)
+
+
+def test_resume_equals_the_local_run(token_pair: tuple[TokenStorage, TokenStorage]) -> None:
+    local, remote = token_pair
+    options = {"local_batch_size": 4}
+    assert _resumed(remote, 3, options, options) == _resumed(local, 3, options, options)
+
+
+def test_elastic_resume_equals_the_local_run(token_pair: tuple[TokenStorage, TokenStorage]) -> None:
+    local, remote = token_pair
+    first = {"local_batch_size": 4, "rank": 0, "world_size": 2}
+    second = {"local_batch_size": 2, "rank": 0, "world_size": 1}
+    assert _resumed(remote, 2, first, second) == _resumed(local, 2, first, second)
+
+
+def test_a_remote_state_resumes_a_local_loader_over_the_same_data(
+    token_pair: tuple[TokenStorage, TokenStorage],
+) -> None:
+    local, remote = token_pair
+    with StatefulDataLoader.from_storage(
+        remote, device="cpu", local_batch_size=4, sequence_length=SEQUENCE, shuffle=True
+    ) as loader:
+        _batches(loader, 2)
+        state = loader.state_dict()
+        rest = _batches(loader)
+    with StatefulDataLoader.from_storage(
+        local, device="cpu", local_batch_size=4, sequence_length=SEQUENCE, shuffle=True
+    ) as loader:
+        loader.load_state_dict(state)
+        assert _batches(loader) == rest
