@@ -291,7 +291,7 @@ def test_tokenize_with_ray_reports_a_bad_file(ray_cluster: str, tmp_path: Path, 
     inputs[1].write_text('{"text": "fine"}\n{"body": "no text field"}\n')
     with pytest.raises(TokenizeInputError, match=r"part-1\.jsonl:2: no field 'text'"):
         tokenize_files(inputs, tmp_path / "out", tokenizer_path, ray=True, progress=False)
-    assert 1 not in TokenStorage(tmp_path / "out").committed_shard_ids()
+    assert 1 not in TokenStorage(tmp_path / "out").committed_shards()
 
 
 def test_tokenize_without_ray_never_imports_it(tmp_path: Path, tokenizer_path: Path) -> None:
