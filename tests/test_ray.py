@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import struct
 import subprocess
 import sys
@@ -12,6 +11,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from signal import SIGKILL
 from typing import Any
 
 import numpy as np
@@ -161,6 +161,7 @@ def test_retry_of_a_committed_shard_checks_it_and_skips_it(
 
 def test_worker_killed_mid_write(ray_cluster: str, storage_path: Path, tmp_path: Path) -> None:
     storage = DocumentStorage(storage_path, IdFormat(tmp_path, trigger=ROWS // 3, action="hang"))
+    killed: list[str] = []  # the killed attempt's file in progress, seen right after the kill
 
     def kill_the_hanging_worker() -> None:
         deadline = time.monotonic() + 120
@@ -168,7 +169,9 @@ def test_worker_killed_mid_write(ray_cluster: str, storage_path: Path, tmp_path:
             if time.monotonic() > deadline:
                 return  # the write hangs no longer than the sleep; the checks below fail
             time.sleep(0.05)
-        os.kill(int((tmp_path / "triggered").read_text()), signal.SIGKILL)
+        pid = (tmp_path / "triggered").read_text()
+        os.kill(int(pid), SIGKILL)
+        killed.extend(name for name in leftovers(storage_path) if f".{pid}." in name)
 
     killer = threading.Thread(target=kill_the_hanging_worker)
     killer.start()
@@ -176,6 +179,7 @@ def test_worker_killed_mid_write(ray_cluster: str, storage_path: Path, tmp_path:
         StorageDatasink(storage, column="id"), ray_remote_args=RETRY
     )
     killer.join()
+    assert len(killed) == 1
     assert read_ids(storage_path) == list(range(ROWS))
     assert leftovers(storage_path) == []
 
