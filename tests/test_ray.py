@@ -309,3 +309,33 @@ assert "ray" not in sys.modules, "ray was imported"
 """
     completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert completed.returncode == 0, completed.stderr
+
+
+def test_order_after_an_all_to_all_operation_with_preserve_order(ray_cluster: str, storage_path: Path) -> None:
+    context = ray.data.DataContext.get_current()
+    saved = context.execution_options.preserve_order
+    context.execution_options.preserve_order = True
+    try:
+        dataset = (
+            ray.data.range(ROWS, override_num_blocks=BLOCKS)
+            .repartition(5)
+            .map_batches(token_rows, batch_format="pyarrow", batch_size=None)
+        )
+        sink = StorageDatasink(TokenStorage(storage_path), column="tokens")
+        dataset.write_datasink(sink)
+    finally:
+        context.execution_options.preserve_order = saved
+    assert sink.shards == list(range(5))
+    assert_exact(storage_path)
+
+
+def test_the_same_shards_whatever_the_write_concurrency(ray_cluster: str, tmp_path: Path) -> None:
+    contents = []
+    for concurrency in (1, 2):
+        path = tmp_path / f"concurrency-{concurrency}"
+        token_dataset(10_000).write_datasink(
+            StorageDatasink(TokenStorage(path), column="tokens"), concurrency=concurrency
+        )
+        contents.append({name: (path / "shards" / name).read_bytes() for name in committed(path)})
+    assert contents[0] == contents[1]
+    assert len(contents[0]) == BLOCKS
