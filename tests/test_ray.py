@@ -339,3 +339,18 @@ def test_the_same_shards_whatever_the_write_concurrency(ray_cluster: str, tmp_pa
         contents.append({name: (path / "shards" / name).read_bytes() for name in committed(path)})
     assert contents[0] == contents[1]
     assert len(contents[0]) == BLOCKS
+
+
+def test_argument_mistakes_are_named(storage_path: Path) -> None:
+    with pytest.raises(TypeError, match="storage must be a TokenStorage or DocumentStorage"):
+        StorageDatasink(str(storage_path))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="column must be a str"):
+        StorageDatasink(TokenStorage(storage_path), column=1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="write_id must be"):
+        StorageDatasink(TokenStorage(storage_path), write_id="../elsewhere")
+
+
+def test_a_missing_column_is_named(ray_cluster: str, storage_path: Path) -> None:
+    with pytest.raises(Exception, match=r"column 'text' is not in the rows, whose columns are \['id', 'tokens'\]"):
+        token_dataset(100).write_datasink(StorageDatasink(TokenStorage(storage_path), column="text"))
+    assert committed(storage_path) == []
