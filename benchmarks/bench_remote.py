@@ -94,10 +94,9 @@ def main() -> None:
         client.create_bucket(Bucket="bench")
         sources: dict[str, str] = {}
         stored: dict[str, int] = {}
+        tokens = str(arguments.tokens)
         started = time.perf_counter()
-        _run(
-            sys.executable, "write", "guideloom", "s3://bench/guideloom", str(arguments.tokens), environment=environment
-        )
+        _run(sys.executable, "write", "guideloom", "s3://bench/guideloom", tokens, environment=environment)
         write_seconds = {"guideloom": time.perf_counter() - started}
         sources["guideloom"] = "s3://bench/guideloom"
         _run(sys.executable, "write", "guideloom", str(work / "local"), tokens, environment=environment)
