@@ -5,9 +5,10 @@
 Runs with an interpreter that has guideloom's ``remote`` and ``test`` extras (moto, boto3, s3fs); the
 peers run under ``--peer-python``. A moto server (``remote/s3_server.py``, counting the bytes it sends)
 holds each library's copy of the same documents. Every reader runs in a fresh process with an empty
-cache directory and reads two shuffled epochs of (8, 2048) int64 batches in the main process: the first
-epoch cold (everything downloaded), the second warm (from the library's local cache). guideloom on local
-disk is the reference for the warm epoch. Results go to ``results/remote.json`` and ``results/remote.md``.
+cache directory and reads three shuffled epochs of (8, 2048) int64 batches in the main process: the
+first epoch cold (everything downloaded), then two warm ones (from the library's local cache; the faster
+counts). guideloom on local disk is the reference for the warm epoch. Results go to
+``results/remote.json`` and ``results/remote.md``.
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ def main() -> None:
             library = name.removesuffix("-local")
             python = sys.executable if library == "guideloom" else arguments.peer_python
             out = _run(
-                python, "read", library, source, str(work / f"cache-{name}"), endpoint, "2", environment=environment
+                python, "read", library, source, str(work / f"cache-{name}"), endpoint, "3", environment=environment
             )
             results[name] = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
             print(name, results[name], flush=True)
@@ -134,10 +135,18 @@ def main() -> None:
     print(_table(results))
 
 
+def _rate(epoch: dict[str, Any]) -> float:
+    return float(epoch["tokens"] / epoch["seconds"])
+
+
+def _cold_warm(epochs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The first epoch, and the faster of the warm ones (a shared machine's noise only ever slows an epoch)."""
+    return epochs[0], max(epochs[1:], key=_rate)
+
+
 def _table(results: dict[str, Any]) -> str:
-    local = results["guideloom-local"][1]
-    local_rate = local["tokens"] / local["seconds"]
-    ours = results["guideloom"]
+    local_rate = _rate(_cold_warm(results["guideloom-local"])[1])
+    ours = _cold_warm(results["guideloom"])
     lines = [
         f"{results['tokens'] / 1e6:.0f}M uint32 tokens, (8, 2048) int64 batches, shuffled, main process; "
         f"guideloom on local disk, warm: {local_rate / 1e6:.1f} Mtok/s.",
@@ -147,7 +156,7 @@ def _table(results: dict[str, Any]) -> str:
         "|---|---:|---:|---:|---:|---:|---|",
     ]
     for library, name in READERS:
-        cold, warm = results[library]
+        cold, warm = _cold_warm(results[library])
         ratios = (
             cold["first_batch_s"] / ours[0]["first_batch_s"],
             (ours[0]["tokens"] / ours[0]["seconds"]) / (cold["tokens"] / cold["seconds"]),

@@ -87,6 +87,10 @@ def _epochs(library: str, source: str, cache: str, endpoint: str) -> Iterator[It
             yield loader
     elif library == "litdata":
         from litdata import StreamingDataLoader, StreamingDataset, TokensLoader
+        from litdata.streaming import downloader
+
+        # LitData downloads through obstore, which refuses plain-http endpoints unless told to allow them.
+        downloader._OBSTORE_CLIENT_OPTIONS["allow_http"] = "true"
 
         dataset = StreamingDataset(
             input_dir=source,
