@@ -142,7 +142,7 @@ def test_a_state_of_another_sequence_length_names_sequence_length(tmp_path: Path
     assert str(caught.value) == "the state was taken with sequence_length=4, but this loader has sequence_length=3"
 
 
-def test_a_state_of_a_storage_that_lost_a_shard_names_it(tmp_path: Path) -> None:
+def test_a_state_whose_shard_is_gone_names_the_shard(tmp_path: Path) -> None:
     storage = make_tokens(tmp_path)
     with StatefulDataLoader.from_storage(storage, device="cpu", local_batch_size=2, sequence_length=4) as loader:
         state = loader.state_dict()
@@ -151,8 +151,8 @@ def test_a_state_of_a_storage_that_lost_a_shard_names_it(tmp_path: Path) -> None
         with pytest.raises(StateMismatchError) as caught:
             loader.load_state_dict(state)
     assert str(caught.value) == (
-        f"shard 1 of the storage at {tmp_path}, which the state read, is missing: a checkpoint survives shards "
-        "being added, not removed"
+        f"shard 1 of the storage at {tmp_path}, which the state read, is missing: "
+        "a checkpoint survives shards being added, not removed"
     )
 
 
@@ -165,8 +165,7 @@ def test_a_state_of_another_storage_with_the_same_shard_ids_says_so(tmp_path: Pa
             loader.load_state_dict(state)
     assert str(caught.value) == (
         f"the state was taken from another storage: it read shards 0-2 of the storage at {tmp_path / 'a'}, "
-        f"this loader reads shards 0-2 of the storage at {tmp_path / 'b'}: the same shard ids hold other contents "
-        "(rewritten, or another storage)"
+        f"and shards 0-2 of the storage at {tmp_path / 'b'} hold other contents (rewritten, or another storage)"
     )
 
 

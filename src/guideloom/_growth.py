@@ -139,5 +139,5 @@ def over_recorded_shards(source: Any, recorded: dict[str, Any]) -> Any:
         if changed is not None:
             raise StateMismatchError(f"shard {changed} of {where} changed since the state was taken (rewritten)")
     if then.identity()["fingerprint"] != recorded.get("fingerprint"):
-        raise StateMismatchError(f"the state was taken from another storage: {source.difference(recorded)}")
+        raise StateMismatchError(f"the state was taken from another storage: {then.difference(recorded)}")
     return then

@@ -23,7 +23,6 @@ from guideloom._mixture import Mixture
 from guideloom._reader import DocumentReader, StorageReader, TokenReader
 from guideloom._storage import DocumentStorage, TokenStorage
 
-MAX_SHARDS_IN_WORDS = 1_000_000  # shard ids a state's description is expanded to, at most
 ReaderT = TypeVar("ReaderT", bound=StorageReader[Any])
 ReaderT_co = TypeVar("ReaderT_co", bound=StorageReader[Any], covariant=True)
 
@@ -83,24 +82,6 @@ class _OpensReaders(Protocol[ReaderT_co]):
     def location(self) -> str: ...
 
     def open_reader(self, shard_ids: list[int] | None = None) -> ReaderT_co: ...
-
-
-def _shards(shard_ids: list[int]) -> str:
-    return f"shard {shard_ids[0]}" if len(shard_ids) == 1 else f"shards {describe_shards(shard_ids)}"
-
-
-def parse_shards(text: str) -> list[int]:
-    """The shard ids ``describe_shards`` wrote; ValueError if ``text`` is not such a description."""
-    if text == "none":
-        return []
-    shard_ids: list[int] = []
-    for part in text.split(", "):
-        first, _, last = part.partition("-")
-        ids = range(int(first), int(last or first) + 1)
-        if len(shard_ids) + len(ids) > MAX_SHARDS_IN_WORDS:  # a hand-edited state: never a huge list
-            raise ValueError(f"{text!r} names too many shards to compare one by one")
-        shard_ids.extend(ids)
-    return shard_ids
 
 
 class PinnedShards(Generic[ReaderT]):
@@ -173,19 +154,12 @@ class PinnedShards(Generic[ReaderT]):
         return then
 
     def difference(self, recorded: dict[str, Any]) -> str:
-        """In words, how the shards a state recorded differ from this snapshot's."""
-        then = f"shards {recorded.get('shards')} of the storage at {recorded.get('path')}"
-        now = f"shards {describe_shards(self.shard_ids)} of the storage at {self.storage.location}"
-        try:
-            before = set(parse_shards(str(recorded.get("shards"))))
-        except ValueError:
-            return f"it read {then}, this loader reads {now}"
-        added, missing = sorted(set(self.shard_ids) - before), sorted(before - set(self.shard_ids))
-        changes = [f"{_shards(added)} {'is' if len(added) == 1 else 'are'} new"] if added else []
-        changes += [f"{_shards(missing)} {'is' if len(missing) == 1 else 'are'} gone"] if missing else []
-        if not changes:
-            changes = ["the same shard ids hold other contents (rewritten, or another storage)"]
-        return f"it read {then}, this loader reads {now}: {', and '.join(changes)}"
+        """In words, how the shards a state recorded differ from these (the same ids, with other contents)."""
+        return (
+            f"it read shards {recorded.get('shards')} of the storage at {recorded.get('path')}, and shards "
+            f"{describe_shards(self.shard_ids)} of the storage at {self.storage.location} hold other contents "
+            "(rewritten, or another storage)"
+        )
 
     def prefetch(self, indices: np.ndarray, epoch: int) -> None:
         """Shards of a remote storage that these records need are downloaded in the background (local: nothing)."""
