@@ -66,6 +66,9 @@ class ObjectStore:
         self._fs: Any = None
         self._pid = -1
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_fs": None, "_pid": -1}  # a client is made afresh where it is unpickled
+
     @property
     def conditional(self) -> bool:
         """Whether creating an object is atomic against a racing create (If-None-Match)."""

@@ -43,6 +43,7 @@ from guideloom._layout import (
 from guideloom._remote import ObjectStore
 
 _SHARD = re.compile(r"([0-9]{12})\.shard")
+PREFETCH_THREADS = 4  # downloads in flight at once, in the order the loader needs the shards
 _MARKER = re.compile(r"([0-9]{12})\.r([0-9]+)\.e([0-9]+)\.c([0-9a-f]{8})\.meta")
 
 
@@ -258,9 +259,9 @@ class RemoteShards:
             self.files.cache.make_room(0)  # what no reader holds any more is evicted as soon as it is over the limit
 
     def prefetch(self, positions: list[int]) -> None:
-        """Download these shards in the background, in order (a hint: failures surface when they are read)."""
+        """Download these shards in the background, in order, a few at once (a hint: failures surface when read)."""
         if self._prefetcher is None or self._prefetcher_pid != os.getpid():
-            self._prefetcher = ThreadPoolExecutor(1, thread_name_prefix="guideloom-prefetch")
+            self._prefetcher = ThreadPoolExecutor(PREFETCH_THREADS, thread_name_prefix="guideloom-prefetch")
             self._prefetcher_pid = os.getpid()
             self._queued = set()
         # Without a cache limit every shard the epoch needs is fetched, in the order it needs them;

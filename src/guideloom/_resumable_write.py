@@ -148,7 +148,7 @@ def start_write(storage: _Storage, write_id: str | None) -> int:
             f"write_id={others[0]!r} to complete it, or delete {WRITES_DIR}/{others[0]}.json in the storage "
             "to abandon it (the shards it committed stay)"
         )
-    existing = storage.committed_shard_ids()
+    existing = storage.committed_shards()
     first_shard = existing[-1] + 1 if existing else 0
     return first_shard if write_id is None else records.start(write_id, first_shard)
 
@@ -175,7 +175,7 @@ class ShardDigest:
 def committed_digest(storage: _Storage, header: StorageHeader, shard: int) -> ShardDigest | None:
     """The digest of a committed shard, from its footer or the store's listing; None if not committed."""
     if storage._remote is not None:
-        storage.committed_shard_ids()
+        storage.committed_shards()
         info = storage._listed.get(shard)
         return (
             None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import boto3
@@ -168,3 +169,12 @@ def test_any_fsspec_store_works_through_generic_calls(tmp_path: Path) -> None:
     with TokenStorage(url, cache_dir=tmp_path / "r").sync_reader() as reader:
         assert [reader.read(i).tolist() for i in range(len(reader))] == [d.tolist() for d in documents]
     assert storage.verify() == []
+
+
+def test_a_remote_storage_travels_by_pickle(s3_url: str, s3_server: S3Server, tmp_path: Path) -> None:
+    storage = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path)
+    documents = _write_tokens(storage, shards=1)
+    with storage.sync_reader() as reader:
+        reader.read(0)  # the original has made its client
+    with pickle.loads(pickle.dumps(storage)).sync_reader() as reader:
+        assert [reader.read(i).tolist() for i in range(len(reader))] == [d.tolist() for d in documents]
