@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import requests
 import torch
-from s3_support import S3Server
 
 from guideloom import CorruptStorageError, StatefulDataLoader, TokenStorage
+from tests.remote.s3_support import S3Server
 
 
 def _storage(url: str, s3_server: S3Server, cache: Path, **options: Any) -> TokenStorage:

@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from remote_child import shard_tokens
-from s3_support import S3Server
 
 from guideloom import TokenStorage
+from tests.remote.remote_child import shard_tokens
+from tests.remote.s3_support import S3Server
 
 CHILD = Path(__file__).with_name("remote_child.py")
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import ray
-from conftest import S3Server
 
 from guideloom import TokenStorage
 from guideloom.ray import StorageDatasink
 from guideloom.tokenize import load_tokenizer, tokenize_files, train_tokenizer
+from tests.remote.s3_support import S3Server
 
 ROWS = 2_000
 BLOCKS = 4

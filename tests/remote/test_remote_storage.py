@@ -8,7 +8,6 @@ from pathlib import Path
 import boto3
 import numpy as np
 import pytest
-from s3_support import S3Server
 
 from guideloom import (
     DocumentJsonFormat,
@@ -18,6 +17,7 @@ from guideloom import (
     StorageNotFoundError,
     TokenStorage,
 )
+from tests.remote.s3_support import S3Server
 
 
 def _documents(shard: int, count: int = 5) -> list[dict[str, object]]:
