@@ -120,7 +120,7 @@ class RemoteFiles:
         """Remove what dead writers left: local files being built or downloaded, unfinished uploads, stray markers."""
         removed = [str(path) for path in clean_incomplete(self.incomplete, older_than)]
         removed += [str(path) for path in self.cache.clean(older_than)]
-        removed += self.store.abort_uploads(SHARDS_DIR)
+        removed += self.store.abort_uploads(SHARDS_DIR, older_than)
         names = self.store.listing(SHARDS_DIR)
         shards = {match.group(1) for name in names if (match := _SHARD.fullmatch(name))}
         for name in names:
