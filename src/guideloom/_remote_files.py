@@ -18,7 +18,6 @@ import contextlib
 import hashlib
 import os
 import re
-import time
 import uuid
 import zlib
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from typing import Any
 
 from guideloom._cache import CacheLease, ShardCache
 from guideloom._errors import CorruptStorageError, FormatMismatchError, StorageNotFoundError
+from guideloom._files import clean_incomplete
 from guideloom._layout import (
     FOOTER,
     FOOTER_MAGIC,
@@ -118,9 +118,9 @@ class RemoteFiles:
 
     def clean(self, older_than: float) -> list[str]:
         """Remove what dead writers left: local files being built or downloaded, unfinished uploads, stray markers."""
-        removed = [str(path) for path in _clean_directory(self.incomplete, older_than)]
+        removed = [str(path) for path in clean_incomplete(self.incomplete, older_than)]
         removed += [str(path) for path in self.cache.clean(older_than)]
-        removed += self.store.abort_uploads(SHARDS_DIR)
+        removed += self.store.abort_uploads(SHARDS_DIR, older_than)
         names = self.store.listing(SHARDS_DIR)
         shards = {match.group(1) for name in names if (match := _SHARD.fullmatch(name))}
         for name in names:
@@ -206,18 +206,6 @@ def check_download(part: Path, info: ShardInfo, header: StorageHeader, name: str
         return problem
     finally:
         shard.close()
-
-
-def _clean_directory(directory: Path, older_than: float) -> list[Path]:
-    removed = []
-    now = time.time()
-    with contextlib.suppress(FileNotFoundError):
-        for entry in os.scandir(directory):
-            with contextlib.suppress(FileNotFoundError):
-                if entry.is_file(follow_symlinks=False) and now - entry.stat().st_mtime >= older_than:
-                    os.unlink(entry.path)
-                    removed.append(Path(entry.path))
-    return removed
 
 
 class RemoteShards:
