@@ -6,13 +6,14 @@
     as a ``Mixture``; Grain's ``MapDataset.mix`` over ArrayRecord sources; LitData's
     ``CombinedStreamingDataset`` over ``TokensLoader`` datasets; MosaicML Streaming's ``Stream``
     proportions. Each library reads the same ``--batches`` batches' worth of tokens, after writing the
-    data in its own format; every measurement runs in a fresh subprocess.
+    data in its own format; every library reads in a fresh subprocess, ``--repeats`` runs of ``--batches``
+    consecutive batches, and the median run counts.
 (b) State: a mixture of 10 components with a 5-stage schedule: the state dict's JSON size, and the
     time a fresh loader takes to load it and yield its first batch (median of ``--repeats``), checked
     against the uninterrupted run's batch.
 
-    .venv-bench/bin/python benchmarks/bench_mixture.py                 # 30M tokens, 1000 batches
-    .venv-bench/bin/python benchmarks/bench_mixture.py --tokens 4000000 --batches 100   # a quick run
+    .venv-bench/bin/python benchmarks/bench_mixture.py                 # 30M tokens, 5 runs of 500 batches
+    .venv-bench/bin/python benchmarks/bench_mixture.py --tokens 4000000 --batches 50    # a quick run
 
 Prints a Markdown table and writes JSON (default ``benchmarks/results/mixture.json``).
 """
@@ -104,7 +105,7 @@ def batches(library: str, root: Path) -> Iterator[Any]:
         else:
             storage = Mixture({name: TokenStorage(out / name) for name in WEIGHTS}, weights=WEIGHTS)
         loader = StatefulDataLoader.from_storage(
-            storage, device="cpu", local_batch_size=BATCH, sequence_length=SEQUENCE_LENGTH, shuffle=True
+            storage, device="cpu", local_batch_size=BATCH, sequence_length=SEQUENCE_LENGTH, shuffle=True, drop_last=True
         )
         while True:
             yield from loader
@@ -116,7 +117,7 @@ def batches(library: str, root: Path) -> Iterator[Any]:
             grain.MapDataset.source(grain.sources.ArrayRecordDataSource(str(out / name / TOKENS_FILE))).shuffle(seed=k)
             for k, name in enumerate(WEIGHTS)
         ]
-        mixed = grain.MapDataset.mix(parts, list(WEIGHTS.values())).map(decode_block).batch(BATCH)
+        mixed = grain.MapDataset.mix(parts, list(WEIGHTS.values())).map(decode_block).batch(BATCH, drop_remainder=True)
         for batch in mixed.repeat().to_iter_dataset():
             yield np.asarray(batch).astype(np.int64)
     if library == "litdata":
@@ -128,7 +129,7 @@ def batches(library: str, root: Path) -> Iterator[Any]:
         ]
         combined = CombinedStreamingDataset(datasets, weights=list(WEIGHTS.values()), iterate_over_all=False)
         while True:
-            for batch in StreamingDataLoader(combined, batch_size=BATCH, num_workers=0):
+            for batch in StreamingDataLoader(combined, batch_size=BATCH, num_workers=0, drop_last=True):
                 yield batch.to("cpu").long()
     if library == "mosaic":
         from peers.mosaic_peer import stack_tokens
@@ -140,18 +141,21 @@ def batches(library: str, root: Path) -> Iterator[Any]:
             yield from StreamingDataLoader(dataset, batch_size=BATCH, collate_fn=stack_tokens, drop_last=True)
 
 
-def measure(library: str, root: Path, count: int) -> dict[str, Any]:
-    """Tokens per second over ``count`` batches after the first one (which pays each loader's start)."""
+def measure(library: str, root: Path, count: int, segments: int) -> dict[str, Any]:
+    """Tokens per second: the median of ``segments`` runs of ``count`` consecutive batches, after the first
+    batch (which pays each loader's start)."""
     begin = time.perf_counter()
     stream = batches(library, root)
     next(stream)
     first = time.perf_counter() - begin
-    start = time.perf_counter()
-    for _ in range(count):
-        batch = next(stream)
-        assert tuple(batch.shape) == (BATCH, SEQUENCE_LENGTH), batch.shape
-    seconds = time.perf_counter() - start
-    return {"first_batch_s": first, "seconds": seconds, "mtok_per_s": count * BATCH * SEQUENCE_LENGTH / seconds / 1e6}
+    rates = []
+    for _ in range(segments):
+        start = time.perf_counter()
+        for _ in range(count):
+            batch = next(stream)
+            assert tuple(batch.shape) == (BATCH, SEQUENCE_LENGTH), batch.shape
+        rates.append(count * BATCH * SEQUENCE_LENGTH / (time.perf_counter() - start) / 1e6)
+    return {"first_batch_s": first, "mtok_per_s": statistics.median(rates), "runs": rates}
 
 
 # --- state of a 10 x 5 mixture ------------------------------------------------------------------------
@@ -207,7 +211,7 @@ def run_child(arguments: list[str]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=30_000_000)
-    parser.add_argument("--batches", type=int, default=1000)
+    parser.add_argument("--batches", type=int, default=500, help="batches per timed run (median of --repeats runs)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--only", default=",".join(LIBRARIES))
     parser.add_argument("--dir", type=Path, default=None)
@@ -221,7 +225,7 @@ def main() -> None:
             write(library, root, arguments.tokens)
             print(json.dumps({}))
         elif action == "read":
-            print(json.dumps(measure(library, root, arguments.batches)))
+            print(json.dumps(measure(library, root, arguments.batches, arguments.repeats)))
         else:
             print(json.dumps(state_measure(root, arguments.repeats)))
         return
@@ -230,7 +234,8 @@ def main() -> None:
         rows = []
         for library in arguments.only.split(","):
             written = run_child([*common, "--child", "write", library])
-            row = written if "error" in written else run_child([*common, "--child", "read", library])
+            reading = [*common, "--repeats", str(arguments.repeats), "--child", "read", library]
+            row = written if "error" in written else run_child(reading)
             rows.append({"library": library, **row})
             print(json.dumps(rows[-1]), file=sys.stderr)
         state = run_child([*common, "--repeats", str(arguments.repeats), "--child", "state", "-"])
@@ -241,7 +246,8 @@ def report(rows: list[dict[str, Any]], state: dict[str, Any], arguments: argpars
     single = next((row.get("mtok_per_s") for row in rows if row["library"] == "guideloom-single"), None)
     mixture = next((row.get("mtok_per_s") for row in rows if row["library"] == "guideloom-mixture"), None)
     print(f"Measured on {platform.platform()}, Python {platform.python_version()}.\n")
-    print(f"{arguments.tokens:,} tokens in 3 corpora (50/30/20), {arguments.batches} batches of (8, 2048), shuffled\n")
+    runs = f"median of {arguments.repeats} runs of {arguments.batches} batches"
+    print(f"{arguments.tokens:,} tokens in 3 corpora (50/30/20), (8, 2048) batches, shuffled, {runs}\n")
     print("| library | Mtok/s | first batch (s) | guideloom mixture × |")
     print("|---|---:|---:|---:|")
     for row in rows:

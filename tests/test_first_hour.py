@@ -232,17 +232,23 @@ def sleeping_collate(samples: list[dict[str, int]]) -> Any:
 @pytest.mark.timeout(60)
 def test_close_after_a_timeout_stops_a_busy_worker_at_once(tmp_path: Path) -> None:
     storage = make_documents(tmp_path)
+    before = _children()
     loader = StatefulDataLoader.from_storage(
         storage, sleeping_collate, device="cpu", local_batch_size=2, num_workers=1, timeout=1
     )
     with pytest.raises(RuntimeError, match="timed out"):
         next(iter(loader))
-    workers = [int(pid) for pid in Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split()]
+    workers = _children() - before  # this loader's own workers, not what earlier tests left running
+    assert workers
     started = time.monotonic()
     loader.close()
     # torch itself would give the busy worker MP_STATUS_CHECK_INTERVAL seconds before terminating it
     assert time.monotonic() - started < MP_STATUS_CHECK_INTERVAL
     assert not any(Path(f"/proc/{pid}").exists() and "Z" not in _state_of(pid) for pid in workers)
+
+
+def _children() -> set[int]:
+    return {int(pid) for pid in Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split()}
 
 
 def _state_of(pid: int) -> str:

@@ -311,13 +311,14 @@ def test_document_boundaries_in_a_mixture_keep_the_mixtures_windows(components: 
 def test_fetch_gives_the_same_samples_whether_or_not_they_were_announced(components: dict[str, TokenStorage]) -> None:
     from guideloom._sources import make_source
 
-    mixture = Mixture(components, WEIGHTS, samples_per_epoch=40, block_size=8)
+    mixture = Mixture(components, WEIGHTS, samples_per_epoch=700, block_size=8)
     source = make_source(mixture, sequence_length=S, shuffle=True, seed=7)
-    positions = np.array([3, 39, 40, 41, 0, 17])  # 40 and 41 are padding: they wrap around
+    positions = np.array([3, 650, 699, 700, 701, 17, 300])  # 700 and 701 are padding: they wrap around
     cold = source.fetch(positions, 2).tolist()
-    source.prefetch(np.arange(48)[::-1], 1)
+    source.prefetch(np.arange(710)[::-1], 1)
     assert source.fetch(positions, 2).tolist() == cold  # another epoch's announcement is not used
-    source.prefetch(np.arange(48)[::-1], 2)
+    source.prefetch(np.arange(710)[::-1], 2)  # the first positions are located now, the rest when needed
+    assert source.fetch(positions[5:], 2).tolist() == cold[5:]
     assert source.fetch(positions, 2).tolist() == cold
     assert source.fetch(np.array([], np.int64), 2).shape == (0, S)
     source.close()

@@ -10,6 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guideloom._mixture_order import MixtureOrder
+from guideloom._order import EpochOrder
+from guideloom._passes import permute_many
 from guideloom._schedule import largest_remainder, parse_schedule
 
 NAMES = ("a", "b", "c", "d", "e")
@@ -230,3 +232,24 @@ def test_bad_schedules_are_refused_naming_the_problem(
 def test_a_component_with_a_share_but_no_samples_is_refused() -> None:
     with pytest.raises(ValueError, match="component 'b' has no samples"):
         order([1.0, 1.0], sizes=[10, 0])
+
+
+@given(
+    orders=st.lists(
+        st.tuples(st.integers(1, 5000), st.integers(-(2**64), 2**64), st.integers(0, 2**40)), min_size=1, max_size=6
+    ),
+    picks=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 10**6)), min_size=1, max_size=60),
+)
+@settings(max_examples=100, deadline=None)
+def test_many_orders_at_once_equal_epoch_orders_one_by_one(
+    orders: list[tuple[int, int, int]], picks: list[tuple[int, int]]
+) -> None:
+    numbers = np.array([number % len(orders) for number, _ in picks], np.int64)
+    positions = np.array([position % orders[n][0] for n, (_, position) in zip(numbers, picks, strict=True)], np.int64)
+    counts, seeds, epochs = (list(column) for column in zip(*orders, strict=True))
+    many = permute_many(positions, numbers, counts, seeds, epochs)
+    one_by_one = [
+        int(EpochOrder(counts[n], shuffle=True, seed=seeds[n], epoch=epochs[n]).indices(np.array([p]))[0])
+        for n, p in zip(numbers.tolist(), positions.tolist(), strict=True)
+    ]
+    assert many.tolist() == one_by_one

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from guideloom import StatefulDataLoader, TokenStorage
 from guideloom._packing import best_fit_decreasing, document_pieces, pack_shard
 from guideloom._packing_cache import load_or_build
+from guideloom._sources import make_source
 
 
 def reference_pieces(lengths: list[int], capacity: int) -> list[tuple[int, int]]:
@@ -260,3 +261,11 @@ def test_the_packing_is_cached_and_used_again(tmp_path: Path, cache_dir: Path) -
     with packed_loader(storage, 8) as loader:
         assert [batch["input_ids"].tolist() for batch in loader] == first
     assert {path: path.stat().st_mtime_ns for path in cached_files(cache_dir)} == files
+
+
+def test_no_rows_asked_gives_no_rows(tmp_path: Path, cache_dir: Path) -> None:
+    storage = write_numbered(tmp_path / "tokens", SHARD_DOCUMENTS)
+    source = make_source(storage, sequence_length=8, pack_documents=True)
+    batch = source.default_collate(source.fetch(np.empty(0, np.int64), 0))
+    source.close()
+    assert tuple(batch["input_ids"].shape) == (0, 8) and batch["cu_seqlens"].tolist() == [0]

@@ -252,3 +252,30 @@ def test_a_packed_batch_loses_what_its_documents_lose_one_by_one(tmp_path: Path)
             alone = torch.ones(ids.shape[1], ids.shape[1], dtype=torch.bool).tril()[None]
             one_by_one += summed_loss(model, ids, torch.arange(ids.shape[1])[None], labels, alone)
     assert torch.allclose(packed.detach(), one_by_one)
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_elastic_resume_from_two_ranks_to_three_serves_each_row_once(tmp_path: Path, mode: str) -> None:
+    storage = write_tokens(tmp_path / "tokens")
+    options: dict[str, Any] = {"device": "cpu", "local_batch_size": 2, "sequence_length": 16, "shuffle": True}
+
+    def rows_of(batch: dict[str, Any]) -> list[tuple[int, ...]]:
+        return [tuple(row) for row in batch["input_ids"].tolist()]
+
+    with StatefulDataLoader.from_storage(storage, **options, **MODES[mode]) as whole:
+        epoch = [row for batch in whole for row in rows_of(batch)]
+    served, state = [], None
+    for rank in range(2):
+        with StatefulDataLoader.from_storage(storage, rank=rank, world_size=2, **options, **MODES[mode]) as loader:
+            batches = iter(loader)
+            for _ in range(2):
+                served.extend(rows_of(next(batches)))
+            state = loader.state_dict()
+    for rank in range(3):
+        with StatefulDataLoader.from_storage(storage, rank=rank, world_size=3, **options, **MODES[mode]) as loader:
+            loader.load_state_dict(state)
+            served.extend(row for batch in loader for row in rows_of(batch))
+    assert len(set(epoch)) == len(epoch)  # rows are told apart by their tokens
+    assert set(served) == set(epoch)
+    wrapped = (-(len(epoch) - 8)) % 3  # three ranks pad the rest of the epoch to a multiple of 3 by wrapping
+    assert len(served) == len(epoch) + wrapped

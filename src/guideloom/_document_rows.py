@@ -51,6 +51,9 @@ class PackedShards:
         copies each piece, a slice of its shard's mapped tokens, into place.
         """
         length = self.sequence_length
+        if len(indices) == 0:
+            empty = np.empty(0, np.int64)
+            return PieceRows(np.empty((0, length), dtype), empty, empty, empty)
         positions = np.searchsorted(self.row_bases, indices, side="right") - 1
         local_rows = indices - self.row_bases[positions]
         piece_counts = np.empty(len(indices), np.int64)

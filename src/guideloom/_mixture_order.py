@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from guideloom._order import MASK64, EpochOrder, mix_int
+from guideloom._passes import permute_many
 from guideloom._schedule import Schedule
 
 __all__ = ["MixtureOrder"]
@@ -103,17 +104,16 @@ class MixtureOrder:
         passes, within = np.divmod(draws, np.maximum(sizes, 1))
         if not self.shuffle or within.size == 0:
             return components, within
-        samples = np.empty_like(within)
         count = len(self.sizes)
         keys, which = np.unique(passes * count + components, return_inverse=True)  # one per (pass, component)
-        which = which.reshape(-1)
-        for number, key in enumerate(keys.tolist()):
-            pass_number, component = divmod(key, count)
-            chosen = which == number
-            order = EpochOrder(
-                int(self.sizes[component]), shuffle=True, seed=self._component_seeds[component], epoch=pass_number
-            )
-            samples[chosen] = order.indices(within[chosen])
+        pass_numbers, pass_components = np.divmod(keys, count)
+        samples = permute_many(
+            within,
+            which.reshape(-1),
+            [int(self.sizes[k]) for k in pass_components.tolist()],
+            [self._component_seeds[k] for k in pass_components.tolist()],
+            pass_numbers.tolist(),
+        )
         return components, samples
 
     def default_samples_per_epoch(self) -> int:

@@ -25,6 +25,7 @@ __all__ = ["MixtureSource"]
 
 KIND = "mixture"
 _SHARD_KEYS = ("kind", "path", "shards", "records", "fingerprint", "digest")  # per component, recorded apart
+_FIRST_LOCATED = 256  # announced positions located at once; the rest when the first of them is fetched
 _KEY_BITS = 40  # shard ids are < 10**12 < 2**40: component k's shard s has digest key k·2**40 + s
 
 
@@ -47,6 +48,7 @@ class MixtureSource:
         self._sample_count = mixture.samples_per_epoch or self.order.default_samples_per_epoch()
         self._identity: dict[str, Any] | None = None
         self._located: list[tuple[int, npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]] = []
+        self._pending: tuple[int, npt.NDArray[np.int64]] | None = None  # announced, located when first needed
         self._plain_windows = all(type(source) is TokenWindowSource for source in components) and (
             len({(source.sequence_length, source.window_dtype) for source in components}) == 1
         )
@@ -67,17 +69,34 @@ class MixtureSource:
     def locate(self, positions: npt.NDArray[np.int64], epoch: int) -> tuple[npt.NDArray[np.int64], ...]:
         """The component of each epoch position and the index of its sample there.
 
-        Positions the loader announced through `prefetch` (thousands at once, which is cheaper per
-        position) are looked up; others are computed.
+        Positions the loader announced through `prefetch` are located many at once (cheaper per position)
+        and looked up here; others are computed.
         """
         positions = np.asarray(positions, np.int64)
-        for known_epoch, known, components, samples in self._located:
-            if known_epoch == epoch and len(known) and len(positions):
-                where = np.minimum(np.searchsorted(known, positions), len(known) - 1)
-                if bool((known[where] == positions).all()):
-                    return components[where], samples[where]
+        found = self._look_up(positions, epoch)
+        pending = self._pending
+        if found is None and pending is not None and pending[0] == epoch and _find(pending[1], positions) is not None:
+            self._pending = None
+            self._remember(*pending)
+            found = self._look_up(positions, epoch)
+        if found is not None:
+            return found
         wrapped = positions % self._sample_count  # padding wraps around
         return self.order.locate(epoch * self._sample_count + wrapped)
+
+    def _look_up(self, positions: npt.NDArray[np.int64], epoch: int) -> tuple[npt.NDArray[np.int64], ...] | None:
+        for known_epoch, known, components, samples in reversed(self._located):
+            where = _find(known, positions) if known_epoch == epoch else None
+            if where is not None:
+                return components[where], samples[where]
+        return None
+
+    def _remember(self, epoch: int, positions: npt.NDArray[np.int64]) -> None:
+        """Locate announced (sorted) positions for `fetch`, and pass the hint on to the components."""
+        components, samples = self.order.locate(epoch * self._sample_count + positions % self._sample_count)
+        self._located = [*self._located[-2:], (epoch, positions, components, samples)]
+        for k in np.unique(components).tolist():
+            self.components[k].prefetch(samples[components == k], epoch)
 
     def fetch(self, indices: np.ndarray, epoch: int) -> Any:
         components, samples = self.locate(indices, epoch)
@@ -102,19 +121,18 @@ class MixtureSource:
         return list(self.components[0].split_collated(batch, sizes))
 
     def prefetch(self, indices: np.ndarray, epoch: int) -> None:
-        positions = np.asarray(indices, np.int64).reshape(-1)
-        positions = positions[np.argsort(positions, kind="stable")]
-        components, samples = self.locate(positions, epoch)
-        self._located = [*self._located[-1:], (epoch, positions, components, samples)]  # for `fetch`
-        for k in np.unique(components).tolist():
-            self.components[k].prefetch(samples[components == k], epoch)
+        """Locate the first announced positions now and the rest when first needed: a resumed loader's first
+        batch does not wait for thousands of positions."""
+        positions = np.sort(np.asarray(indices, np.int64).reshape(-1))
+        self._pending = (epoch, positions[_FIRST_LOCATED:]) if len(positions) > _FIRST_LOCATED else None
+        self._remember(epoch, positions[:_FIRST_LOCATED])
 
     def close(self) -> None:
         for source in self.components:
             source.close()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_located": []}
+        return {**self.__dict__, "_located": [], "_pending": None}
 
     def __repr__(self) -> str:
         return f"a mixture of {', '.join(self.mixture.names)}"
@@ -217,6 +235,19 @@ class MixtureSource:
                     f"the mixture's weights in force at global sample {start} differ from the state's{where}: a "
                     "resumed loader may change the schedule only from its position on"
                 )
+
+
+def _find(known: npt.NDArray[np.int64], positions: npt.NDArray[np.int64]) -> slice | npt.NDArray[np.int64] | None:
+    """Where ``positions`` lie in the sorted ``known`` ones (a slice when they are a run of them, as a batch's
+    positions usually are), or None if any is not there."""
+    count = len(positions)
+    if not len(known) or not count:
+        return None
+    first = int(np.searchsorted(known, positions[0]))
+    if first + count <= len(known) and np.array_equal(known[first : first + count], positions):
+        return slice(first, first + count)
+    where = np.minimum(np.searchsorted(known, positions), len(known) - 1)
+    return where if bool((known[where] == positions).all()) else None
 
 
 def _in_force(stages: list[list[Any]], sample: int) -> Any:

@@ -6,6 +6,7 @@ few integers, which is what makes resuming exact and cheap.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,7 @@ __all__ = ["BatchPlan", "EpochOrder"]
 
 MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
-_ROUNDS = 6
+ROUNDS = 6
 _MAX_SAMPLES = (1 << 63) - 1  # positions and indices are int64
 
 
@@ -44,6 +45,25 @@ def _mix_array(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     return x
 
 
+def round_keys(seed: int, epoch: int) -> list[int]:
+    """The Feistel round keys of the order keyed by ``(seed, epoch)``."""
+    base = mix_int(mix_int((seed & MASK64) ^ _GOLDEN) ^ (epoch & MASK64))
+    return [mix_int((base + (r + 1) * _GOLDEN) & MASK64) for r in range(ROUNDS)]
+
+
+def feistel(x: npt.NDArray[np.uint64], half_bits: Any, half_mask: Any, keys: Iterable[Any]) -> npt.NDArray[np.uint64]:
+    """The balanced Feistel network on ``x`` (wrapping arithmetic): one round per key.
+
+    ``half_bits``, ``half_mask`` and each key are uint64 scalars, or arrays shaped like ``x`` (one order
+    per element, as a mixture evaluates many orders at once).
+    """
+    left, right = x >> half_bits, x & half_mask
+    for key in keys:
+        left, right = right, left ^ (_mix_array(right ^ key) & half_mask)
+    result: npt.NDArray[np.uint64] = (left << half_bits) | right
+    return result
+
+
 class EpochOrder:
     """The order in which one epoch visits samples `0 .. sample_count - 1`.
 
@@ -64,8 +84,7 @@ class EpochOrder:
         bits = max(2, (self.sample_count - 1).bit_length())
         self._half_bits = np.uint64((bits + 1) // 2)
         self._half_mask = np.uint64((1 << int(self._half_bits)) - 1)
-        base = mix_int(mix_int((self.seed & MASK64) ^ _GOLDEN) ^ (self.epoch & MASK64))
-        self._keys = tuple(np.uint64(mix_int((base + (r + 1) * _GOLDEN) & MASK64)) for r in range(_ROUNDS))
+        self._keys = tuple(np.uint64(key) for key in round_keys(self.seed, self.epoch))
 
     def __len__(self) -> int:
         return self.sample_count
@@ -105,10 +124,7 @@ class EpochOrder:
 
     def _permute(self, x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
         """Apply the keyed Feistel bijection of `[0, 2**bits)` to a uint64 array."""
-        left, right = x >> self._half_bits, x & self._half_mask
-        for key in self._keys:
-            left, right = right, left ^ (_mix_array(right ^ key) & self._half_mask)
-        return (left << self._half_bits) | right
+        return feistel(x, self._half_bits, self._half_mask, self._keys)
 
 
 def _as_positions(positions: npt.ArrayLike) -> npt.NDArray[np.int64]:

@@ -26,20 +26,21 @@ __all__ = ["Schedule", "largest_remainder", "parse_schedule"]
 def largest_remainder(weights: Sequence[float], total: int) -> list[int]:
     """``total`` split in proportion to ``weights``: floors, then +1 to the largest remainders (ties: earlier).
 
-    The arithmetic is exact (each float weight is taken as the binary fraction it is), so equal weights
-    always tie and the result never depends on summation order.
+    The arithmetic is exact (each float weight is taken as the binary fraction it is, all brought to one
+    power-of-two denominator), so equal weights always tie and the result never depends on summation order.
     """
-    exact = [Fraction(weight) for weight in weights]
-    whole = sum(exact, Fraction(0))
+    ratios = [Fraction(weight).as_integer_ratio() for weight in weights]
+    denominator = max(den for _, den in ratios)  # every float's denominator is a power of two
+    numerators = [num * (denominator // den) for num, den in ratios]
+    whole = sum(numerators)
     if whole <= 0:
         raise ValueError("weights must not all be zero")
-    shares = [weight * total / whole for weight in exact]
-    counts = [math.floor(share) for share in shares]
-    left = total - sum(counts)
-    by_remainder = sorted(range(len(shares)), key=lambda k: (-(shares[k] - counts[k]), k))
-    for k in by_remainder[:left]:
-        counts[k] += 1
-    return counts
+    counts, remainders = zip(*(divmod(num * total, whole) for num in numerators), strict=True)
+    result = list(counts)
+    by_remainder = sorted(range(len(result)), key=lambda k: (-remainders[k], k))
+    for k in by_remainder[: total - sum(result)]:
+        result[k] += 1
+    return result
 
 
 @dataclass(frozen=True)
