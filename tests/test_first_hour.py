@@ -256,3 +256,21 @@ def _state_of(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].split()[0]
     except (FileNotFoundError, IndexError):
         return "Z"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"sequence_length": 8.0}, "sequence_length must be an int, got float"),
+        ({"local_batch_size": 2.0}, "local_batch_size must be an int, got float"),
+        ({"window_dtype": "int32"}, "window_dtype must be torch.int64 or torch.int32, got str"),
+        ({"timeout": "1"}, "timeout must be a number, got str"),
+    ],
+)
+def test_an_argument_of_the_wrong_type_is_a_type_error_naming_it(
+    tmp_path: Path, arguments: dict[str, Any], message: str
+) -> None:
+    options: dict[str, Any] = {"device": "cpu", "local_batch_size": 2, "sequence_length": 4, **arguments}
+    with pytest.raises(TypeError) as caught:
+        StatefulDataLoader.from_storage(make_tokens(tmp_path), **options)
+    assert str(caught.value) == message
