@@ -232,12 +232,14 @@ def sleeping_collate(samples: list[dict[str, int]]) -> Any:
 @pytest.mark.timeout(60)
 def test_close_after_a_timeout_stops_a_busy_worker_at_once(tmp_path: Path) -> None:
     storage = make_documents(tmp_path)
+    before = _children()
     loader = StatefulDataLoader.from_storage(
         storage, sleeping_collate, device="cpu", local_batch_size=2, num_workers=1, timeout=1
     )
     with pytest.raises(RuntimeError, match="timed out"):
         next(iter(loader))
-    workers = [int(pid) for pid in Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split()]
+    workers = _children() - before  # this loader's own workers, not what earlier tests left running
+    assert workers
     started = time.monotonic()
     loader.close()
     # torch itself would give the busy worker MP_STATUS_CHECK_INTERVAL seconds before terminating it
@@ -245,8 +247,30 @@ def test_close_after_a_timeout_stops_a_busy_worker_at_once(tmp_path: Path) -> No
     assert not any(Path(f"/proc/{pid}").exists() and "Z" not in _state_of(pid) for pid in workers)
 
 
+def _children() -> set[int]:
+    return {int(pid) for pid in Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split()}
+
+
 def _state_of(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].split()[0]
     except (FileNotFoundError, IndexError):
         return "Z"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"sequence_length": 8.0}, "sequence_length must be an int, got float"),
+        ({"local_batch_size": 2.0}, "local_batch_size must be an int, got float"),
+        ({"window_dtype": "int32"}, "window_dtype must be torch.int64 or torch.int32, got str"),
+        ({"timeout": "1"}, "timeout must be a number, got str"),
+    ],
+)
+def test_an_argument_of_the_wrong_type_is_a_type_error_naming_it(
+    tmp_path: Path, arguments: dict[str, Any], message: str
+) -> None:
+    options: dict[str, Any] = {"device": "cpu", "local_batch_size": 2, "sequence_length": 4, **arguments}
+    with pytest.raises(TypeError) as caught:
+        StatefulDataLoader.from_storage(make_tokens(tmp_path), **options)
+    assert str(caught.value) == message

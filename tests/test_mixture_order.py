@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guideloom._mixture_order import MixtureOrder
-from guideloom._order import EpochOrder, permute_many
+from guideloom._order import EpochOrder
+from guideloom._passes import permute_many
 from guideloom._schedule import largest_remainder, parse_schedule
 
 NAMES = ("a", "b", "c", "d", "e")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import struct
 import subprocess
 import sys
@@ -12,6 +11,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from signal import SIGKILL
 from typing import Any
 
 import numpy as np
@@ -161,6 +161,7 @@ def test_retry_of_a_committed_shard_checks_it_and_skips_it(
 
 def test_worker_killed_mid_write(ray_cluster: str, storage_path: Path, tmp_path: Path) -> None:
     storage = DocumentStorage(storage_path, IdFormat(tmp_path, trigger=ROWS // 3, action="hang"))
+    killed: list[str] = []  # the killed attempt's file in progress, seen right after the kill
 
     def kill_the_hanging_worker() -> None:
         deadline = time.monotonic() + 120
@@ -168,7 +169,9 @@ def test_worker_killed_mid_write(ray_cluster: str, storage_path: Path, tmp_path:
             if time.monotonic() > deadline:
                 return  # the write hangs no longer than the sleep; the checks below fail
             time.sleep(0.05)
-        os.kill(int((tmp_path / "triggered").read_text()), signal.SIGKILL)
+        pid = (tmp_path / "triggered").read_text()
+        os.kill(int(pid), SIGKILL)
+        killed.extend(name for name in leftovers(storage_path) if f".{pid}." in name)
 
     killer = threading.Thread(target=kill_the_hanging_worker)
     killer.start()
@@ -176,6 +179,7 @@ def test_worker_killed_mid_write(ray_cluster: str, storage_path: Path, tmp_path:
         StorageDatasink(storage, column="id"), ray_remote_args=RETRY
     )
     killer.join()
+    assert len(killed) == 1
     assert read_ids(storage_path) == list(range(ROWS))
     assert leftovers(storage_path) == []
 
@@ -305,3 +309,48 @@ assert "ray" not in sys.modules, "ray was imported"
 """
     completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert completed.returncode == 0, completed.stderr
+
+
+def test_order_after_an_all_to_all_operation_with_preserve_order(ray_cluster: str, storage_path: Path) -> None:
+    context = ray.data.DataContext.get_current()
+    saved = context.execution_options.preserve_order
+    context.execution_options.preserve_order = True
+    try:
+        dataset = (
+            ray.data.range(ROWS, override_num_blocks=BLOCKS)
+            .repartition(5)
+            .map_batches(token_rows, batch_format="pyarrow", batch_size=None)
+        )
+        sink = StorageDatasink(TokenStorage(storage_path), column="tokens")
+        dataset.write_datasink(sink)
+    finally:
+        context.execution_options.preserve_order = saved
+    assert sink.shards == list(range(5))
+    assert_exact(storage_path)
+
+
+def test_the_same_shards_whatever_the_write_concurrency(ray_cluster: str, tmp_path: Path) -> None:
+    contents = []
+    for concurrency in (1, 2):
+        path = tmp_path / f"concurrency-{concurrency}"
+        token_dataset(10_000).write_datasink(
+            StorageDatasink(TokenStorage(path), column="tokens"), concurrency=concurrency
+        )
+        contents.append({name: (path / "shards" / name).read_bytes() for name in committed(path)})
+    assert contents[0] == contents[1]
+    assert len(contents[0]) == BLOCKS
+
+
+def test_argument_mistakes_are_named(storage_path: Path) -> None:
+    with pytest.raises(TypeError, match="storage must be a TokenStorage or DocumentStorage"):
+        StorageDatasink(str(storage_path))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="column must be a str"):
+        StorageDatasink(TokenStorage(storage_path), column=1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="write_id must be"):
+        StorageDatasink(TokenStorage(storage_path), write_id="../elsewhere")
+
+
+def test_a_missing_column_is_named(ray_cluster: str, storage_path: Path) -> None:
+    with pytest.raises(Exception, match=r"column 'text' is not in the rows, whose columns are \['id', 'tokens'\]"):
+        token_dataset(100).write_datasink(StorageDatasink(TokenStorage(storage_path), column="text"))
+    assert committed(storage_path) == []

@@ -23,6 +23,7 @@ from guideloom._cli import main as cli
 from guideloom._layout import committed_shard_ids
 from guideloom.tokenize import TokenizeWorkerDied, load_tokenizer, tokenize_files, train_tokenizer
 
+TOKEN_DTYPES = "uint8, uint16, uint32, uint64, int8, int16, int32, int64"
 DOCUMENTS = [
     "The quick brown fox jumps over the lazy dog.",
     "def add(a, b):\n    return a + b\n",
@@ -299,41 +300,31 @@ def test_cli_names_the_directory_holding_the_tokenizer(
     )
 
 
-@pytest.mark.parametrize("workers", ["0", "-1", "two"])
-def test_cli_workers_must_be_a_positive_integer(
-    tmp_path: Path, tokenizer_path: Path, capsys: pytest.CaptureFixture[str], workers: str
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("--workers", "0", "must be a positive integer, got 0"),
+        ("--workers", "-1", "must be a positive integer, got -1"),
+        ("--workers", "two", "must be a positive integer, got 'two'"),
+        ("--dtype", "float32", f"float32 is not a token dtype; use one of {TOKEN_DTYPES}"),
+        ("--dtype", "unit16", f"unit16 is not a token dtype; use one of {TOKEN_DTYPES}"),
+    ],
+)
+def test_cli_option_values_are_checked_by_the_command_line(
+    tmp_path: Path, tokenizer_path: Path, capsys: pytest.CaptureFixture[str], option: str, value: str, message: str
 ) -> None:
     source = write_jsonl(tmp_path / "a.jsonl", DOCUMENTS)
     with pytest.raises(SystemExit) as exit_info:
-        cli(tokenize_command(source, tmp_path / "out", "--tokenizer", tokenizer_path, "--workers", workers))
+        cli(tokenize_command(source, tmp_path / "out", "--tokenizer", tokenizer_path, option, value))
     assert exit_info.value.code == 2
-    shown = workers if workers != "two" else "'two'"
-    assert capsys.readouterr().err.splitlines()[-1] == (
-        f"guideloom tokenize: error: argument --workers: must be a positive integer, got {shown}"
-    )
-
-
-@pytest.mark.parametrize("dtype", ["float32", "unit16"])
-def test_cli_dtype_must_be_a_token_dtype(
-    tmp_path: Path, tokenizer_path: Path, capsys: pytest.CaptureFixture[str], dtype: str
-) -> None:
-    source = write_jsonl(tmp_path / "a.jsonl", DOCUMENTS)
-    with pytest.raises(SystemExit) as exit_info:
-        cli(tokenize_command(source, tmp_path / "out", "--tokenizer", tokenizer_path, "--dtype", dtype))
-    assert exit_info.value.code == 2
-    assert capsys.readouterr().err.splitlines()[-1] == (
-        f"guideloom tokenize: error: argument --dtype: {dtype} is not a token dtype; "
-        "use one of uint8, uint16, uint32, uint64, int8, int16, int32, int64"
-    )
+    assert capsys.readouterr().err.splitlines()[-1] == f"guideloom tokenize: error: argument {option}: {message}"
 
 
 def test_api_dtype_must_be_a_token_dtype(tmp_path: Path, tokenizer_path: Path) -> None:
     source = write_jsonl(tmp_path / "a.jsonl", DOCUMENTS)
     with pytest.raises(ValueError) as raised:
         tokenize_files([source], tmp_path / "out", tokenizer_path, dtype="float32")
-    assert str(raised.value) == (
-        "dtype float32 is not a token dtype; use one of uint8, uint16, uint32, uint64, int8, int16, int32, int64"
-    )
+    assert str(raised.value) == f"dtype float32 is not a token dtype; use one of {TOKEN_DTYPES}"
 
 
 def test_cli_existing_shards_exit_2_and_name_the_option(

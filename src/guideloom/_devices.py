@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+_ATOMS = frozenset({int, float, complex, bool, str, bytes, type(None)})  # values that never hold a tensor
+
 
 def is_tensor(value: object) -> bool:
     return isinstance(value, torch.Tensor)
@@ -21,14 +23,23 @@ def is_tensor(value: object) -> bool:
 
 def map_tensors(batch: Any, change: Callable[[Any], Any], is_leaf: Callable[[Any], bool] = is_tensor) -> Any:
     """``batch`` with ``change`` applied to every leaf in it, nested in mappings, sequences and dataclasses."""
+    kind = type(batch)
+    if kind in _ATOMS:
+        return batch
     if is_leaf(batch):
         return change(batch)
-    if isinstance(batch, str | bytes | bytearray | memoryview):
-        return batch
 
     def walk(value: Any) -> Any:
         return map_tensors(value, change, is_leaf)
 
+    if kind is dict:  # the common containers first, rebuilt directly (this runs for every batch)
+        return {key: walk(value) for key, value in batch.items()}
+    if kind is list:
+        return [walk(value) for value in batch]
+    if kind is tuple:
+        return tuple(walk(value) for value in batch)
+    if isinstance(batch, str | bytes | bytearray | memoryview):
+        return batch
     if isinstance(batch, Mapping):
         items = {key: walk(value) for key, value in batch.items()}
         return batch if _same(batch.values(), items.values()) else _rebuilt_mapping(batch, items)

@@ -8,11 +8,16 @@ into a cache and commit by upload. Neither readers nor writers know which they h
 
 from __future__ import annotations
 
+import contextlib
+import os
+import stat
+import time
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
+from guideloom._errors import CorruptStorageError
 from guideloom._layout import (
     INCOMPLETE_DIR,
     SHARDS_DIR,
@@ -98,6 +103,34 @@ class LocalTarget:
 
     def describe(self, shard: int) -> str:
         return str(self.path / SHARDS_DIR / shard_file_name(shard))
+
+
+def clean_incomplete(incomplete: Path, older_than: float) -> list[Path]:
+    """Delete the files in ``incomplete`` untouched for ``older_than`` seconds (what dead writers left).
+
+    Never through a symlink: a crafted storage must not make clean delete files elsewhere.
+    """
+    removed: list[Path] = []
+    now = time.time()
+    try:
+        directory = os.open(incomplete, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return removed
+    except OSError as error:
+        reason = error.strerror or error
+        raise CorruptStorageError(f"{incomplete} is not a directory ({reason}): nothing cleaned") from None
+    try:
+        for entry in os.scandir(directory):
+            with contextlib.suppress(FileNotFoundError):
+                status = entry.stat(follow_symlinks=False)
+                if stat.S_ISDIR(status.st_mode):  # writers make files only: not theirs, left alone
+                    continue
+                if now - status.st_mtime >= older_than:
+                    os.unlink(entry.name, dir_fd=directory)  # a symlink goes, not its target
+                    removed.append(incomplete / entry.name)
+    finally:
+        os.close(directory)
+    return removed
 
 
 def first_positions(positions: np.ndarray, limit: int) -> list[int]:

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from guideloom._order import MASK64, EpochOrder, mix_int, permute_many
+from guideloom._order import MASK64, EpochOrder, mix_int
+from guideloom._passes import permute_many
 from guideloom._schedule import Schedule
 
 __all__ = ["MixtureOrder"]

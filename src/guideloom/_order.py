@@ -6,6 +6,7 @@ few integers, which is what makes resuming exact and cheap.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,11 +15,11 @@ import numpy.typing as npt
 
 from guideloom._checks import check_bool, check_int
 
-__all__ = ["BatchPlan", "EpochOrder", "permute_many"]
+__all__ = ["BatchPlan", "EpochOrder"]
 
 MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
-_ROUNDS = 6
+ROUNDS = 6
 _MAX_SAMPLES = (1 << 63) - 1  # positions and indices are int64
 
 
@@ -44,6 +45,25 @@ def _mix_array(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     return x
 
 
+def round_keys(seed: int, epoch: int) -> list[int]:
+    """The Feistel round keys of the order keyed by ``(seed, epoch)``."""
+    base = mix_int(mix_int((seed & MASK64) ^ _GOLDEN) ^ (epoch & MASK64))
+    return [mix_int((base + (r + 1) * _GOLDEN) & MASK64) for r in range(ROUNDS)]
+
+
+def feistel(x: npt.NDArray[np.uint64], half_bits: Any, half_mask: Any, keys: Iterable[Any]) -> npt.NDArray[np.uint64]:
+    """The balanced Feistel network on ``x`` (wrapping arithmetic): one round per key.
+
+    ``half_bits``, ``half_mask`` and each key are uint64 scalars, or arrays shaped like ``x`` (one order
+    per element, as a mixture evaluates many orders at once).
+    """
+    left, right = x >> half_bits, x & half_mask
+    for key in keys:
+        left, right = right, left ^ (_mix_array(right ^ key) & half_mask)
+    result: npt.NDArray[np.uint64] = (left << half_bits) | right
+    return result
+
+
 class EpochOrder:
     """The order in which one epoch visits samples `0 .. sample_count - 1`.
 
@@ -64,8 +84,7 @@ class EpochOrder:
         bits = max(2, (self.sample_count - 1).bit_length())
         self._half_bits = np.uint64((bits + 1) // 2)
         self._half_mask = np.uint64((1 << int(self._half_bits)) - 1)
-        base = mix_int(mix_int((self.seed & MASK64) ^ _GOLDEN) ^ (self.epoch & MASK64))
-        self._keys = tuple(np.uint64(mix_int((base + (r + 1) * _GOLDEN) & MASK64)) for r in range(_ROUNDS))
+        self._keys = tuple(np.uint64(key) for key in round_keys(self.seed, self.epoch))
 
     def __len__(self) -> int:
         return self.sample_count
@@ -105,10 +124,7 @@ class EpochOrder:
 
     def _permute(self, x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
         """Apply the keyed Feistel bijection of `[0, 2**bits)` to a uint64 array."""
-        left, right = x >> self._half_bits, x & self._half_mask
-        for key in self._keys:
-            left, right = right, left ^ (_mix_array(right ^ key) & self._half_mask)
-        return (left << self._half_bits) | right
+        return feistel(x, self._half_bits, self._half_mask, self._keys)
 
 
 def _as_positions(positions: npt.ArrayLike) -> npt.NDArray[np.int64]:
@@ -210,54 +226,3 @@ class BatchPlan:
         if batch >= self.batch_count:
             raise IndexError(f"batch must be < batch_count ({self.batch_count}), got {batch}")
         return batch
-
-
-# --- many orders at once: a mixture's components, each in its own seeded pass -----------------------
-# One EpochOrder per (component, pass) would cost a round of NumPy calls per order, and a small
-# component may be in dozens of passes within one batch: this evaluates the same Feistel network for
-# all of them together, with per-position keys, half widths and limits (equal element by element).
-
-
-def _round_keys(seed: int, epoch: int) -> list[int]:
-    """The Feistel round keys `EpochOrder(..., seed=seed, epoch=epoch)` uses."""
-    base = mix_int(mix_int((seed & MASK64) ^ _GOLDEN) ^ (epoch & MASK64))
-    return [mix_int((base + (r + 1) * _GOLDEN) & MASK64) for r in range(_ROUNDS)]
-
-
-def _feistel(
-    x: npt.NDArray[np.uint64],
-    half_bits: npt.NDArray[np.uint64],
-    half_mask: npt.NDArray[np.uint64],
-    keys: npt.NDArray[np.uint64],
-) -> npt.NDArray[np.uint64]:
-    left, right = x >> half_bits, x & half_mask
-    for key in keys:
-        left, right = right, left ^ (_mix_array(right ^ key) & half_mask)
-    result: npt.NDArray[np.uint64] = (left << half_bits) | right
-    return result
-
-
-def permute_many(
-    positions: npt.NDArray[np.int64],
-    orders: npt.NDArray[np.int64],
-    counts: list[int],
-    seeds: list[int],
-    epochs: list[int],
-) -> npt.NDArray[np.int64]:
-    """``EpochOrder(counts[o], shuffle=True, seed=seeds[o], epoch=epochs[o]).indices(position)`` for each
-    position and its order number ``o`` (from ``orders``), in one vectorised pass."""
-    sizes = np.array(counts, np.uint64)
-    bits = np.array([max(2, (count - 1).bit_length()) for count in counts], np.uint64)
-    half_bits = ((bits + np.uint64(1)) // np.uint64(2))[orders]
-    half_mask = (np.uint64(1) << half_bits) - np.uint64(1)
-    keys = np.array([_round_keys(seed, epoch) for seed, epoch in zip(seeds, epochs, strict=True)], np.uint64)
-    keys = keys.reshape(len(counts), _ROUNDS).T[:, orders]
-    limit = sizes[orders]
-    with np.errstate(over="ignore"):
-        result = _feistel(positions.astype(np.uint64), half_bits, half_mask, keys)
-        pending = np.flatnonzero(result >= limit)  # cycle walking, as EpochOrder does
-        while pending.size:
-            walked = _feistel(result[pending], half_bits[pending], half_mask[pending], keys[:, pending])
-            result[pending] = walked
-            pending = pending[walked >= limit[pending]]
-    return result.astype(np.int64)

@@ -9,8 +9,10 @@ is "check, then put" (see docs/object-storage.md).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,8 @@ from guideloom._errors import StorageNotFoundError
 
 CONDITIONAL_PROTOCOLS = ("s3", "s3a")
 DOWNLOAD_CHUNK = 4 * 1024 * 1024
+MULTIPART_BYTES = 1 << 30  # larger shards are uploaded in parts (one PUT takes at most 5 GiB)
+PART_BYTES = 64 << 20
 # Fail fast on an unreachable endpoint instead of botocore's long defaults; storage_options may override.
 S3_DEFAULTS: dict[str, Any] = {
     "use_listings_cache": False,
@@ -65,6 +69,9 @@ class ObjectStore:
             raise ImportError(f"opening {url} needs the fsspec implementation of {self.protocol}://: {error}") from None
         self._fs: Any = None
         self._pid = -1
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_fs": None, "_pid": -1}  # a client is made afresh where it is unpickled
 
     @property
     def conditional(self) -> bool:
@@ -132,6 +139,8 @@ class ObjectStore:
             if self.conditional:
                 bucket, key, _ = self.fs.split_path(self.key(name))
                 try:
+                    if isinstance(source, Path) and source.stat().st_size > MULTIPART_BYTES:
+                        return self._create_in_parts(bucket, key, source)
                     if isinstance(source, Path):
                         with open(source, "rb") as body:
                             self.fs.call_s3("put_object", Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")
@@ -152,6 +161,34 @@ class ObjectStore:
             raise self.failure(error, f"creating {self.name_of(name)}") from error
         except Exception as error:
             raise self.failure(error, f"creating {self.name_of(name)}") from error
+
+    def _create_in_parts(self, bucket: str, key: str, source: Path) -> bool:
+        """A multipart upload, completed with If-None-Match: nothing is visible before the completion."""
+        upload_id = self.fs.call_s3("create_multipart_upload", Bucket=bucket, Key=key)["UploadId"]
+        try:
+            parts: list[dict[str, Any]] = []
+            with open(source, "rb") as file:
+                while chunk := file.read(PART_BYTES):
+                    number = len(parts) + 1
+                    part = self.fs.call_s3(
+                        "upload_part", Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=chunk
+                    )
+                    parts.append({"ETag": part["ETag"], "PartNumber": number})
+            self.fs.call_s3(
+                "complete_multipart_upload",
+                Bucket=bucket,
+                Key=key,
+                UploadId=upload_id,
+                MultipartUpload={"Parts": parts},
+                IfNoneMatch="*",
+            )
+            return True
+        except BaseException as error:
+            with contextlib.suppress(Exception):  # a failure here leaves an upload that clean aborts
+                self.fs.call_s3("abort_multipart_upload", Bucket=bucket, Key=key, UploadId=upload_id)
+            if isinstance(error, FileExistsError):  # 412: another writer completed this key first
+                return False
+            raise
 
     def download(self, name: str, destination: Path) -> None:
         """Write the whole object into ``destination`` (created or truncated); FileNotFoundError if gone."""
@@ -180,15 +217,18 @@ class ObjectStore:
         except Exception as error:
             raise self.failure(error, f"deleting {self.name_of(name)}") from error
 
-    def abort_uploads(self, directory: str) -> list[str]:
-        """Abort unfinished multipart uploads under ``directory`` (S3 only); the keys they were for."""
+    def abort_uploads(self, directory: str, older_than: float) -> list[str]:
+        """Abort multipart uploads under ``directory`` begun ``older_than`` seconds ago or more (S3 only)."""
         if not self.conditional:
             return []
         bucket, prefix, _ = self.fs.split_path(self.key(directory))
         try:
             listing = self.fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=prefix.rstrip("/") + "/")
             aborted = []
+            now = time.time()
             for upload in listing.get("Uploads", []):
+                if now - upload["Initiated"].timestamp() < older_than:
+                    continue  # a live writer's, most likely
                 self.fs.call_s3("abort_multipart_upload", Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
                 aborted.append(f"{self.protocol}://{bucket}/{upload['Key']}")
             return aborted

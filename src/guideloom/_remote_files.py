@@ -18,7 +18,6 @@ import contextlib
 import hashlib
 import os
 import re
-import time
 import uuid
 import zlib
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from typing import Any
 
 from guideloom._cache import CacheLease, ShardCache
 from guideloom._errors import CorruptStorageError, FormatMismatchError, StorageNotFoundError
+from guideloom._files import clean_incomplete
 from guideloom._layout import (
     FOOTER,
     FOOTER_MAGIC,
@@ -43,6 +43,7 @@ from guideloom._layout import (
 from guideloom._remote import ObjectStore
 
 _SHARD = re.compile(r"([0-9]{12})\.shard")
+PREFETCH_THREADS = 4  # downloads in flight at once, in the order the loader needs the shards
 _MARKER = re.compile(r"([0-9]{12})\.r([0-9]+)\.e([0-9]+)\.c([0-9a-f]{8})\.meta")
 
 
@@ -117,9 +118,9 @@ class RemoteFiles:
 
     def clean(self, older_than: float) -> list[str]:
         """Remove what dead writers left: local files being built or downloaded, unfinished uploads, stray markers."""
-        removed = [str(path) for path in _clean_directory(self.incomplete, older_than)]
+        removed = [str(path) for path in clean_incomplete(self.incomplete, older_than)]
         removed += [str(path) for path in self.cache.clean(older_than)]
-        removed += self.store.abort_uploads(SHARDS_DIR)
+        removed += self.store.abort_uploads(SHARDS_DIR, older_than)
         names = self.store.listing(SHARDS_DIR)
         shards = {match.group(1) for name in names if (match := _SHARD.fullmatch(name))}
         for name in names:
@@ -207,18 +208,6 @@ def check_download(part: Path, info: ShardInfo, header: StorageHeader, name: str
         shard.close()
 
 
-def _clean_directory(directory: Path, older_than: float) -> list[Path]:
-    removed = []
-    now = time.time()
-    with contextlib.suppress(FileNotFoundError):
-        for entry in os.scandir(directory):
-            with contextlib.suppress(FileNotFoundError):
-                if entry.is_file(follow_symlinks=False) and now - entry.stat().st_mtime >= older_than:
-                    os.unlink(entry.path)
-                    removed.append(Path(entry.path))
-    return removed
-
-
 class RemoteShards:
     """A reader's snapshot of a remote storage: shards downloaded on first use, prefetched in the background."""
 
@@ -258,9 +247,9 @@ class RemoteShards:
             self.files.cache.make_room(0)  # what no reader holds any more is evicted as soon as it is over the limit
 
     def prefetch(self, positions: list[int]) -> None:
-        """Download these shards in the background, in order (a hint: failures surface when they are read)."""
+        """Download these shards in the background, in order, a few at once (a hint: failures surface when read)."""
         if self._prefetcher is None or self._prefetcher_pid != os.getpid():
-            self._prefetcher = ThreadPoolExecutor(1, thread_name_prefix="guideloom-prefetch")
+            self._prefetcher = ThreadPoolExecutor(PREFETCH_THREADS, thread_name_prefix="guideloom-prefetch")
             self._prefetcher_pid = os.getpid()
             self._queued = set()
         # Without a cache limit every shard the epoch needs is fetched, in the order it needs them;

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import stat
-import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
@@ -14,9 +12,10 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 
-from guideloom._checks import check_int, check_number, check_path
+from guideloom._cache import check_cache_arguments
+from guideloom._checks import check_number, check_path
 from guideloom._errors import CorruptStorageError, FormatMismatchError, StorageNotFoundError, UntrustedFormatWarning
-from guideloom._files import CommitTarget, LocalShards, ShardSet
+from guideloom._files import CommitTarget, LocalShards, ShardSet, clean_incomplete
 from guideloom._formats import DocumentPickleFormat, DocumentStorageFormat, format_identity
 from guideloom._layout import (
     HEADER_NAME,
@@ -49,12 +48,6 @@ def _as_path(path: object) -> Path:
     return check_path("path", path)
 
 
-def _cache_arguments(cache_dir: object, cache_limit_bytes: object) -> tuple[Path | None, int | None]:
-    cache_path = None if cache_dir is None else check_path("cache_dir", cache_dir)
-    limit = None if cache_limit_bytes is None else check_int("cache_limit_bytes", cache_limit_bytes, minimum=1)
-    return cache_path, limit
-
-
 class StorageBase:
     """What both storages share: where its files live, its header, verification and clean-up.
 
@@ -75,7 +68,7 @@ class StorageBase:
         cache_limit_bytes: object,
     ) -> None:
         """Set where the storage lives: a local directory, or an object store URL and its cache."""
-        cache_path, limit = _cache_arguments(cache_dir, cache_limit_bytes)
+        cache_path, limit = check_cache_arguments(cache_dir, cache_limit_bytes)
         self._listed = {}
         if storage_options is not None and not isinstance(storage_options, dict):
             raise TypeError(f"storage_options must be a dict, got {type(storage_options).__name__}")
@@ -221,28 +214,7 @@ class StorageBase:
         older_than = check_number("older_than", older_than, minimum=0)
         if self._remote is not None:
             return list(self._remote.clean(older_than))
-        removed: list[Path | str] = []
-        now = time.time()
-        incomplete = self.path / INCOMPLETE_DIR
-        try:  # never through a symlink: a crafted storage must not make clean delete files elsewhere
-            directory = os.open(incomplete, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        except FileNotFoundError:
-            return removed
-        except OSError as error:
-            reason = error.strerror or error
-            raise CorruptStorageError(f"{incomplete} is not a directory ({reason}): nothing cleaned") from None
-        try:
-            for entry in os.scandir(directory):
-                with contextlib.suppress(FileNotFoundError):
-                    status = entry.stat(follow_symlinks=False)
-                    if stat.S_ISDIR(status.st_mode):  # writers make files only: not theirs, left alone
-                        continue
-                    if now - status.st_mtime >= older_than:
-                        os.unlink(entry.name, dir_fd=directory)  # a symlink goes, not its target
-                        removed.append(incomplete / entry.name)
-        finally:
-            os.close(directory)
-        return removed
+        return list(clean_incomplete(self.path / INCOMPLETE_DIR, older_than))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.location!r})"

@@ -228,7 +228,10 @@ class _WorkerError:
         message = _Message(self.message) if self.kind is not None and issubclass(self.kind, KeyError) else self.message
         if self.kind is None:
             return RuntimeError(message)
-        error = self.kind.__new__(self.kind, message)
+        try:
+            error = self.kind.__new__(self.kind, message)
+        except Exception:  # a __new__ that wants other arguments
+            return RuntimeError(message)
         error.args = (message,)
         with contextlib.suppress(AttributeError, TypeError):  # __slots__ or read-only attributes keep their default
             vars(error).update(self.state)

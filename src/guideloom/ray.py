@@ -12,14 +12,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import ray
 from ray.data import Datasink
 from ray.data.block import Block, BlockAccessor
-from ray.data.datasource.datasink import WriteResult
 
 from guideloom._errors import ShardExistsError, TokenizeWorkerDied, UnfinishedWriteError
 from guideloom._layout import INCOMPLETE_DIR, check_shard_id
@@ -37,6 +36,9 @@ from guideloom._writer import SyncWriter
 from guideloom.tokenize._plan import FileJob, Settings
 from guideloom.tokenize._pool import STOP_GRACE_SECONDS, RemoteTraceback
 from guideloom.tokenize._shard import tokenize_job
+
+if TYPE_CHECKING:
+    from ray.data.datasource.datasink import WriteResult
 
 __all__ = ["StorageDatasink", "UnfinishedWriteError"]
 
@@ -79,9 +81,10 @@ class StorageDatasink(Datasink[TaskResult]):
         digest, written = _write_shard(self.storage, shard, self._items(blocks))
         return {"task": ctx.task_idx, "shard": shard, "records": digest.records, "written": int(written)}
 
-    def on_write_complete(self, write_result: WriteResult[TaskResult]) -> None:
+    def on_write_complete(self, write_result: WriteResult[TaskResult] | list[TaskResult]) -> None:
         """On the driver: remove what dead attempts left and mark a named write finished."""
-        results = [result for result in write_result.write_returns if result is not None]
+        returns = write_result if isinstance(write_result, list) else write_result.write_returns  # older Ray: a list
+        results = [result for result in returns if result is not None]
         self.shards = sorted(result["shard"] for result in results if result["records"])
         self.records = sum(result["records"] for result in results)
         if self.first_shard is None:  # an empty dataset: no task ran
@@ -243,5 +246,5 @@ def run_tokenize_tasks(
             ray.shutdown()
     if failure is None and jobs and isinstance(settings.output, Path):  # a URL's uploads leave nothing behind
         shards = [job.shard for job in jobs]
-        remove_leftovers(settings.output / INCOMPLETE_DIR, min(shards), max(shards) + 1)  # of killed attempts
+        remove_leftovers(_incomplete(settings.storage()), min(shards), max(shards) + 1)  # of killed attempts
     return results, failure

@@ -410,10 +410,12 @@ def test_state_of_changed_contents_is_refused(tmp_path: Path) -> None:
     with StatefulDataLoader.from_storage(storage, device="cpu", local_batch_size=BATCH) as loader:
         next(iter(loader))
         state = loader.state_dict()
-    with storage.sync_writer() as writer:  # the storage grows by one shard
-        writer.append(9, {"id": RECORDS, "text": ""})
+    first_shard = min((tmp_path / "documents" / "shards").iterdir())
+    first_shard.unlink()  # the shard is written again with other contents
+    with storage.sync_writer() as writer:
+        writer.append(int(first_shard.stem), {"id": RECORDS, "text": "rewritten"})
     with StatefulDataLoader.from_storage(storage, device="cpu", local_batch_size=BATCH) as loader:
-        with pytest.raises(StateMismatchError, match=r"storage|sample_count"):
+        with pytest.raises(StateMismatchError, match=f"shard {int(first_shard.stem)} of .* changed"):
             loader.load_state_dict(state)
 
 

@@ -1,1 +1,1 @@
-"""Tests with training frameworks (Lightning, accelerate, transformers, torch.distributed.checkpoint)."""
+"""Tests with the training frameworks, each framework imported only by its own test module."""

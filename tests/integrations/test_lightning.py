@@ -11,14 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import lightning
+import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from guideloom import StatefulDataLoader, TokenStorage
 
 VOCABULARY = 64  # the token ids of the tokens fixture are below it
-STEPS = 20  # the epoch has 15 batches: the resumed run crosses into the second epoch
-SAVED_AT = 6
 
 
 class TinyLanguageModel(lightning.LightningModule):
@@ -60,13 +59,16 @@ def make_loader(tokens: TokenStorage, **options: Any) -> StatefulDataLoader:
     )
 
 
-def fit(tokens: TokenStorage, callbacks: list[Any], ckpt_path: Path | None = None) -> TinyLanguageModel:
+def fit(
+    tokens: TokenStorage, callbacks: list[Any], accumulation: int, steps: int, ckpt_path: Path | None = None
+) -> TinyLanguageModel:
     torch.manual_seed(0)
     model = TinyLanguageModel()
     trainer = lightning.Trainer(
         accelerator="cpu",
         devices=1,
-        max_steps=STEPS,
+        max_steps=steps,
+        accumulate_grad_batches=accumulation,
         callbacks=callbacks,
         logger=False,
         enable_progress_bar=False,
@@ -78,19 +80,26 @@ def fit(tokens: TokenStorage, callbacks: list[Any], ckpt_path: Path | None = Non
     return model
 
 
+@pytest.mark.parametrize(
+    ("accumulation", "steps", "saved_at", "batches"),
+    [(1, 20, 6, 20), (2, 11, 3, 21)],  # 15 batches an epoch: 15 or 8 optimizer steps (the last with one batch)
+)
 def test_resume_from_ckpt_path_continues_with_the_uninterrupted_runs_batches(
-    tokens: TokenStorage, tmp_path: Path
+    tokens: TokenStorage, tmp_path: Path, accumulation: int, steps: int, saved_at: int, batches: int
 ) -> None:
-    uninterrupted = fit(tokens, [])
+    uninterrupted = fit(tokens, [], accumulation, steps)
+    assert len(uninterrupted.seen) == batches
     saving = ModelCheckpoint(
-        dirpath=tmp_path / "checkpoints", filename="{step}", every_n_train_steps=SAVED_AT, save_top_k=-1
+        dirpath=tmp_path / "checkpoints", filename="{step}", every_n_train_steps=saved_at, save_top_k=-1
     )
-    interrupted = fit(tokens, [saving, StopAt(SAVED_AT)])
-    resumed = fit(tokens, [], ckpt_path=tmp_path / "checkpoints" / f"step={SAVED_AT}.ckpt")
+    interrupted = fit(tokens, [saving, StopAt(saved_at)], accumulation, steps)
+    resumed = fit(tokens, [], accumulation, steps, ckpt_path=tmp_path / "checkpoints" / f"step={saved_at}.ckpt")
 
-    assert len(uninterrupted.seen) == STEPS
-    assert interrupted.seen == uninterrupted.seen[:SAVED_AT]
-    assert resumed.seen == uninterrupted.seen[SAVED_AT:]
+    consumed = saved_at * accumulation
+    assert interrupted.seen == uninterrupted.seen[:consumed]
+    assert resumed.seen == uninterrupted.seen[consumed:]
+    for name, parameter in uninterrupted.named_parameters():
+        assert torch.equal(parameter, resumed.get_parameter(name)), name
 
 
 DDP_SCRIPT = """

@@ -12,7 +12,8 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from s3_support import DUMMY_CREDENTIALS, RequestLog, S3Server, free_port
+
+from tests.remote.s3_support import DUMMY_CREDENTIALS, RequestLog, S3Server, free_port
 
 
 @pytest.fixture(scope="session")

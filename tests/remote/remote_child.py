@@ -31,10 +31,12 @@ class _DyingFile(io.FileIO):
     kills the writer while the object is on the wire.
     """
 
+    dies_after = 1.5  # of the file's size, read in all
+
     def read(self, size: int = -1) -> bytes:
         chunk = super().read(size)
         self.consumed = getattr(self, "consumed", 0) + len(chunk)
-        if self.consumed > os.fstat(self.fileno()).st_size * 1.5:
+        if self.consumed > os.fstat(self.fileno()).st_size * self.dies_after:
             print("dying", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
         return chunk
@@ -48,11 +50,14 @@ def main(endpoint: str, command: str, url: str, cache_dir: str, *args: str) -> N
                 for tokens in shard_tokens(shard):
                     writer.append(shard, tokens)
         print("committed", flush=True)
-    elif command == "die-uploading":
+    elif command in ("die-uploading", "die-in-parts"):
         opened: Any = _DyingFile
+        if command == "die-in-parts":  # uploaded in 5 MiB parts: dies reading the second, the first sent
+            guideloom._remote.MULTIPART_BYTES = guideloom._remote.PART_BYTES = 5 << 20
+            _DyingFile.dies_after = 0.5
         guideloom._remote.open = opened  # type: ignore[attr-defined]
-        with storage.sync_writer() as writer:
-            for tokens in shard_tokens(int(args[0]), documents=200, length=5000):
+        with storage.sync_writer() as writer:  # a 4 MB shard, or 12 MB in parts
+            for tokens in shard_tokens(int(args[0]), documents=200 if command == "die-uploading" else 600, length=5000):
                 writer.append(int(args[0]), tokens)
         print("survived", flush=True)
     elif command == "read":  # every document; prints the sum of all tokens

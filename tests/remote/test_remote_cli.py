@@ -7,10 +7,10 @@ from pathlib import Path
 
 import boto3
 import pytest
-from s3_support import S3Server
 
 from guideloom import TokenStorage
 from guideloom._cli import main
+from tests.remote.s3_support import S3Server
 
 
 @pytest.fixture

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import io
 import time
 from pathlib import Path
 from typing import Any
@@ -11,9 +13,10 @@ import numpy as np
 import pytest
 import requests
 import torch
-from s3_support import S3Server
 
+import guideloom._remote
 from guideloom import CorruptStorageError, StatefulDataLoader, TokenStorage
+from tests.remote.s3_support import S3Server
 
 
 def _storage(url: str, s3_server: S3Server, cache: Path, **options: Any) -> TokenStorage:
@@ -141,3 +144,31 @@ def test_the_loader_prefetches_the_epochs_shards_so_it_needs_the_server_only_at_
         finally:
             s3_server.start()
     assert taken == expected
+
+
+class _FullDisk(io.FileIO):
+    """A cache file on a disk that fills up after its first MiB (fault injection at the local file)."""
+
+    def write(self, data: Any) -> int:
+        if self.tell() + len(data) > 1 << 20:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return super().write(data)
+
+
+def test_a_full_cache_disk_is_named_and_nothing_is_left_half_written(
+    s3_url: str, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer_storage = _storage(s3_url, s3_server, tmp_path / "w")
+    with writer_storage.sync_writer() as writer:
+        writer.append(0, np.arange(1 << 19, dtype=np.uint32))  # a 2 MiB shard
+    cache = tmp_path / "cache"
+    storage = _storage(s3_url, s3_server, cache)
+    monkeypatch.setattr(guideloom._remote, "open", _FullDisk, raising=False)
+    with storage.sync_reader() as reader:
+        with pytest.raises(OSError, match=r"cache directory .* is full while downloading shard 0") as raised:
+            reader.read(0)
+    assert raised.value.errno == errno.ENOSPC
+    assert [*cache.rglob("*.part"), *cache.rglob("*.shard")] == []  # no partial download, nothing visible
+    monkeypatch.undo()
+    with storage.sync_reader() as reader:  # space again: the shard downloads and reads
+        assert reader.read(0).tolist() == list(range(1 << 19))

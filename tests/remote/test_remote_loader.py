@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from s3_support import S3Server
 
 from guideloom import DocumentJsonFormat, DocumentStorage, StatefulDataLoader, TokenStorage
+from tests.remote.s3_support import S3Server
 
 SEQUENCE = 13
 

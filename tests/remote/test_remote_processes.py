@@ -6,11 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import boto3
 import numpy as np
-from remote_child import shard_tokens
-from s3_support import S3Server
 
 from guideloom import TokenStorage
+from tests.remote.remote_child import shard_tokens
+from tests.remote.s3_support import S3Server
 
 CHILD = Path(__file__).with_name("remote_child.py")
 
@@ -67,3 +68,21 @@ def test_reader_processes_sharing_a_cache_download_each_shard_once(
     assert [_finish(reader) for reader in readers] == [str(total), str(total)]
     shard_gets = s3_server.gets(bucket, "/shards/")
     assert sorted(shard_gets) == [f"/{bucket}/corpus/shards/{shard:012d}.shard" for shard in range(3)]
+
+
+def test_a_writer_killed_mid_multipart_upload_leaves_no_shard(
+    s3_url: str, bucket: str, s3_server: S3Server, tmp_path: Path
+) -> None:
+    cache = tmp_path / "writer"
+    TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=cache).sync_writer().close()  # the header
+    process = _start(s3_server, "die-in-parts", s3_url, cache, 4)
+    out, _ = process.communicate(timeout=120)
+    assert process.returncode == -9 and out.strip() == "dying"
+    client = boto3.client("s3", endpoint_url=s3_server.endpoint)
+    assert len(client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])) == 1
+    storage = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=cache)
+    with storage.sync_reader() as reader:
+        assert len(reader) == 0
+    removed = [str(path) for path in storage.clean_leftovers(older_than=0)]
+    assert f"{s3_url}/shards/000000000004.shard" in removed and len(removed) == 2  # the upload, the local file
+    assert client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []

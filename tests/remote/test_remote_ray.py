@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import ray
-from conftest import S3Server
 
 from guideloom import TokenStorage
 from guideloom.ray import StorageDatasink
+from guideloom.tokenize import load_tokenizer, tokenize_files, train_tokenizer
+from tests.remote.s3_support import S3Server
 
 ROWS = 2_000
 BLOCKS = 4
@@ -39,3 +41,19 @@ def test_write_into_s3_and_run_it_again(ray_cluster: str, s3_url: str, s3_server
     storage = TokenStorage(s3_url, storage_options=options, cache_dir=tmp_path / "reader")
     with storage.sync_reader() as reader:
         assert [reader.read(i).tolist() for i in range(len(reader))] == [[i] * (i % 5) for i in range(ROWS)]
+
+
+def test_tokenize_with_ray_into_s3(ray_cluster: str, s3_url: str, s3_server: S3Server, tmp_path: Path) -> None:
+    options = {**s3_server.options, "key": "testing", "secret": "testing"}
+    texts = [f"document {i} of part {part}" for part in range(3) for i in range(20)]
+    inputs = []
+    for part in range(3):
+        inputs.append(tmp_path / f"part-{part}.jsonl")
+        inputs[-1].write_text("".join(json.dumps({"text": text}) + "\n" for text in texts[part * 20 : part * 20 + 20]))
+    tokenizer = train_tokenizer(texts, 300, tmp_path / "tokenizer.json")
+    summary = tokenize_files(inputs, s3_url, tokenizer, ray=True, storage_options=options, progress=False)
+    assert (summary.shards, summary.documents, summary.ray_tasks) == ((0, 1, 2), 60, 3)
+    decoder = load_tokenizer(tokenizer)
+    storage = TokenStorage(s3_url, storage_options=options, cache_dir=tmp_path / "reader")
+    with storage.sync_reader() as reader:
+        assert [decoder.decode(reader.read(i)[:-1].tolist()) for i in range(len(reader))] == texts

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import boto3
 import numpy as np
 import pytest
-from s3_support import S3Server
 
+import guideloom._remote
 from guideloom import (
     DocumentJsonFormat,
     DocumentStorage,
@@ -17,6 +18,7 @@ from guideloom import (
     StorageNotFoundError,
     TokenStorage,
 )
+from tests.remote.s3_support import S3Server
 
 
 def _documents(shard: int, count: int = 5) -> list[dict[str, object]]:
@@ -168,3 +170,37 @@ def test_any_fsspec_store_works_through_generic_calls(tmp_path: Path) -> None:
     with TokenStorage(url, cache_dir=tmp_path / "r").sync_reader() as reader:
         assert [reader.read(i).tolist() for i in range(len(reader))] == [d.tolist() for d in documents]
     assert storage.verify() == []
+
+
+def test_a_remote_storage_travels_by_pickle(s3_url: str, s3_server: S3Server, tmp_path: Path) -> None:
+    storage = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path)
+    documents = _write_tokens(storage, shards=1)
+    with storage.sync_reader() as reader:
+        reader.read(0)  # the original has made its client
+    with pickle.loads(pickle.dumps(storage)).sync_reader() as reader:
+        assert [reader.read(i).tolist() for i in range(len(reader))] == [d.tolist() for d in documents]
+
+
+@pytest.fixture
+def small_parts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shards over 5 MiB go up in 5 MiB parts (the smallest S3 allows), so tests stay small."""
+    monkeypatch.setattr(guideloom._remote, "MULTIPART_BYTES", 5 << 20)
+    monkeypatch.setattr(guideloom._remote, "PART_BYTES", 5 << 20)
+
+
+@pytest.mark.usefixtures("small_parts")
+def test_large_shards_upload_in_parts_and_racing_writers_still_get_one_winner(
+    s3_url: str, s3_server: S3Server, tmp_path: Path
+) -> None:
+    storage = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path)
+    first, second = storage.sync_writer(), storage.sync_writer()
+    big = np.arange(3 << 20, dtype=np.uint32)  # 12 MiB: three parts
+    first.append(0, big)
+    second.append(0, big[::-1].copy())
+    first.commit(0)
+    with pytest.raises(ShardExistsError, match="shard 0 was committed by another writer"):
+        second.commit(0)
+    first.close()
+    second.close()
+    with TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "r").sync_reader() as reader:
+        assert np.array_equal(reader.read(0), big)

@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from s3_support import S3Server
 
 from guideloom import TokenStorage
 from guideloom._cli import main
 from guideloom.tokenize import train_tokenizer
+from tests.remote.s3_support import S3Server
 
 TEXTS = ["the quick brown fox", "jumps over", "the lazy dog", "", "naïve café 東京"]
 

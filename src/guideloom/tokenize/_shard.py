@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 
 from guideloom._resumable_write import committed_digest
-from guideloom._storage import TokenStorage
 from guideloom.tokenize._inputs import iter_documents
 from guideloom.tokenize._plan import FileJob, Settings
 from guideloom.tokenize._tokenizer import encode, load_tokenizer
@@ -113,7 +112,7 @@ def tokenize_job(job: FileJob, settings: Settings) -> tuple[str, Any, str | None
     """
     os.environ.setdefault("RAYON_NUM_THREADS", "1")  # one CPU per job
     try:
-        storage = TokenStorage(settings.output, settings.dtype)
+        storage = settings.storage()
         header = storage._create()
         found = committed_digest(storage, header, job.shard)
         if found is not None:

@@ -1,0 +1,1 @@
+"""Storages on object stores: tests against a local S3 server (moto)."""
