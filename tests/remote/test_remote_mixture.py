@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from s3_support import S3Server
 
 from guideloom import Mixture, StatefulDataLoader, TokenStorage
+from tests.remote.s3_support import S3Server
 
 
 def fill(storage: TokenStorage, first: int, shards: range) -> TokenStorage:
