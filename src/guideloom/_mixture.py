@@ -67,8 +67,10 @@ def _check_components(components: object) -> dict[str, Storage]:
         raise ValueError("components must name at least one storage")
     checked: dict[str, Storage] = {}
     for name, storage in components.items():
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"components' names must be non-empty strings, got {name!r}")
+        if not isinstance(name, str):
+            raise TypeError(f"components' names must be strings, got {name!r}")
+        if not name:
+            raise ValueError("components' names must not be empty")
         if not isinstance(storage, DocumentStorage | TokenStorage):
             raise TypeError(
                 f"components[{name!r}] must be a TokenStorage or a DocumentStorage, got {type(storage).__name__}"
