@@ -308,13 +308,16 @@ def _stop_workers(loader: torch.utils.data.DataLoader[Any]) -> None:
     torch has no public call for this: it stops persistent workers only when the DataLoader's
     iterator is garbage collected, which a reference held anywhere (a traceback, a suspended
     generator) delays indefinitely, and it then gives a busy worker 5 seconds to finish. So this
-    one place reaches into the iterator: it terminates the workers (their batches are discarded
-    anyway; torch's workers exit at once on their parent's SIGTERM), then lets torch release its
-    queues and threads.
+    one place reaches into the iterator: it stops watching the workers (else their exit would be
+    reported as a worker killed by a signal), terminates them (their batches are discarded anyway),
+    then lets torch release its queues and threads.
     """
     iterator = getattr(loader, "_iterator", None)
     if iterator is None:
         return
+    if getattr(iterator, "_worker_pids_set", False):
+        torch.utils.data._utils.signal_handling._remove_worker_pids(id(iterator))  # type: ignore[attr-defined]
+        iterator._worker_pids_set = False
     for worker in getattr(iterator, "_workers", ()):
         if worker.is_alive():
             worker.terminate()
