@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from guideloom import DocumentJsonFormat, DocumentStorage, StatefulDataLoader, TokenStorage
+from guideloom import DocumentJsonFormat, DocumentStorage, Mixture, StatefulDataLoader, TokenStorage
 from tests.remote.s3_support import S3Server
 
 SEQUENCE = 13
@@ -123,3 +123,50 @@ def test_a_remote_state_resumes_a_local_loader_over_the_same_data(
     ) as loader:
         loader.load_state_dict(state)
         assert _batches(loader) == rest
+
+
+def _plain(batch: Any) -> Any:
+    """A batch (a tensor, or a dict of tensors and ints) as nested lists, to compare whole sequences."""
+    if isinstance(batch, dict):
+        return {key: _plain(value) for key, value in batch.items()}
+    return batch.tolist() if isinstance(batch, torch.Tensor) else batch
+
+
+@pytest.mark.parametrize("mode", [{"document_boundaries": True}, {"pack_documents": True, "pad_id": 7}])
+def test_document_aware_batches_equal_the_local_run_within_a_two_shard_cache(
+    s3_url: str, s3_server: S3Server, tmp_path: Path, mode: dict[str, Any]
+) -> None:
+    local = TokenStorage(tmp_path / "local")
+    _fill_tokens(local)
+    _fill_tokens(TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "w"))
+    largest = max(path.stat().st_size for path in (tmp_path / "local" / "shards").iterdir())
+    remote = TokenStorage(
+        s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "cache", cache_limit_bytes=2 * largest
+    )
+    options = {"device": "cpu", "local_batch_size": 4, "sequence_length": SEQUENCE, "shuffle": True, **mode}
+    runs = []
+    for storage in (local, remote):
+        with StatefulDataLoader.from_storage(storage, **options) as loader:
+            runs.append([_plain(batch) for batch in loader])
+    assert len(runs[0]) > 5 and runs[1] == runs[0]
+
+
+def test_a_mixture_of_remote_storages_equals_the_local_mixture(
+    s3_server: S3Server, tmp_path: Path, bucket: str
+) -> None:
+    mixtures = []
+    for where in ("local", "remote"):
+        components = {}
+        for name, seed in (("web", 1), ("code", 2)):
+            if where == "local":
+                storage = TokenStorage(tmp_path / name)
+            else:
+                url = f"s3://{bucket}/{name}"
+                storage = TokenStorage(url, storage_options=s3_server.options, cache_dir=tmp_path / "cache")
+            with storage.sync_writer() as writer:
+                for tokens in np.random.default_rng(seed).integers(0, 1000, (12, 30), dtype=np.uint32):
+                    writer.append(0, tokens)
+            components[name] = storage
+        mixtures.append(Mixture(components, {"web": 0.7, "code": 0.3}, block_size=10))
+    local, remote = (_run(mixture, shuffle=True, sequence_length=SEQUENCE) for mixture in mixtures)
+    assert len(local) > 5 and remote == local
