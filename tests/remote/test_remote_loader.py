@@ -6,11 +6,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import boto3
 import numpy as np
 import pytest
 import torch
 
-from guideloom import DocumentJsonFormat, DocumentStorage, Mixture, StatefulDataLoader, TokenStorage
+from guideloom import (
+    DocumentJsonFormat,
+    DocumentStorage,
+    Mixture,
+    StatefulDataLoader,
+    StateMismatchError,
+    TokenStorage,
+)
 from tests.remote.s3_support import S3Server
 
 SEQUENCE = 13
@@ -170,3 +178,52 @@ def test_a_mixture_of_remote_storages_equals_the_local_mixture(
         mixtures.append(Mixture(components, {"web": 0.7, "code": 0.3}, block_size=10))
     local, remote = (_run(mixture, shuffle=True, sequence_length=SEQUENCE) for mixture in mixtures)
     assert len(local) > 5 and remote == local
+
+
+def test_a_grown_remote_storage_finishes_the_epoch_on_the_checkpoints_shards(
+    s3_url: str, s3_server: S3Server, tmp_path: Path
+) -> None:
+    def fill(storage: TokenStorage, shards: range) -> None:
+        with storage.sync_writer() as writer:
+            for shard in shards:
+                writer.append(shard, 1000 * shard + np.arange(40, dtype=np.uint32))
+
+    def loader_of(storage: TokenStorage) -> StatefulDataLoader:
+        return StatefulDataLoader.from_storage(
+            storage, device="cpu", local_batch_size=3, sequence_length=4, shuffle=True, seed=3
+        )
+
+    storage = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "cache")
+    fill(storage, range(4))
+    with loader_of(storage) as loader:
+        _batches(loader, 3)
+        state = loader.state_dict()
+        rest_of_epoch = _batches(loader)
+    fill(storage, range(4, 7))
+    with loader_of(storage) as loader:
+        loader.load_state_dict(state)
+        assert _batches(loader) == rest_of_epoch
+        next_epoch = _batches(loader)
+    with loader_of(storage) as fresh:
+        _batches(fresh)
+        assert _batches(fresh) == next_epoch  # a fresh loader's second epoch over the grown storage
+    assert {window[0] // 1000 for batch in next_epoch for window in batch} == set(range(7))
+
+
+def test_a_checkpoints_shard_deleted_from_the_store_is_named_at_resume(
+    token_pair: tuple[TokenStorage, TokenStorage], s3_server: S3Server, bucket: str
+) -> None:
+    _, remote = token_pair
+    with StatefulDataLoader.from_storage(
+        remote, device="cpu", local_batch_size=4, sequence_length=SEQUENCE, shuffle=True
+    ) as loader:
+        _batches(loader, 2)
+        state = loader.state_dict()
+    boto3.client("s3", endpoint_url=s3_server.endpoint).delete_object(
+        Bucket=bucket, Key="corpus/shards/000000000002.shard"
+    )
+    with StatefulDataLoader.from_storage(
+        remote, device="cpu", local_batch_size=4, sequence_length=SEQUENCE, shuffle=True
+    ) as loader:
+        with pytest.raises(StateMismatchError, match=r"shard.* 2"):
+            loader.load_state_dict(state)
