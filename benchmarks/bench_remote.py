@@ -86,6 +86,7 @@ def main() -> None:
         "AWS_SECRET_ACCESS_KEY": "bench",
         "AWS_DEFAULT_REGION": "us-east-1",
         "BENCH_ENDPOINT": endpoint,
+        "GUIDELOOM_CACHE_DIR": str(work / "default-cache"),  # where the writer builds its shards
         "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), os.environ.get("PYTHONPATH", "")]),
     }
     os.environ.update({key: environment[key] for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")})

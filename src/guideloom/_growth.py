@@ -131,7 +131,7 @@ def over_recorded_shards(source: Any, recorded: dict[str, Any]) -> Any:
     Shards committed since the state was taken are left out (they join at the next epoch); a recorded
     shard that is missing or was rewritten is a StateMismatchError that names it.
     """
-    where = f"the storage at {source.storage.path}"
+    where = f"the storage at {source.storage.location}"
     shards = recorded_shards(parse_ranges(recorded.get("shards")), source.shard_ids, where)
     then = source if shards == source.shard_ids else source.with_shards(shards)
     if "digest" in recorded:

@@ -56,18 +56,26 @@ class StorageReader(Generic[Out]):
 
     @property
     def shards(self) -> list[ShardFile]:
-        """Every shard, opened (for a remote storage this downloads them all)."""
-        return [self.shard(position) for position in range(len(self.infos))]
+        """Every shard, opened and kept open until another is opened (a remote storage downloads them all).
 
-    def shard(self, position: int) -> ShardFile:
-        """The shard at ``position`` (in ascending id order), opened if it is not yet."""
+        They all stay valid together, even beyond a cache limit: opening a shard later closes the
+        surplus, least recently opened first.
+        """
+        return [self.shard(position, keep_open=True) for position in range(len(self.infos))]
+
+    def shard(self, position: int, keep_open: bool = False) -> ShardFile:
+        """The shard at ``position`` (in ascending id order), opened if it is not yet.
+
+        Opening one closes the least recently opened beyond the shard set's ``max_open``, unless
+        ``keep_open``.
+        """
         shard = self._opened[position]
         if shard is None:
             self._check_open()
             shard = self._opened[position] = self.shard_set.open(position)
             self._open_order.append(position)
             limit = self.shard_set.max_open
-            while limit is not None and len(self._open_order) > limit:
+            while not keep_open and limit is not None and len(self._open_order) > limit:
                 self._forget(self._open_order.popleft())
         return shard
 

@@ -17,9 +17,11 @@ from tests.remote.s3_support import DUMMY_CREDENTIALS, RequestLog, S3Server, fre
 
 
 @pytest.fixture(scope="session")
-def s3_server() -> Iterator[S3Server]:
-    saved = {name: os.environ.get(name) for name in DUMMY_CREDENTIALS}
-    os.environ.update(DUMMY_CREDENTIALS)
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    # The default cache directory too: a storage opened without cache_dir must not write under ~/.cache.
+    environment = {**DUMMY_CREDENTIALS, "GUIDELOOM_CACHE_DIR": str(tmp_path_factory.mktemp("default-cache"))}
+    saved = {name: os.environ.get(name) for name in environment}
+    os.environ.update(environment)
     log = RequestLog()
     werkzeug = logging.getLogger("werkzeug")
     werkzeug.addHandler(log)

@@ -6,11 +6,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import boto3
 import numpy as np
 import pytest
 import torch
 
-from guideloom import DocumentJsonFormat, DocumentStorage, StatefulDataLoader, TokenStorage
+from guideloom import (
+    DocumentJsonFormat,
+    DocumentStorage,
+    Mixture,
+    StatefulDataLoader,
+    StateMismatchError,
+    TokenStorage,
+)
 from tests.remote.s3_support import S3Server
 
 SEQUENCE = 13
@@ -123,3 +131,99 @@ def test_a_remote_state_resumes_a_local_loader_over_the_same_data(
     ) as loader:
         loader.load_state_dict(state)
         assert _batches(loader) == rest
+
+
+def _plain(batch: Any) -> Any:
+    """A batch (a tensor, or a dict of tensors and ints) as nested lists, to compare whole sequences."""
+    if isinstance(batch, dict):
+        return {key: _plain(value) for key, value in batch.items()}
+    return batch.tolist() if isinstance(batch, torch.Tensor) else batch
+
+
+@pytest.mark.parametrize("mode", [{"document_boundaries": True}, {"pack_documents": True, "pad_id": 7}])
+def test_document_aware_batches_equal_the_local_run_within_a_two_shard_cache(
+    s3_url: str, s3_server: S3Server, tmp_path: Path, mode: dict[str, Any]
+) -> None:
+    local = TokenStorage(tmp_path / "local")
+    _fill_tokens(local)
+    _fill_tokens(TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "w"))
+    largest = max(path.stat().st_size for path in (tmp_path / "local" / "shards").iterdir())
+    remote = TokenStorage(
+        s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "cache", cache_limit_bytes=2 * largest
+    )
+    options = {"device": "cpu", "local_batch_size": 4, "sequence_length": SEQUENCE, "shuffle": True, **mode}
+    runs = []
+    for storage in (local, remote):
+        with StatefulDataLoader.from_storage(storage, **options) as loader:
+            runs.append([_plain(batch) for batch in loader])
+    assert len(runs[0]) > 5 and runs[1] == runs[0]
+
+
+def test_a_mixture_of_remote_storages_equals_the_local_mixture(
+    s3_server: S3Server, tmp_path: Path, bucket: str
+) -> None:
+    mixtures = []
+    for where in ("local", "remote"):
+        components = {}
+        for name, seed in (("web", 1), ("code", 2)):
+            if where == "local":
+                storage = TokenStorage(tmp_path / name)
+            else:
+                url = f"s3://{bucket}/{name}"
+                storage = TokenStorage(url, storage_options=s3_server.options, cache_dir=tmp_path / "cache")
+            with storage.sync_writer() as writer:
+                for tokens in np.random.default_rng(seed).integers(0, 1000, (12, 30), dtype=np.uint32):
+                    writer.append(0, tokens)
+            components[name] = storage
+        mixtures.append(Mixture(components, {"web": 0.7, "code": 0.3}, block_size=10))
+    local, remote = (_run(mixture, shuffle=True, sequence_length=SEQUENCE) for mixture in mixtures)
+    assert len(local) > 5 and remote == local
+
+
+def test_a_grown_remote_storage_finishes_the_epoch_on_the_checkpoints_shards(
+    s3_url: str, s3_server: S3Server, tmp_path: Path
+) -> None:
+    def fill(storage: TokenStorage, shards: range) -> None:
+        with storage.sync_writer() as writer:
+            for shard in shards:
+                writer.append(shard, 1000 * shard + np.arange(40, dtype=np.uint32))
+
+    def loader_of(storage: TokenStorage) -> StatefulDataLoader:
+        return StatefulDataLoader.from_storage(
+            storage, device="cpu", local_batch_size=3, sequence_length=4, shuffle=True, seed=3
+        )
+
+    storage = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "cache")
+    fill(storage, range(4))
+    with loader_of(storage) as loader:
+        _batches(loader, 3)
+        state = loader.state_dict()
+        rest_of_epoch = _batches(loader)
+    fill(storage, range(4, 7))
+    with loader_of(storage) as loader:
+        loader.load_state_dict(state)
+        assert _batches(loader) == rest_of_epoch
+        next_epoch = _batches(loader)
+    with loader_of(storage) as fresh:
+        _batches(fresh)
+        assert _batches(fresh) == next_epoch  # a fresh loader's second epoch over the grown storage
+    assert {window[0] // 1000 for batch in next_epoch for window in batch} == set(range(7))
+
+
+def test_a_checkpoints_shard_deleted_from_the_store_is_named_at_resume(
+    token_pair: tuple[TokenStorage, TokenStorage], s3_server: S3Server, bucket: str
+) -> None:
+    _, remote = token_pair
+    with StatefulDataLoader.from_storage(
+        remote, device="cpu", local_batch_size=4, sequence_length=SEQUENCE, shuffle=True
+    ) as loader:
+        _batches(loader, 2)
+        state = loader.state_dict()
+    boto3.client("s3", endpoint_url=s3_server.endpoint).delete_object(
+        Bucket=bucket, Key="corpus/shards/000000000002.shard"
+    )
+    with StatefulDataLoader.from_storage(
+        remote, device="cpu", local_batch_size=4, sequence_length=SEQUENCE, shuffle=True
+    ) as loader:
+        with pytest.raises(StateMismatchError, match=r"shard 2 of the storage at s3://.*is missing"):
+            loader.load_state_dict(state)
