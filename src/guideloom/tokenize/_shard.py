@@ -113,7 +113,7 @@ def tokenize_job(job: FileJob, settings: Settings) -> tuple[str, Any, str | None
     os.environ.setdefault("RAYON_NUM_THREADS", "1")  # one CPU per job
     try:
         storage = settings.storage()
-        header = storage._create()
+        header = storage.create()
         found = committed_digest(storage, header, job.shard)
         if found is not None:
             return "done", (found.records, found.data_size // header.element_size), None
