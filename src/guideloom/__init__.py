@@ -18,7 +18,7 @@ from guideloom._storage import DocumentStorage, TokenStorage
 if TYPE_CHECKING:
     from guideloom._loader import StatefulDataLoader
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "CorruptStorageError",
