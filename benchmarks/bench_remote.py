@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -130,6 +131,7 @@ def main() -> None:
     finally:
         server.kill()
         server.wait()
+        shutil.rmtree(work, ignore_errors=True)  # every library's copy and cache: hundreds of MB
     (HERE / "results").mkdir(exist_ok=True)
     (HERE / "results" / "remote.json").write_text(json.dumps(results, indent=2) + "\n")
     (HERE / "results" / "remote.md").write_text(_table(results))

@@ -17,11 +17,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import queue
 import re
+import threading
 import uuid
 import zlib
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -217,7 +218,7 @@ class RemoteShards:
         self.infos = infos
         self.location = files.url
         self._leases: dict[int, CacheLease] = {}
-        self._prefetcher: ThreadPoolExecutor | None = None
+        self._prefetcher: _Prefetcher | None = None
         self._prefetcher_pid = -1
         self._queued: set[int] = set()
         limit = files.cache.limit_bytes
@@ -249,7 +250,7 @@ class RemoteShards:
     def prefetch(self, positions: list[int]) -> None:
         """Download these shards in the background, in order, a few at once (a hint: failures surface when read)."""
         if self._prefetcher is None or self._prefetcher_pid != os.getpid():
-            self._prefetcher = ThreadPoolExecutor(PREFETCH_THREADS, thread_name_prefix="guideloom-prefetch")
+            self._prefetcher = _Prefetcher(self._prefetch_one, PREFETCH_THREADS)
             self._prefetcher_pid = os.getpid()
             self._queued = set()
         # Without a cache limit every shard the epoch needs is fetched, in the order it needs them;
@@ -261,7 +262,7 @@ class RemoteShards:
             if self.files.cache.path_for(self.infos[position]).exists():
                 continue
             self._queued.add(position)
-            self._prefetcher.submit(self._prefetch_one, position)
+            self._prefetcher.submit(position)
 
     def _prefetch_one(self, position: int) -> None:
         try:
@@ -276,5 +277,38 @@ class RemoteShards:
             lease.release()
         self._leases = {}
         if self._prefetcher is not None and self._prefetcher_pid == os.getpid():
-            self._prefetcher.shutdown(wait=False, cancel_futures=True)
+            self._prefetcher.stop()
         self._prefetcher = None
+
+
+class _Prefetcher:
+    """Daemon threads that work through queued shard positions in order.
+
+    Daemon threads, unlike an executor's, never hold up the interpreter's exit: a loader left open
+    when training ends does not wait for the rest of the epoch's downloads (an interrupted download
+    leaves a ``.part`` file that ``clean`` removes).
+    """
+
+    def __init__(self, work: Callable[[int], None], threads: int) -> None:
+        self._work = work
+        self._queue: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+        self._stopped = False
+        self._threads = [
+            threading.Thread(target=self._run, name="guideloom-prefetch", daemon=True) for _ in range(threads)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, position: int) -> None:
+        self._queue.put(position)
+
+    def _run(self) -> None:
+        while (position := self._queue.get()) is not None:
+            if not self._stopped:
+                self._work(position)
+
+    def stop(self) -> None:
+        """Skip what is queued; downloads in flight finish in the background."""
+        self._stopped = True
+        for _ in self._threads:
+            self._queue.put(None)

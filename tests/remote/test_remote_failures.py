@@ -108,7 +108,10 @@ def test_the_server_stopped_mid_epoch_raises_then_the_loader_continues(
     _fill(_storage(s3_url, s3_server, tmp_path / "w"))
     expected = _epoch(local)
     options = {"endpoint_url": s3_server.endpoint, "config_kwargs": {"retries": {"max_attempts": 1}}}
-    remote = TokenStorage(s3_url, storage_options=options, cache_dir=tmp_path / "cache")
+    largest = max(path.stat().st_size for path in (tmp_path / "local" / "shards").iterdir())
+    # A cache of two shards leaves no room to prefetch, so the epoch's later shards are fetched only
+    # when read, after the server has stopped.
+    remote = TokenStorage(s3_url, storage_options=options, cache_dir=tmp_path / "cache", cache_limit_bytes=2 * largest)
     with StatefulDataLoader.from_storage(remote, device="cpu", local_batch_size=4, sequence_length=16) as loader:
         batches: list[torch.Tensor] = [next(iter(loader))]  # shard 0 only
         s3_server.stop()

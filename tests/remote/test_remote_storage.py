@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import boto3
 import numpy as np
@@ -204,3 +206,21 @@ def test_large_shards_upload_in_parts_and_racing_writers_still_get_one_winner(
     second.close()
     with TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "r").sync_reader() as reader:
         assert np.array_equal(reader.read(0), big)
+
+
+def test_local_storages_never_import_fsspec(run_python: Callable[..., Any], tmp_path: Path) -> None:
+    completed = run_python(
+        """
+        import sys
+        from guideloom import StatefulDataLoader, TokenStorage
+        storage = TokenStorage(sys.argv[1])
+        with storage.sync_writer() as writer:
+            writer.append(0, list(range(100)))
+        with StatefulDataLoader.from_storage(storage, device="cpu", local_batch_size=2, sequence_length=10) as loader:
+            next(iter(loader))
+        print(sorted(name for name in sys.modules if name.split(".")[0] in ("fsspec", "s3fs", "boto3")))
+        """,
+        tmp_path / "local",
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip() == "[]"
