@@ -167,7 +167,6 @@ class StorageBase:
             fsync_directory(self.path.parent)
         return header
 
-
     def open_reader(self, shard_ids: list[int] | None = None) -> StorageReader[Any]:
         """A reader of the given shards (a loader's pinned snapshot), or of all committed now."""
         raise NotImplementedError
