@@ -42,9 +42,10 @@ In = TypeVar("In")
 Out = TypeVar("Out")
 
 
-def _as_path(path: object) -> Path:
+def local_path(path: object) -> Path:
+    """A local storage's directory: ``path`` itself, or the path of a ``file://`` URL."""
     if isinstance(path, str) and path.startswith("file://"):
-        return Path(path[len("file://") :])
+        path = path[len("file://") :]
     return check_path("path", path)
 
 
@@ -81,7 +82,7 @@ class StorageBase:
             return
         if storage_options:
             raise ValueError(f"storage_options apply to URLs only, but path is a local path: {path!r}")
-        self.path = _as_path(path)  # cache_dir and cache_limit_bytes mean nothing here: read in place
+        self.path = local_path(path)  # cache_dir and cache_limit_bytes mean nothing here: read in place
         self.location = str(self.path)
 
     def __getattr__(self, name: str) -> Any:
@@ -154,8 +155,14 @@ class StorageBase:
                 self._remote.create_header(header)
                 self._existing_header()  # if another writer created it first, it must match
             return header
-        for directory in (self.path, self.path / SHARDS_DIR, self.path / INCOMPLETE_DIR):
-            directory.mkdir(parents=True, exist_ok=True)
+        try:
+            for directory in (self.path, self.path / SHARDS_DIR, self.path / INCOMPLETE_DIR):
+                directory.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            files = [part for part in (self.path, *self.path.parents) if part.exists() and not part.is_dir()]
+            if not files:
+                raise
+            raise NotADirectoryError(f"cannot create a storage at {self.path}: {files[-1]} is a file") from None
         if self._existing_header() is None:
             temporary = self.path / INCOMPLETE_DIR / f"{HEADER_NAME}.{uuid.uuid4().hex}"
             with open(temporary, "xb") as file:
@@ -166,7 +173,6 @@ class StorageBase:
                 self._existing_header()  # another writer created it first: it must match
             fsync_directory(self.path.parent)
         return header
-
 
     def open_reader(self, shard_ids: list[int] | None = None) -> StorageReader[Any]:
         """A reader of the given shards (a loader's pinned snapshot), or of all committed now."""
