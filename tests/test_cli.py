@@ -266,3 +266,29 @@ def test_console_script(storage_path: Path) -> None:
     completed = run([str(script), "inspect", str(storage_path)])
     assert completed.returncode == 0, completed.stderr
     assert fields(completed.stdout)["format"] == "pickle"
+
+
+def test_inspect_verify_and_clean_read_a_file_url_as_the_local_storage(
+    storage_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"file://{token_storage(storage_path)}"
+    assert main(["inspect", url]) == 0
+    assert fields(capsys.readouterr().out)["path"] == str(storage_path)
+    assert main(["verify", url]) == 0
+    assert capsys.readouterr().out == "ok: 3 shards, 2,008 data bytes verified\n"
+    assert main(["clean", url]) == 0
+    assert capsys.readouterr().out == "removed 0 leftover files\n"
+
+
+def test_an_empty_path_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", ""]) == 2
+    assert capsys.readouterr().err == "guideloom inspect: error: path must not be empty\n"
+
+
+def test_tokenize_writes_a_file_url_output_to_its_local_path(tmp_path: Path) -> None:
+    tokenizer = guideloom.tokenize.train_tokenizer(["one two three", "four five"] * 20, 260, tmp_path / "tok.json")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("one two\nthree four five\n")
+    output = tmp_path / "tokens"
+    assert main(["tokenize", str(corpus), f"file://{output}", "--tokenizer", str(tokenizer), "--quiet"]) == 0
+    assert TokenStorage(output).committed_shards() == [0]

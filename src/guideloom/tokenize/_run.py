@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from guideloom._remote import is_url
+from guideloom._storage import local_path
 from guideloom._text import plural
 from guideloom.tokenize._plan import PYTHON_NAMES, TokenizePlan, plan_run
 from guideloom.tokenize._pool import run_pool
@@ -189,7 +190,7 @@ def tokenize_files(
         raise ValueError(f"{PYTHON_NAMES.workers} must be a positive int, got {workers!r}")
     plan = plan_run(
         inputs,
-        output if isinstance(output, str) and is_url(output) else Path(output),
+        output if isinstance(output, str) and is_url(output) else local_path(output),
         Path(tokenizer_path),
         storage_options=storage_options,
         text_field=text_field,
