@@ -141,6 +141,8 @@ class PinnedShards(Generic[ReaderT]):
         mine = self.identity()
         if not isinstance(recorded, dict):
             raise StateMismatchError(f"the state's source must be a dict, got {type(recorded).__name__}")
+        if "kind" not in recorded:
+            raise StateMismatchError("the state's source records no 'kind': it is not from state_dict()")
         if recorded.get("kind") != mine["kind"]:
             raise StateMismatchError(f"the state was taken from {recorded.get('kind')!r}, this loader reads {self}")
         for key, value in mine.items():
@@ -286,9 +288,9 @@ def make_source(
             for component in storage.components.values()
         ]
         return MixtureSource(storage, parts, shuffle=shuffle, seed=seed)
-    check_window_modes(storage, document_boundaries, pack_documents, pad_id)
-    if not isinstance(storage, DocumentStorage | TokenStorage):
+    if not isinstance(storage, DocumentStorage | TokenStorage):  # before the arguments that depend on its kind
         raise TypeError(f"storage must be a DocumentStorage, TokenStorage or Mixture, got {type(storage).__name__}")
+    check_window_modes(storage, document_boundaries, pack_documents, pad_id)
     if window_dtype is not None and not isinstance(storage, TokenStorage):
         raise ValueError("window_dtype must be omitted for a DocumentStorage: it applies to token windows")
     if window_dtype is not None and not isinstance(window_dtype, torch.dtype):

@@ -1,0 +1,88 @@
+"""More of what a new user hits in the first hour: storage and loader mistakes that must name their cause."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from guideloom import StatefulDataLoader, StateMismatchError, StorageNotFoundError, TokenStorage
+
+
+def make_tokens(path: Path, shards: int) -> TokenStorage:
+    storage = TokenStorage(path)
+    with storage.sync_writer() as writer:
+        for shard in range(shards):
+            writer.append(shard, list(range(shard * 10, shard * 10 + 40)))
+    return storage
+
+
+def windows(storage: object, **overrides: object) -> StatefulDataLoader:
+    arguments: dict[str, object] = {"device": "cpu", "local_batch_size": 2, "sequence_length": 8, **overrides}
+    return StatefulDataLoader.from_storage(storage, **arguments)  # type: ignore[arg-type]
+
+
+def test_a_file_is_not_called_a_missing_directory(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"text": "a"}\n')
+    message = f"no storage at {corpus}: it is a file, not a storage directory"
+    with pytest.raises(StorageNotFoundError) as reading:
+        windows(TokenStorage(corpus))
+    assert str(reading.value) == message
+    with pytest.raises(StorageNotFoundError) as listing:
+        TokenStorage(corpus).committed_shards()
+    assert str(listing.value) == message
+
+
+def test_a_missing_directory_is_still_called_missing(tmp_path: Path) -> None:
+    with pytest.raises(StorageNotFoundError) as error:
+        windows(TokenStorage(tmp_path / "missing"))
+    assert str(error.value) == f"no storage at {tmp_path / 'missing'}: the directory does not exist"
+
+
+def test_writing_under_a_file_names_the_file(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("")
+    with pytest.raises(NotADirectoryError) as error, TokenStorage(corpus / "tokens").sync_writer() as writer:
+        writer.append(0, [1])
+    assert str(error.value) == f"cannot create a storage at {corpus / 'tokens'}: {corpus} is a file"
+
+
+@pytest.mark.parametrize("path", ["", "file://"])
+def test_an_empty_path_is_refused_not_read_as_the_current_directory(path: str) -> None:
+    with pytest.raises(ValueError) as error:
+        TokenStorage(path)
+    assert str(error.value) == "path must not be empty"
+
+
+def test_a_file_url_is_the_local_storage(tmp_path: Path) -> None:
+    make_tokens(tmp_path / "tokens", shards=2)
+    assert TokenStorage(f"file://{tmp_path / 'tokens'}").committed_shards() == [0, 1]
+
+
+def test_a_state_from_another_storage_with_fewer_shards_says_so(tmp_path: Path) -> None:
+    with windows(make_tokens(tmp_path / "a", shards=3)) as loader:
+        next(iter(loader))
+        state = loader.state_dict()
+    with windows(make_tokens(tmp_path / "b", shards=2)) as other, pytest.raises(StateMismatchError) as error:
+        other.load_state_dict(state)
+    assert str(error.value) == (
+        f"the state was taken from another storage: it read shards 0-2 of the storage at {tmp_path / 'a'}, "
+        f"but the storage at {tmp_path / 'b'} has shards 0-1"
+    )
+
+
+def test_a_state_whose_source_has_no_kind_says_so(tmp_path: Path) -> None:
+    with windows(make_tokens(tmp_path / "a", shards=1)) as loader:
+        state = loader.state_dict()
+        del state["source"]["kind"]
+        with pytest.raises(StateMismatchError) as error:
+            loader.load_state_dict(state)
+    assert str(error.value) == "the state's source records no 'kind': it is not from state_dict()"
+
+
+def test_a_path_given_as_storage_is_named_before_window_modes(tmp_path: Path) -> None:
+    make_tokens(tmp_path / "a", shards=1)
+    with pytest.raises(TypeError) as error:
+        windows(str(tmp_path / "a"), document_boundaries=True)
+    assert str(error.value) == "storage must be a DocumentStorage, TokenStorage or Mixture, got str"
