@@ -292,3 +292,32 @@ def test_tokenize_writes_a_file_url_output_to_its_local_path(tmp_path: Path) -> 
     output = tmp_path / "tokens"
     assert main(["tokenize", str(corpus), f"file://{output}", "--tokenizer", str(tokenizer), "--quiet"]) == 0
     assert TokenStorage(output).committed_shards() == [0]
+
+
+@pytest.mark.parametrize(
+    ("blank", "message"),
+    [
+        (0, "inputs hold an empty path (it would mean the current directory)"),
+        (1, "OUTPUT must not be empty"),
+        (3, "--tokenizer must not be empty"),
+    ],
+)
+def test_tokenize_refuses_an_empty_path_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], blank: int, message: str
+) -> None:
+    monkeypatch.chdir(tmp_path)  # an empty path must not stand for this folder and its files
+    Path("corpus.txt").write_text("one two\n")
+    tokenizer = guideloom.tokenize.train_tokenizer(["one two three", "four five"] * 20, 260, tmp_path / "tok.json")
+    arguments = ["corpus.txt", "tokens", "--tokenizer", str(tokenizer)]
+    arguments[blank] = ""
+    assert main(["tokenize", *arguments]) == 2
+    assert capsys.readouterr().err == f"guideloom tokenize: error: {message}\n"
+    assert sorted(os.listdir(tmp_path)) == ["corpus.txt", "tok.json"]
+
+
+def test_tokenize_says_one_empty_input_file_in_the_singular(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tokenizer = guideloom.tokenize.train_tokenizer(["one two three", "four five"] * 20, 260, tmp_path / "tok.json")
+    (tmp_path / "empty.txt").write_text("")
+    assert main(["tokenize", str(tmp_path / "empty.txt"), str(tmp_path / "out"), "--tokenizer", str(tokenizer)]) == 2
+    message = "the inputs hold no documents: the input file is empty"
+    assert capsys.readouterr().err == f"guideloom tokenize: error: {message}\n"

@@ -42,11 +42,11 @@ In = TypeVar("In")
 Out = TypeVar("Out")
 
 
-def local_path(path: object) -> Path:
-    """A local storage's directory: ``path`` itself, or the path of a ``file://`` URL."""
+def local_path(path: object, name: str = "path") -> Path:
+    """A local storage's directory: ``path`` itself, or the path of a ``file://`` URL (``name``: the argument's)."""
     if isinstance(path, str) and path.startswith("file://"):
         path = path[len("file://") :]
-    return check_path("path", path)
+    return check_path(name, path)
 
 
 class StorageBase:

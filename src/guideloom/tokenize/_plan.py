@@ -156,7 +156,8 @@ def plan_run(
         raise ValueError(f"inputs name the same file more than once: {', '.join(duplicates)}")
     jobs = [FileJob(shard, describe_input(path, text_field)) for shard, path in enumerate(paths)]
     if all(job.size == 0 for job in jobs):
-        raise ValueError(f"the inputs hold no documents: all {len(jobs)} files are empty")
+        files = "the input file is" if len(jobs) == 1 else f"all {len(jobs)} input files are"
+        raise ValueError(f"the inputs hold no documents: {files} empty")
     check_tokenizer_path(tokenizer_path, names.tokenizer)
     tokenizer = load_tokenizer(tokenizer_path)
     existing = _existing_dtype(output, storage_options)

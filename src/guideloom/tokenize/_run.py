@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from guideloom._checks import check_path
 from guideloom._remote import is_url
 from guideloom._storage import local_path
 from guideloom._text import plural
@@ -190,8 +191,8 @@ def tokenize_files(
         raise ValueError(f"{PYTHON_NAMES.workers} must be a positive int, got {workers!r}")
     plan = plan_run(
         inputs,
-        output if isinstance(output, str) and is_url(output) else local_path(output),
-        Path(tokenizer_path),
+        output if isinstance(output, str) and is_url(output) else local_path(output, "output"),
+        check_path(PYTHON_NAMES.tokenizer, tokenizer_path),
         storage_options=storage_options,
         text_field=text_field,
         dtype=dtype,
