@@ -86,3 +86,36 @@ def test_a_path_given_as_storage_is_named_before_window_modes(tmp_path: Path) ->
     with pytest.raises(TypeError) as error:
         windows(str(tmp_path / "a"), document_boundaries=True)
     assert str(error.value) == "storage must be a DocumentStorage, TokenStorage or Mixture, got str"
+
+
+@pytest.mark.parametrize(
+    ("rank", "world_size", "said"), [("3", "2", "RANK=3 and WORLD_SIZE=2"), (None, "0", "WORLD_SIZE=0")]
+)
+def test_ranks_from_the_environment_are_named_as_its_variables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rank: str | None, world_size: str, said: str
+) -> None:
+    storage = make_tokens(tmp_path / "a", shards=1)
+    monkeypatch.delenv("RANK", raising=False)
+    if rank is not None:
+        monkeypatch.setenv("RANK", rank)
+    monkeypatch.setenv("WORLD_SIZE", world_size)
+    with pytest.raises(ValueError) as error:
+        windows(storage)
+    assert str(error.value) == (
+        f"the environment says {said}: WORLD_SIZE must be 1 or more and RANK from 0 to WORLD_SIZE - 1"
+    )
+
+
+def test_drop_last_that_would_drop_every_batch_is_refused(tmp_path: Path) -> None:
+    storage = make_tokens(tmp_path / "a", shards=1)  # 40 tokens: 5 windows of 8
+    with pytest.raises(ValueError) as error:
+        windows(storage, local_batch_size=3, rank=0, world_size=2, drop_last=True)
+    assert str(error.value) == (
+        f"drop_last=True would drop every batch: token windows of shards 0 of the storage at {tmp_path / 'a'} gives "
+        "5 samples per epoch, fewer than one global batch of 6 (local_batch_size=3 × world_size=2)"
+    )
+
+
+def test_drop_last_with_one_full_global_batch_is_accepted(tmp_path: Path) -> None:
+    with windows(make_tokens(tmp_path / "a", shards=1), local_batch_size=5, drop_last=True) as loader:
+        assert len(loader) == 1

@@ -56,6 +56,9 @@ def _environment_ranks() -> tuple[int, int]:
         rank, world_size = int(values["RANK"] or 0), int(values["WORLD_SIZE"] or 1)
     except ValueError:
         raise ValueError("the RANK and WORLD_SIZE environment variables must be integers") from None
+    if world_size < 1 or not 0 <= rank < world_size:  # said in the variables' names: no argument was passed
+        said = " and ".join(f"{name}={value}" for name, value in values.items() if value is not None)
+        raise ValueError(f"the environment says {said}: WORLD_SIZE must be 1 or more and RANK from 0 to WORLD_SIZE - 1")
     if values["RANK"] is None and world_size > 1:
         raise ValueError(
             f"WORLD_SIZE={world_size} is set but RANK is not, and torch.distributed is not initialised, so "
@@ -123,6 +126,13 @@ class StatefulDataLoader:
         if self.sample_count == 0:
             source.close()
             raise ValueError(f"{source} has no samples to load")
+        if drop_last and self.sample_count < local_batch_size * world_size:  # else every epoch is silently empty
+            source.close()
+            raise ValueError(
+                f"drop_last=True would drop every batch: {source} gives {self.sample_count} samples per epoch, fewer "
+                f"than one global batch of {local_batch_size * world_size} (local_batch_size={local_batch_size} × "
+                f"world_size={world_size})"
+            )
         self.epoch = 0
         self.position = 0
         self._generation = 0
