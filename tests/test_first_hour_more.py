@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from guideloom import StatefulDataLoader, StateMismatchError, StorageNotFoundError, TokenStorage
+from guideloom import DocumentStorage, StatefulDataLoader, StateMismatchError, StorageNotFoundError, TokenStorage
+from guideloom.types import DocumentStorageFormat
 
 
 def make_tokens(path: Path, shards: int) -> TokenStorage:
@@ -119,3 +120,20 @@ def test_drop_last_that_would_drop_every_batch_is_refused(tmp_path: Path) -> Non
 def test_drop_last_with_one_full_global_batch_is_accepted(tmp_path: Path) -> None:
     with windows(make_tokens(tmp_path / "a", shards=1), local_batch_size=5, drop_last=True) as loader:
         assert len(loader) == 1
+
+
+class NumberedFormat(DocumentStorageFormat[bytes, bytes]):
+    name = 3  # type: ignore[assignment]  # the mistake under test
+
+    def pack(self, data: bytes) -> bytes:
+        return data
+
+    def unpack(self, encoded_data: memoryview, shard: int) -> bytes:
+        return bytes(encoded_data)
+
+
+def test_a_format_name_that_is_not_a_str_is_refused_before_writing(tmp_path: Path) -> None:
+    with pytest.raises(TypeError) as error:
+        DocumentStorage(tmp_path / "documents", NumberedFormat())
+    assert str(error.value) == "NumberedFormat.name must be a str, got int"
+    assert not (tmp_path / "documents").exists()

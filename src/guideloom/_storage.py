@@ -274,6 +274,7 @@ class DocumentStorage(StorageBase, Generic[In, Out]):
             )
         if not isinstance(format, DocumentStorageFormat):
             raise TypeError(f"format must be a DocumentStorageFormat, got {type(format).__name__}")
+        format_identity(format)  # a name that cannot be recorded is refused before anything is written
         self.format = format
         self._locate(path, storage_options, cache_dir, cache_limit_bytes)
         self._existing_header()
