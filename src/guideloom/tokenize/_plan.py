@@ -148,7 +148,9 @@ def plan_run(
     names: OptionNames = PYTHON_NAMES,
 ) -> TokenizePlan:
     """Check the inputs, the tokenizer and the output, and assign shards; raises before anything is written."""
-    if not isinstance(text_field, str) or not text_field:
+    if not isinstance(text_field, str):
+        raise TypeError(f"{names.text_field} must be a str, got {type(text_field).__name__}")
+    if not text_field:
         raise ValueError(f"{names.text_field} must be a non-empty string, got {text_field!r}")
     paths = expand_inputs(inputs)
     duplicates = sorted({str(p) for p in paths if paths.count(p) > 1})
