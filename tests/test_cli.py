@@ -321,3 +321,16 @@ def test_tokenize_says_one_empty_input_file_in_the_singular(tmp_path: Path, caps
     assert main(["tokenize", str(tmp_path / "empty.txt"), str(tmp_path / "out"), "--tokenizer", str(tokenizer)]) == 2
     message = "the inputs hold no documents: the input file is empty"
     assert capsys.readouterr().err == f"guideloom tokenize: error: {message}\n"
+
+
+def test_tokenize_names_storage_options_for_a_local_output_as_the_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tokenizer = guideloom.tokenize.train_tokenizer(["one two three", "four five"] * 20, 260, tmp_path / "tok.json")
+    (tmp_path / "corpus.txt").write_text("one two\n")
+    output = tmp_path / "tokens"
+    arguments = [str(tmp_path / "corpus.txt"), str(output), "--tokenizer", str(tokenizer)]
+    assert main(["tokenize", *arguments, "--storage-options", '{"anon": true}']) == 2
+    assert capsys.readouterr().err == (
+        f"guideloom tokenize: error: --storage-options apply to URLs only, but the output {output} is a local path\n"
+    )
