@@ -7,7 +7,14 @@ from typing import Any
 
 import pytest
 
-from guideloom import DocumentStorage, StatefulDataLoader, StateMismatchError, StorageNotFoundError, TokenStorage
+from guideloom import (
+    DocumentStorage,
+    Mixture,
+    StatefulDataLoader,
+    StateMismatchError,
+    StorageNotFoundError,
+    TokenStorage,
+)
 from guideloom.tokenize import tokenize_files, train_tokenizer
 from guideloom.types import DocumentStorageFormat
 
@@ -161,3 +168,14 @@ def test_tokenize_files_names_an_argument_of_the_wrong_type(
         tokenize_files([corpus], tmp_path / "tokens", tokenizer, **arguments)
     assert str(error.value) == message
     assert not (tmp_path / "tokens").exists()
+
+
+def test_a_mixture_component_too_short_for_a_window_is_named(tmp_path: Path) -> None:
+    long, short = make_tokens(tmp_path / "long", shards=3), make_tokens(tmp_path / "short", shards=1)
+    mixture = Mixture({"long": long, "short": short}, {"long": 1.0, "short": 1.0})
+    with pytest.raises(ValueError) as error:
+        windows(mixture, sequence_length=50)
+    assert str(error.value) == (
+        f"the mixture's component 'short': the storage at {tmp_path / 'short'} has no samples to load: "
+        "sequence_length=50 is longer than its 40 tokens"
+    )
