@@ -179,3 +179,13 @@ def test_a_mixture_component_too_short_for_a_window_is_named(tmp_path: Path) -> 
         f"the mixture's component 'short': the storage at {tmp_path / 'short'} has no samples to load: "
         "sequence_length=50 is longer than its 40 tokens"
     )
+
+
+def test_building_the_loader_like_torch_points_to_from_storage(tmp_path: Path) -> None:
+    storage = make_tokens(tmp_path / "a", shards=1)
+    with pytest.raises(TypeError) as error:
+        StatefulDataLoader(storage, batch_size=2)  # type: ignore[call-arg]
+    assert str(error.value) == (
+        "a loader over a TokenStorage is built with StatefulDataLoader.from_storage(storage, device=..., "
+        "local_batch_size=..., ...), not StatefulDataLoader(storage, ...)"
+    )

@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 import torch
@@ -21,9 +21,11 @@ import torch.distributed
 
 from guideloom._checks import check_bool, check_callable, check_int, check_number
 from guideloom._devices import check_device
+from guideloom._mixture import Mixture
 from guideloom._order import BatchPlan, EpochOrder
 from guideloom._sources import SampleSource, make_source
 from guideloom._state import Settings, build_state, check_state
+from guideloom._storage import DocumentStorage, TokenStorage
 from guideloom._transport import Batcher, Transport, make_transport
 
 
@@ -87,6 +89,15 @@ class StatefulDataLoader:
     Build it with :meth:`from_storage`. Iterating yields the rest of the current epoch; once an
     epoch is complete the next ``iter()`` starts the next one (reshuffled with ``shuffle=True``).
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
+        # torch's habit, StatefulDataLoader(dataset, batch_size=...), would fail on an argument it never named
+        if args and isinstance(args[0], DocumentStorage | TokenStorage | Mixture):
+            raise TypeError(
+                f"a loader over a {type(args[0]).__name__} is built with StatefulDataLoader.from_storage(storage, "
+                "device=..., local_batch_size=..., ...), not StatefulDataLoader(storage, ...)"
+            )
+        return super().__new__(cls)
 
     def __init__(
         self,
