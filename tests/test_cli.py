@@ -266,3 +266,71 @@ def test_console_script(storage_path: Path) -> None:
     completed = run([str(script), "inspect", str(storage_path)])
     assert completed.returncode == 0, completed.stderr
     assert fields(completed.stdout)["format"] == "pickle"
+
+
+def test_inspect_verify_and_clean_read_a_file_url_as_the_local_storage(
+    storage_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"file://{token_storage(storage_path)}"
+    assert main(["inspect", url]) == 0
+    assert fields(capsys.readouterr().out)["path"] == str(storage_path)
+    assert main(["verify", url]) == 0
+    assert capsys.readouterr().out == "ok: 3 shards, 2,008 data bytes verified\n"
+    assert main(["clean", url]) == 0
+    assert capsys.readouterr().out == "removed 0 leftover files\n"
+
+
+def test_an_empty_path_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", ""]) == 2
+    assert capsys.readouterr().err == "guideloom inspect: error: path must not be empty\n"
+
+
+def test_tokenize_writes_a_file_url_output_to_its_local_path(tmp_path: Path) -> None:
+    tokenizer = guideloom.tokenize.train_tokenizer(["one two three", "four five"] * 20, 260, tmp_path / "tok.json")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("one two\nthree four five\n")
+    output = tmp_path / "tokens"
+    assert main(["tokenize", str(corpus), f"file://{output}", "--tokenizer", str(tokenizer), "--quiet"]) == 0
+    assert TokenStorage(output).committed_shards() == [0]
+
+
+@pytest.mark.parametrize(
+    ("blank", "message"),
+    [
+        (0, "inputs hold an empty path (it would mean the current directory)"),
+        (1, "OUTPUT must not be empty"),
+        (3, "--tokenizer must not be empty"),
+    ],
+)
+def test_tokenize_refuses_an_empty_path_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], blank: int, message: str
+) -> None:
+    monkeypatch.chdir(tmp_path)  # an empty path must not stand for this folder and its files
+    Path("corpus.txt").write_text("one two\n")
+    tokenizer = guideloom.tokenize.train_tokenizer(["one two three", "four five"] * 20, 260, tmp_path / "tok.json")
+    arguments = ["corpus.txt", "tokens", "--tokenizer", str(tokenizer)]
+    arguments[blank] = ""
+    assert main(["tokenize", *arguments]) == 2
+    assert capsys.readouterr().err == f"guideloom tokenize: error: {message}\n"
+    assert sorted(os.listdir(tmp_path)) == ["corpus.txt", "tok.json"]
+
+
+def test_tokenize_says_one_empty_input_file_in_the_singular(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tokenizer = guideloom.tokenize.train_tokenizer(["one two three", "four five"] * 20, 260, tmp_path / "tok.json")
+    (tmp_path / "empty.txt").write_text("")
+    assert main(["tokenize", str(tmp_path / "empty.txt"), str(tmp_path / "out"), "--tokenizer", str(tokenizer)]) == 2
+    message = "the inputs hold no documents: the input file is empty"
+    assert capsys.readouterr().err == f"guideloom tokenize: error: {message}\n"
+
+
+def test_tokenize_names_storage_options_for_a_local_output_as_the_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tokenizer = guideloom.tokenize.train_tokenizer(["one two three", "four five"] * 20, 260, tmp_path / "tok.json")
+    (tmp_path / "corpus.txt").write_text("one two\n")
+    output = tmp_path / "tokens"
+    arguments = [str(tmp_path / "corpus.txt"), str(output), "--tokenizer", str(tokenizer)]
+    assert main(["tokenize", *arguments, "--storage-options", '{"anon": true}']) == 2
+    assert capsys.readouterr().err == (
+        f"guideloom tokenize: error: --storage-options apply to URLs only, but the output {output} is a local path\n"
+    )

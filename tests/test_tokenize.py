@@ -221,7 +221,7 @@ def test_unreadable_file(tmp_path: Path, tokenizer_path: Path) -> None:
 def test_empty_inputs(tmp_path: Path, tokenizer_path: Path) -> None:
     (tmp_path / "empty.txt").write_bytes(b"")
     (tmp_path / "blank.jsonl").write_text("\n\n  \n")
-    with pytest.raises(ValueError, match="all 1 files are empty"):
+    with pytest.raises(ValueError, match="the inputs hold no documents: the input file is empty"):
         tokenize_files([tmp_path / "empty.txt"], tmp_path / "out", tokenizer_path)
     with pytest.raises(ValueError, match="hold no documents"):
         tokenize_files([tmp_path / "blank.jsonl", tmp_path / "empty.txt"], tmp_path / "out", tokenizer_path, workers=1)

@@ -52,9 +52,14 @@ def check_callable(name: str, value: Any, optional: bool = False) -> Any:
 
 
 def check_path(name: str, value: object) -> Path:
-    """``value`` as a Path; anything but a str or os.PathLike is a TypeError."""
+    """``value`` as a Path; anything but a str or os.PathLike is a TypeError, an empty path a ValueError.
+
+    An empty string would otherwise become ``Path(".")``: the current directory, which nobody meant.
+    """
     if not isinstance(value, str | os.PathLike):
         raise TypeError(f"{name} must be a str or os.PathLike, got {type(value).__name__}")
+    if os.fspath(value) in ("", b""):
+        raise ValueError(f"{name} must not be empty")
     return Path(value)
 
 

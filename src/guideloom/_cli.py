@@ -22,10 +22,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from guideloom import __version__
-from guideloom._errors import GuideloomError, StorageNotFoundError
+from guideloom._errors import GuideloomError
 from guideloom._layout import INCOMPLETE_DIR, SHARDS_DIR, committed_shard_ids, shard_file_name
 from guideloom._remote import is_url, parse_storage_options
-from guideloom._storage import AnyFormatStorage
+from guideloom._storage import AnyFormatStorage, local_path
 from guideloom._text import plural
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -39,10 +39,7 @@ def _open(text: str, options: str | None = None) -> AnyFormatStorage:
         return AnyFormatStorage(text, storage_options=parse_storage_options(options))
     if options is not None:
         raise ValueError(f"--storage-options apply to URLs only, but {text} is a local path")
-    path = Path(text)
-    if path.exists() and not path.is_dir():
-        raise StorageNotFoundError(f"no storage at {path}: it is a file, not a storage directory")
-    return AnyFormatStorage(path)
+    return AnyFormatStorage(local_path(text))  # a file:// URL is the local path it names
 
 
 def _leftovers(path: Path) -> tuple[int, int]:

@@ -55,8 +55,10 @@ class DocumentStorageFormat(ABC, Generic[In, Out]):
 
 
 def format_identity(document_format: DocumentStorageFormat[Any, Any]) -> str:
-    """The name recorded on disk for ``document_format``."""
+    """The name recorded on disk for ``document_format``; a ``name`` that is not a str is a TypeError."""
     declared = document_format.name
+    if declared is not None and not isinstance(declared, str):
+        raise TypeError(f"{type(document_format).__name__}.name must be a str, got {type(declared).__name__}")
     return declared if declared else type(document_format).__qualname__
 
 

@@ -132,7 +132,16 @@ def over_recorded_shards(source: Any, recorded: dict[str, Any]) -> Any:
     shard that is missing or was rewritten is a StateMismatchError that names it.
     """
     where = f"the storage at {source.storage.location}"
-    shards = recorded_shards(parse_ranges(recorded.get("shards")), source.shard_ids, where)
+    ranges = parse_ranges(recorded.get("shards"))
+    if recorded.get("path") != source.storage.location:  # moved, or another storage: say which, not "removed"
+        try:
+            recorded_shards(ranges, source.shard_ids, where)
+        except StateMismatchError:
+            raise StateMismatchError(
+                f"the state was taken from another storage: it read shards {recorded.get('shards')} of the storage "
+                f"at {recorded.get('path')}, but {where} has shards {describe_shards(source.shard_ids)}"
+            ) from None
+    shards = recorded_shards(ranges, source.shard_ids, where)
     then = source if shards == source.shard_ids else source.with_shards(shards)
     if "digest" in recorded:
         changed = ShardDigest.from_text(recorded["digest"]).changed_key(ShardDigest.of(then.shard_entries()))

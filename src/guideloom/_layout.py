@@ -111,7 +111,7 @@ def read_header(path: Path) -> StorageHeader:
     """Read and validate ``guideloom.json``; a missing one is StorageNotFoundError."""
     header_path = path / HEADER_NAME
     if not path.is_dir():
-        raise StorageNotFoundError(f"no storage at {path}: the directory does not exist")
+        raise StorageNotFoundError(f"no storage at {path}: {_why_not_a_directory(path)}")
     try:
         # O_NONBLOCK: opening a FIFO planted as the header must not wait for a writer
         descriptor = os.open(header_path, os.O_RDONLY | os.O_NONBLOCK)
@@ -174,13 +174,22 @@ def publish(temporary: Path, final: Path) -> bool:
     return True
 
 
+def _why_not_a_directory(path: Path) -> str:
+    """Why ``path``, which is not a directory, holds no storage: a file there is not a missing directory."""
+    return "it is a file, not a storage directory" if path.exists() else "the directory does not exist"
+
+
 def committed_shard_ids(path: Path) -> list[int]:
     """Ids of the committed shards, ascending; names that are not shard names are ignored."""
     try:
         names = os.listdir(path / SHARDS_DIR)
     except FileNotFoundError:
         return []
-    except OSError as error:  # not a directory, a symlink loop, ...
+    except NotADirectoryError:
+        if not path.is_dir():
+            raise StorageNotFoundError(f"no storage at {path}: {_why_not_a_directory(path)}") from None
+        raise CorruptStorageError(f"{path / SHARDS_DIR} cannot be listed: it is not a directory") from None
+    except OSError as error:  # a symlink loop, no permission, ...
         raise CorruptStorageError(f"{path / SHARDS_DIR} cannot be listed: {error.strerror or error}") from None
     return sorted(int(match.group(1)) for name in names if (match := _SHARD_NAME.fullmatch(name)))
 

@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 import torch
@@ -21,9 +21,11 @@ import torch.distributed
 
 from guideloom._checks import check_bool, check_callable, check_int, check_number
 from guideloom._devices import check_device
+from guideloom._mixture import Mixture
 from guideloom._order import BatchPlan, EpochOrder
 from guideloom._sources import SampleSource, make_source
 from guideloom._state import Settings, build_state, check_state
+from guideloom._storage import DocumentStorage, TokenStorage
 from guideloom._transport import Batcher, Transport, make_transport
 
 
@@ -56,6 +58,9 @@ def _environment_ranks() -> tuple[int, int]:
         rank, world_size = int(values["RANK"] or 0), int(values["WORLD_SIZE"] or 1)
     except ValueError:
         raise ValueError("the RANK and WORLD_SIZE environment variables must be integers") from None
+    if world_size < 1 or not 0 <= rank < world_size:  # said in the variables' names: no argument was passed
+        said = " and ".join(f"{name}={value}" for name, value in values.items() if value is not None)
+        raise ValueError(f"the environment says {said}: WORLD_SIZE must be 1 or more and RANK from 0 to WORLD_SIZE - 1")
     if values["RANK"] is None and world_size > 1:
         raise ValueError(
             f"WORLD_SIZE={world_size} is set but RANK is not, and torch.distributed is not initialised, so "
@@ -84,6 +89,15 @@ class StatefulDataLoader:
     Build it with :meth:`from_storage`. Iterating yields the rest of the current epoch; once an
     epoch is complete the next ``iter()`` starts the next one (reshuffled with ``shuffle=True``).
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
+        # torch's habit, StatefulDataLoader(dataset, batch_size=...), would fail on an argument it never named
+        if args and isinstance(args[0], DocumentStorage | TokenStorage | Mixture):
+            raise TypeError(
+                f"a loader over a {type(args[0]).__name__} is built with StatefulDataLoader.from_storage(storage, "
+                "device=..., local_batch_size=..., ...), not StatefulDataLoader(storage, ...)"
+            )
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -123,6 +137,13 @@ class StatefulDataLoader:
         if self.sample_count == 0:
             source.close()
             raise ValueError(f"{source} has no samples to load")
+        if drop_last and self.sample_count < local_batch_size * world_size:  # else every epoch is silently empty
+            source.close()
+            raise ValueError(
+                f"drop_last=True would drop every batch: {source} gives {self.sample_count} samples per epoch, fewer "
+                f"than one global batch of {local_batch_size * world_size} (local_batch_size={local_batch_size} × "
+                f"world_size={world_size})"
+            )
         self.epoch = 0
         self.position = 0
         self._generation = 0

@@ -141,6 +141,8 @@ class PinnedShards(Generic[ReaderT]):
         mine = self.identity()
         if not isinstance(recorded, dict):
             raise StateMismatchError(f"the state's source must be a dict, got {type(recorded).__name__}")
+        if "kind" not in recorded:
+            raise StateMismatchError("the state's source records no 'kind': it is not from state_dict()")
         if recorded.get("kind") != mine["kind"]:
             raise StateMismatchError(f"the state was taken from {recorded.get('kind')!r}, this loader reads {self}")
         for key, value in mine.items():
@@ -263,12 +265,14 @@ def make_source(
     pad_id: int = 0,
     shuffle: bool = False,
     seed: int = 0,
+    component: str | None = None,
 ) -> SampleSource:
     """The source for the shards of ``storage`` committed now, checking the arguments fit its kind.
 
     ``document_boundaries`` / ``pack_documents`` (with ``pad_id``) choose a document-aware window mode.
     A `Mixture` gets one source per component, made here as for that storage alone, blended in its order
-    (``shuffle`` and ``seed`` key the components' passes and the blocks' slot order).
+    (``shuffle`` and ``seed`` key the components' passes and the blocks' slot order); ``component`` names
+    such a component in the error of a storage with no sample.
     """
     from guideloom._document_sources import check_window_modes, window_source  # they build on this module
     from guideloom._mixture_source import MixtureSource  # as does this one
@@ -276,19 +280,20 @@ def make_source(
     if isinstance(storage, Mixture):
         parts = [
             make_source(
-                component,
+                member,
                 sequence_length=sequence_length,
                 window_dtype=window_dtype,
                 document_boundaries=document_boundaries,
                 pack_documents=pack_documents,
                 pad_id=pad_id,
+                component=name,
             )
-            for component in storage.components.values()
+            for name, member in storage.components.items()
         ]
         return MixtureSource(storage, parts, shuffle=shuffle, seed=seed)
-    check_window_modes(storage, document_boundaries, pack_documents, pad_id)
-    if not isinstance(storage, DocumentStorage | TokenStorage):
+    if not isinstance(storage, DocumentStorage | TokenStorage):  # before the arguments that depend on its kind
         raise TypeError(f"storage must be a DocumentStorage, TokenStorage or Mixture, got {type(storage).__name__}")
+    check_window_modes(storage, document_boundaries, pack_documents, pad_id)
     if window_dtype is not None and not isinstance(storage, TokenStorage):
         raise ValueError("window_dtype must be omitted for a DocumentStorage: it applies to token windows")
     if window_dtype is not None and not isinstance(window_dtype, torch.dtype):
@@ -302,7 +307,7 @@ def make_source(
     storage.header_for_reading()  # a missing storage is StorageNotFoundError here, not at the first batch
     shard_ids = storage.committed_shards()
     if isinstance(storage, DocumentStorage):
-        return _not_empty(DocumentSource(storage, shard_ids), " (empty storage)")
+        return _not_empty(DocumentSource(storage, shard_ids), " (empty storage)", component)
     sequence_length = check_sequence_length(sequence_length)
     window_numpy_dtype = np.dtype(np.int32 if window_dtype == torch.int32 else np.int64)
     if window_numpy_dtype == np.int32 and storage.dtype.itemsize == 8:
@@ -312,11 +317,14 @@ def make_source(
     )
     tokens = source.reader.token_count
     why = f": sequence_length={sequence_length} is longer than its {tokens} tokens" if tokens else " (empty storage)"
-    return _not_empty(source, why)
+    return _not_empty(source, why, component)
 
 
-def _not_empty(source: DocumentSource | TokenWindowSource, why: str) -> DocumentSource | TokenWindowSource:
+def _not_empty(
+    source: DocumentSource | TokenWindowSource, why: str, component: str | None
+) -> DocumentSource | TokenWindowSource:
     if source.sample_count == 0:
         source.close()
-        raise ValueError(f"the storage at {source.storage.location} has no samples to load{why}")
+        which = "" if component is None else f"the mixture's component {component!r}: "
+        raise ValueError(f"{which}the storage at {source.storage.location} has no samples to load{why}")
     return source

@@ -42,10 +42,11 @@ In = TypeVar("In")
 Out = TypeVar("Out")
 
 
-def _as_path(path: object) -> Path:
+def local_path(path: object, name: str = "path") -> Path:
+    """A local storage's directory: ``path`` itself, or the path of a ``file://`` URL (``name``: the argument's)."""
     if isinstance(path, str) and path.startswith("file://"):
-        return Path(path[len("file://") :])
-    return check_path("path", path)
+        path = path[len("file://") :]
+    return check_path(name, path)
 
 
 class StorageBase:
@@ -81,7 +82,7 @@ class StorageBase:
             return
         if storage_options:
             raise ValueError(f"storage_options apply to URLs only, but path is a local path: {path!r}")
-        self.path = _as_path(path)  # cache_dir and cache_limit_bytes mean nothing here: read in place
+        self.path = local_path(path)  # cache_dir and cache_limit_bytes mean nothing here: read in place
         self.location = str(self.path)
 
     def __getattr__(self, name: str) -> Any:
@@ -154,8 +155,14 @@ class StorageBase:
                 self._remote.create_header(header)
                 self._existing_header()  # if another writer created it first, it must match
             return header
-        for directory in (self.path, self.path / SHARDS_DIR, self.path / INCOMPLETE_DIR):
-            directory.mkdir(parents=True, exist_ok=True)
+        try:
+            for directory in (self.path, self.path / SHARDS_DIR, self.path / INCOMPLETE_DIR):
+                directory.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            files = [part for part in (self.path, *self.path.parents) if part.exists() and not part.is_dir()]
+            if not files:
+                raise
+            raise NotADirectoryError(f"cannot create a storage at {self.path}: {files[-1]} is a file") from None
         if self._existing_header() is None:
             temporary = self.path / INCOMPLETE_DIR / f"{HEADER_NAME}.{uuid.uuid4().hex}"
             with open(temporary, "xb") as file:
@@ -267,6 +274,7 @@ class DocumentStorage(StorageBase, Generic[In, Out]):
             )
         if not isinstance(format, DocumentStorageFormat):
             raise TypeError(f"format must be a DocumentStorageFormat, got {type(format).__name__}")
+        format_identity(format)  # a name that cannot be recorded is refused before anything is written
         self.format = format
         self._locate(path, storage_options, cache_dir, cache_limit_bytes)
         self._existing_header()

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from pathlib import Path
 
+from guideloom._checks import check_path
 from guideloom._layout import TOKEN_DTYPES
 from guideloom._remote import is_url, parse_storage_options
+from guideloom._storage import local_path
 from guideloom.tokenize._plan import CLI_NAMES, plan_run
 from guideloom.tokenize._run import execute
 from guideloom.tokenize._tokenizer import import_tokenizers
@@ -100,8 +101,8 @@ def prepare_tokenize(arguments: argparse.Namespace) -> Callable[[], int]:
     import_tokenizers()
     plan = plan_run(
         arguments.inputs,
-        arguments.output if is_url(arguments.output) else Path(arguments.output),
-        Path(arguments.tokenizer),
+        arguments.output if is_url(arguments.output) else local_path(arguments.output, "OUTPUT"),
+        check_path(CLI_NAMES.tokenizer, arguments.tokenizer),
         storage_options=parse_storage_options(arguments.storage_options),
         text_field=arguments.text_field,
         dtype=arguments.dtype,

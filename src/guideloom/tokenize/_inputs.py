@@ -103,6 +103,8 @@ def expand_inputs(inputs: Sequence[str | os.PathLike[str]]) -> list[Path]:
     for item in inputs:
         if not isinstance(item, str | os.PathLike):
             raise TypeError(f"inputs must be paths, got {type(item).__name__}")
+        if os.fspath(item) == "":
+            raise ValueError("inputs hold an empty path (it would mean the current directory)")
         path = Path(item)
         if path.is_dir():
             found = sorted(p for p in path.rglob("*") if _in_directory(p) and p.is_file())

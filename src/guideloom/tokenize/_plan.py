@@ -32,11 +32,21 @@ class OptionNames:
     tokenizer: str
     workers: str
     ray: str
+    storage_options: str
 
 
-PYTHON_NAMES = OptionNames("skip_existing=True", "eos_token", "text_field", "dtype", "tokenizer_path", "workers", "ray")
+PYTHON_NAMES = OptionNames(
+    "skip_existing=True", "eos_token", "text_field", "dtype", "tokenizer_path", "workers", "ray", "storage_options"
+)
 CLI_NAMES = OptionNames(
-    "--skip-existing", "--eos-token", "--text-field", "--dtype", "--tokenizer", "--workers", "--ray"
+    "--skip-existing",
+    "--eos-token",
+    "--text-field",
+    "--dtype",
+    "--tokenizer",
+    "--workers",
+    "--ray",
+    "--storage-options",
 )
 
 
@@ -121,11 +131,11 @@ def _check_output(output: Path) -> str | None:
     return TokenStorage(output).dtype.name if is_storage else None
 
 
-def _existing_dtype(output: Path | str, storage_options: dict[str, Any] | None) -> str | None:
+def _existing_dtype(output: Path | str, storage_options: dict[str, Any] | None, names: OptionNames) -> str | None:
     """The dtype of the token storage already at ``output`` (a directory or a URL), None when there is none yet."""
     if not is_url(output):
         if storage_options:
-            raise ValueError(f"storage_options apply to URLs only, but the output {output} is a local path")
+            raise ValueError(f"{names.storage_options} apply to URLs only, but the output {output} is a local path")
         return _check_output(Path(output))
     storage = TokenStorage(output, storage_options=storage_options)
     try:
@@ -148,7 +158,9 @@ def plan_run(
     names: OptionNames = PYTHON_NAMES,
 ) -> TokenizePlan:
     """Check the inputs, the tokenizer and the output, and assign shards; raises before anything is written."""
-    if not isinstance(text_field, str) or not text_field:
+    if not isinstance(text_field, str):
+        raise TypeError(f"{names.text_field} must be a str, got {type(text_field).__name__}")
+    if not text_field:
         raise ValueError(f"{names.text_field} must be a non-empty string, got {text_field!r}")
     paths = expand_inputs(inputs)
     duplicates = sorted({str(p) for p in paths if paths.count(p) > 1})
@@ -156,10 +168,11 @@ def plan_run(
         raise ValueError(f"inputs name the same file more than once: {', '.join(duplicates)}")
     jobs = [FileJob(shard, describe_input(path, text_field)) for shard, path in enumerate(paths)]
     if all(job.size == 0 for job in jobs):
-        raise ValueError(f"the inputs hold no documents: all {len(jobs)} files are empty")
+        files = "the input file is" if len(jobs) == 1 else f"all {len(jobs)} input files are"
+        raise ValueError(f"the inputs hold no documents: {files} empty")
     check_tokenizer_path(tokenizer_path, names.tokenizer)
     tokenizer = load_tokenizer(tokenizer_path)
-    existing = _existing_dtype(output, storage_options)
+    existing = _existing_dtype(output, storage_options, names)
     chosen = choose_dtype(int(tokenizer.get_vocab_size(with_added_tokens=True)), dtype, existing, names)
     # an existing storage of another kind or dtype fails here, before writing
     storage = TokenStorage(output, chosen, storage_options=storage_options)

@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from guideloom._checks import check_bool, check_path
 from guideloom._remote import is_url
+from guideloom._storage import local_path
 from guideloom._text import plural
 from guideloom.tokenize._plan import PYTHON_NAMES, TokenizePlan, plan_run
 from guideloom.tokenize._pool import run_pool
@@ -187,10 +189,12 @@ def tokenize_files(
     started = time.perf_counter()
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ValueError(f"{PYTHON_NAMES.workers} must be a positive int, got {workers!r}")
+    skip_existing = check_bool("skip_existing", skip_existing)
+    progress = check_bool("progress", progress)
     plan = plan_run(
         inputs,
-        output if isinstance(output, str) and is_url(output) else Path(output),
-        Path(tokenizer_path),
+        output if isinstance(output, str) and is_url(output) else local_path(output, "output"),
+        check_path(PYTHON_NAMES.tokenizer, tokenizer_path),
         storage_options=storage_options,
         text_field=text_field,
         dtype=dtype,

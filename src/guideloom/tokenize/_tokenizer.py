@@ -51,6 +51,8 @@ def find_eos_id(tokenizer: Any, eos_token: str | None = "auto", name: str = "eos
     """
     if eos_token is None or eos_token == "":
         return None
+    if not isinstance(eos_token, str):
+        raise TypeError(f"{name} must be a str or None, got {type(eos_token).__name__}")
     if eos_token == "auto":
         for candidate in EOS_CANDIDATES:
             found = tokenizer.token_to_id(candidate)
