@@ -189,3 +189,16 @@ def test_building_the_loader_like_torch_points_to_from_storage(tmp_path: Path) -
         "a loader over a TokenStorage is built with StatefulDataLoader.from_storage(storage, device=..., "
         "local_batch_size=..., ...), not StatefulDataLoader(storage, ...)"
     )
+
+
+@pytest.mark.parametrize("url", ["s3://", "s3:///corpus"])
+def test_a_url_without_a_bucket_says_so(url: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        TokenStorage(url)
+    assert str(caught.value) == f"path {url!r} names no bucket: use s3://BUCKET/PREFIX"
+
+
+def test_an_empty_cache_dir_is_refused_rather_than_the_current_directory() -> None:
+    with pytest.raises(ValueError) as caught:
+        TokenStorage("s3://bucket/corpus", cache_dir="")
+    assert str(caught.value) == "cache_dir must not be empty"

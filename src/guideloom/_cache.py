@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from guideloom._checks import check_path
 from guideloom._errors import CorruptStorageError
 from guideloom._layout import ShardInfo
 
@@ -28,14 +29,13 @@ DOWNLOAD_ATTEMPTS = 3
 
 def check_cache_arguments(cache_dir: object, cache_limit_bytes: object) -> tuple[Path | None, int | None]:
     """Validate the storages' ``cache_dir`` and ``cache_limit_bytes`` arguments."""
-    if cache_dir is not None and not isinstance(cache_dir, str | os.PathLike):
-        raise TypeError(f"cache_dir must be a str or os.PathLike, got {type(cache_dir).__name__}")
+    cache_path = None if cache_dir is None else check_path("cache_dir", cache_dir)
     if cache_limit_bytes is not None:
         if isinstance(cache_limit_bytes, bool) or not isinstance(cache_limit_bytes, int):
             raise TypeError(f"cache_limit_bytes must be an int or None, got {type(cache_limit_bytes).__name__}")
         if cache_limit_bytes < 1:
             raise ValueError(f"cache_limit_bytes must be positive, got {cache_limit_bytes}")
-    return (None if cache_dir is None else Path(cache_dir)), cache_limit_bytes
+    return cache_path, cache_limit_bytes
 
 
 class CacheLease:

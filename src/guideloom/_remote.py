@@ -19,6 +19,7 @@ from typing import Any
 from guideloom._errors import StorageNotFoundError
 
 CONDITIONAL_PROTOCOLS = ("s3", "s3a")
+BUCKET_PROTOCOLS = (*CONDITIONAL_PROTOCOLS, "gs", "gcs", "az", "abfs", "abfss")  # the first part is a bucket
 DOWNLOAD_CHUNK = 4 * 1024 * 1024
 MULTIPART_BYTES = 1 << 30  # larger shards are uploaded in parts (one PUT takes at most 5 GiB)
 PART_BYTES = 64 << 20
@@ -57,8 +58,11 @@ class ObjectStore:
             raise ImportError(
                 f"opening {url} needs fsspec (and s3fs for s3://): pip install 'guideloom[remote]'"
             ) from None
+        self.protocol, _, rest = url.partition("://")
+        if not rest.strip("/") or (rest.startswith("/") and self.protocol in BUCKET_PROTOCOLS):
+            raise ValueError(f"path {url!r} names no bucket: use {self.protocol}://BUCKET/PREFIX")
         self.url = url.rstrip("/")
-        self.protocol, _, rest = self.url.partition("://")
+        rest = rest.rstrip("/")
         self.root = rest
         self.options = dict(options or {})
         if self.protocol in CONDITIONAL_PROTOCOLS:
