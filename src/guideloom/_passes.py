@@ -1,20 +1,35 @@
-"""`EpochOrder.indices` for many orders at once: each position with its own sample count, seed and epoch.
+"""The seeded passes of a mixture's components: many permutations evaluated at once.
 
-A mixture looks up samples of several components, each in its own seeded pass, in one batch. Running
-one `EpochOrder` per (component, pass) costs a round of NumPy calls per order (and a small component
-may be in dozens of passes within one batch); this evaluates the same Feistel network for all of them
-together, with per-position keys, half widths and limits. The result equals `EpochOrder.indices`
-element by element (the tests check it).
+A mixture looks up samples of several components, each in its own seeded pass, in one batch, so this
+evaluates all of them together, with per-position keys and domains. Each pass of ``count`` samples is
+a Feistel network over the mixed-radix domain ``rows × columns`` (``rows = ceil(sqrt(count))``,
+``columns = ceil(count / rows)``): a sample index is a (row, column) pair, and each round adds a keyed
+hash of one half to the other modulo that half's radix, then swaps them. The domain exceeds ``count``
+by less than ``rows``, so cycle walking (re-applying the network to results past the end, which keeps
+the mapping a bijection of ``[0, count)``) almost never takes a second step, unlike a power-of-four
+domain, which can be nearly four times a component's size.
 """
 
 from __future__ import annotations
 
+from math import isqrt
+
 import numpy as np
 import numpy.typing as npt
 
-from guideloom._order import ROUNDS, feistel, round_keys
+from guideloom._order import ROUNDS, _mix_array, round_keys
 
-__all__ = ["permute_many"]
+__all__ = ["pass_domain", "permute_many"]
+
+_HIGH = np.uint64(32)
+assert ROUNDS % 2 == 0, "an even number of rounds brings the halves back to (row, column)"
+
+
+def pass_domain(count: int) -> tuple[int, int]:
+    """The radixes ``(rows, columns)`` of the Feistel domain of a pass over ``count`` samples: their
+    product covers ``count`` and exceeds it by less than ``rows``; both stay below 2**32 for int64 counts."""
+    rows = isqrt(max(count, 1) - 1) + 1
+    return rows, -(-max(count, 1) // rows)
 
 
 def permute_many(
@@ -24,20 +39,36 @@ def permute_many(
     seeds: list[int],
     epochs: list[int],
 ) -> npt.NDArray[np.int64]:
-    """``EpochOrder(counts[o], shuffle=True, seed=seeds[o], epoch=epochs[o]).indices(position)`` for each
-    position and its order number ``o`` (from ``orders``), in one vectorised pass."""
-    sizes = np.array(counts, np.uint64)
-    bits = np.array([max(2, (count - 1).bit_length()) for count in counts], np.uint64)
-    half_bits = ((bits + np.uint64(1)) // np.uint64(2))[orders]
-    half_mask = (np.uint64(1) << half_bits) - np.uint64(1)
+    """The sample at each position of its order ``o`` (from ``orders``): pass ``epochs[o]`` of a component
+    of ``counts[o]`` samples keyed by ``seeds[o]``, a bijection of ``[0, counts[o])``, in one vectorised pass."""
+    domains = np.array([pass_domain(count) for count in counts], np.uint64).reshape(len(counts), 2)
+    rows, columns = domains[orders, 0], domains[orders, 1]
     keys = np.array([round_keys(seed, epoch) for seed, epoch in zip(seeds, epochs, strict=True)], np.uint64)
     keys = keys.reshape(len(counts), ROUNDS).T[:, orders]
-    limit = sizes[orders]
+    limit = np.array(counts, np.uint64)[orders]
     with np.errstate(over="ignore"):
-        result = feistel(positions.astype(np.uint64), half_bits, half_mask, keys)
-        pending = np.flatnonzero(result >= limit)  # cycle walking, as EpochOrder does
+        result = _mixed_feistel(positions.astype(np.uint64), rows, columns, keys)
+        pending = np.flatnonzero(result >= limit)  # cycle walking
         while pending.size:
-            walked = feistel(result[pending], half_bits[pending], half_mask[pending], keys[:, pending])
+            walked = _mixed_feistel(result[pending], rows[pending], columns[pending], keys[:, pending])
             result[pending] = walked
             pending = pending[walked >= limit[pending]]
     return result.astype(np.int64)
+
+
+_U64 = npt.NDArray[np.uint64]
+
+
+def _mixed_feistel(x: _U64, rows: _U64, columns: _U64, keys: _U64) -> _U64:
+    """The keyed Feistel bijection of ``[0, rows × columns)`` on each element (wrapping arithmetic): each
+    round maps ``(a, b)`` in ``Z_m × Z_n`` to ``(b, (a + F(b)) mod m)`` in ``Z_n × Z_m``, where ``F`` scales
+    the high 32 bits of a keyed hash of ``b`` into ``[0, m)`` (a multiply and a shift, no division)."""
+    left, right = np.divmod(x, columns)
+    left_radix, right_radix = rows, columns
+    for key in keys:
+        hashed = _mix_array(right ^ key)
+        summed = left + (((hashed >> _HIGH) * left_radix) >> _HIGH)
+        left, right = right, np.minimum(summed, summed - left_radix)  # mod: past the radix, the wrap is larger
+        left_radix, right_radix = right_radix, left_radix
+    result: _U64 = left * columns + right
+    return result
