@@ -273,3 +273,10 @@ def test_a_pass_domain_covers_its_samples_tightly_with_radixes_below_2_to_the_32
     rows, columns = pass_domain(count)
     assert count <= rows * columns < count + rows
     assert max(rows, columns) < 2**32
+
+
+def test_positions_walked_together_land_where_positions_walked_alone_do() -> None:
+    count = 2929  # its domain holds 11 more values, so a whole pass walks more positions than are walked alone
+    together = permute_many(np.arange(count), np.zeros(count, np.int64), [count], [9], [4]).tolist()
+    alone = [int(permute_many(np.array([p]), np.zeros(1, np.int64), [count], [9], [4])[0]) for p in range(count)]
+    assert together == alone

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from guideloom._order import MASK64, ROUNDS, feistel, mix_int, round_keys
+from guideloom._order import MASK64, ROUNDS, _mix_array, mix_int, round_keys
 from guideloom._passes import permute_many
 from guideloom._schedule import Schedule
 
@@ -154,18 +154,41 @@ class MixtureOrder:
 
 def _slot_orders(seed: int, blocks: npt.NDArray[np.int64], size: int) -> npt.NDArray[np.int64]:
     """Row ``r``: ``EpochOrder(size, shuffle=True, seed=seed, epoch=blocks[r]).indices(np.arange(size))``, the
-    seeded slot order of block ``blocks[r]``, for all rows in one vectorised Feistel network."""
+    seeded slot order of block ``blocks[r]``, for all rows in one vectorised pass.
+
+    The same Feistel network as `EpochOrder`, but each round's function of the right half is tabulated
+    first for every value that half can take (a block's halves are a few bits wide), so a round is a
+    look-up and an xor instead of a hash of every slot.
+    """
     bits = max(2, (size - 1).bit_length())
-    half_bits = np.uint64((bits + 1) // 2)
-    half_mask = np.uint64((1 << int(half_bits)) - 1)
-    keys = np.array([round_keys(seed, block) for block in blocks.tolist()], np.uint64).reshape(len(blocks), ROUNDS).T
-    limit = np.uint64(size)
+    half_bits = (bits + 1) // 2
+    shift, mask, half = np.uint64(half_bits), np.uint64((1 << half_bits) - 1), 1 << half_bits
+    keys = np.array([round_keys(seed, block) for block in blocks.tolist()], np.uint64).reshape(len(blocks), ROUNDS)
     with np.errstate(over="ignore"):
-        x = np.broadcast_to(np.arange(size, dtype=np.uint64), (len(blocks), size))
-        result = feistel(x, half_bits, half_mask, keys[:, :, None]).reshape(-1)
-        pending = np.flatnonzero(result >= limit)  # cycle walking, as EpochOrder does
-        while pending.size:
-            walked = feistel(result[pending], half_bits, half_mask, keys[:, pending // size])
-            result[pending] = walked
-            pending = pending[walked >= limit]
+        tables = _mix_array(np.arange(half, dtype=np.uint64)[None, None, :] ^ keys[:, :, None]) & mask
+    tables = tables.transpose(1, 0, 2).reshape(ROUNDS, len(blocks) * half)  # round r: block row b's table at b·half
+    bases = np.arange(len(blocks), dtype=np.uint64)[:, None] * np.uint64(half)
+    x = np.broadcast_to(np.arange(size, dtype=np.uint64), (len(blocks), size))
+    result = _tabulated_feistel(x, shift, mask, tables, bases).reshape(-1)
+    limit = np.uint64(size)
+    pending = np.flatnonzero(result >= limit)  # cycle walking, as EpochOrder does
+    while pending.size:
+        walked = _tabulated_feistel(result[pending], shift, mask, tables, (pending // size).astype(np.uint64) * half)
+        result[pending] = walked
+        pending = pending[walked >= limit]
     return result.astype(np.int64).reshape(len(blocks), size)
+
+
+def _tabulated_feistel(
+    x: npt.NDArray[np.uint64],
+    shift: np.uint64,
+    mask: np.uint64,
+    tables: npt.NDArray[np.uint64],
+    bases: npt.NDArray[np.uint64],
+) -> npt.NDArray[np.uint64]:
+    """`feistel` with each round's function read from ``tables[round]`` at ``bases`` + the right half."""
+    left, right = x >> shift, x & mask
+    for table in tables:
+        left, right = right, left ^ table[right + bases]
+    result: npt.NDArray[np.uint64] = (left << shift) | right
+    return result

@@ -12,24 +12,39 @@ domain, which can be nearly four times a component's size.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from math import isqrt
 
 import numpy as np
 import numpy.typing as npt
 
-from guideloom._order import ROUNDS, _mix_array, round_keys
+from guideloom._order import MASK64, ROUNDS, _mix_array, round_keys
 
 __all__ = ["pass_domain", "permute_many"]
 
 _HIGH = np.uint64(32)
+_CANDIDATES = 256  # row counts tried for the tightest domain of a pass
+_RADIX_LIMIT = 2**32 - 1  # the round function scales 32-bit hashes, so both radixes stay below 2**32
+_SCALAR_WALKS = 8  # positions still walking after the first walk are finished in plain Python
 assert ROUNDS % 2 == 0, "an even number of rounds brings the halves back to (row, column)"
 
 
+@lru_cache(maxsize=256)
 def pass_domain(count: int) -> tuple[int, int]:
-    """The radixes ``(rows, columns)`` of the Feistel domain of a pass over ``count`` samples: their
-    product covers ``count`` and exceeds it by less than ``rows``; both stay below 2**32 for int64 counts."""
-    rows = isqrt(max(count, 1) - 1) + 1
-    return rows, -(-max(count, 1) // rows)
+    """The radixes ``(rows, columns)`` of the Feistel domain of a pass over ``count`` samples: their product
+    covers ``count`` with the least excess among up to ``_CANDIDATES`` row counts from ``ceil(sqrt(count))``
+    down to ``sqrt(count / 2)`` (often none: cycle walking is then never needed); both stay below 2**32."""
+    count = max(count, 1)
+    best = isqrt(count - 1) + 1
+    best_excess = best * -(-count // best) - count
+    lowest = max(2, isqrt(count // 2), -(-count // _RADIX_LIMIT), best - _CANDIDATES)  # columns <= ~2 × rows
+    for rows in range(best - 1, lowest - 1, -1):
+        if best_excess == 0:
+            break
+        excess = rows * -(-count // rows) - count
+        if excess < best_excess:
+            best, best_excess = rows, excess
+    return best, -(-count // best)
 
 
 def permute_many(
@@ -49,10 +64,16 @@ def permute_many(
     with np.errstate(over="ignore"):
         result = _mixed_feistel(positions.astype(np.uint64), rows, columns, keys)
         pending = np.flatnonzero(result >= limit)  # cycle walking
-        while pending.size:
+        while pending.size > _SCALAR_WALKS:
             walked = _mixed_feistel(result[pending], rows[pending], columns[pending], keys[:, pending])
             result[pending] = walked
             pending = pending[walked >= limit[pending]]
+    for where in pending.tolist():  # a few stragglers: cheaper one by one than another vectorised round trip
+        value, order = int(result[where]), int(orders[where])
+        order_keys = [int(key) for key in keys[:, where].tolist()]
+        while value >= counts[order]:
+            value = _scalar_feistel(value, int(rows[where]), int(columns[where]), order_keys)
+        result[where] = value
     return result.astype(np.int64)
 
 
@@ -72,3 +93,23 @@ def _mixed_feistel(x: _U64, rows: _U64, columns: _U64, keys: _U64) -> _U64:
         left_radix, right_radix = right_radix, left_radix
     result: _U64 = left * columns + right
     return result
+
+
+def _scalar_feistel(x: int, rows: int, columns: int, keys: list[int]) -> int:
+    """`_mixed_feistel` of one value, on Python ints."""
+    left, right = divmod(x, columns)
+    left_radix, right_radix = rows, columns
+    for key in keys:
+        hashed = _fmix_int(right ^ key)
+        left, right = right, (left + (((hashed >> 32) * left_radix) >> 32)) % left_radix
+        left_radix, right_radix = right_radix, left_radix
+    return left * columns + right
+
+
+def _fmix_int(x: int) -> int:
+    """`_mix_array` (Murmur3 fmix64) of one 64-bit Python int."""
+    x ^= x >> 33
+    x = (x * 0xFF51AFD7ED558CCD) & MASK64
+    x ^= x >> 33
+    x = (x * 0xC4CEB9FE1A85EC53) & MASK64
+    return x ^ (x >> 33)
