@@ -59,18 +59,22 @@ def permute_many(
     domains = np.array([pass_domain(count) for count in counts], np.uint64).reshape(len(counts), 2)
     rows, columns = domains[orders, 0], domains[orders, 1]
     keys = np.array([round_keys(seed, epoch) for seed, epoch in zip(seeds, epochs, strict=True)], np.uint64)
-    keys = keys.reshape(len(counts), ROUNDS).T[:, orders]
+    keys = keys.reshape(len(counts), ROUNDS)
     limit = np.array(counts, np.uint64)[orders]
     with np.errstate(over="ignore"):
-        result = _mixed_feistel(positions.astype(np.uint64), rows, columns, keys)
+        if ROUNDS // 2 * int(domains.sum()) <= len(positions):  # the tables are smaller than the work they save
+            rounds = _Rounds.tabulated(domains, keys, orders)
+        else:
+            rounds = _Rounds(keys.T[:, orders], None, None)
+        result = _mixed_feistel(positions.astype(np.uint64), rows, columns, rounds)
         pending = np.flatnonzero(result >= limit)  # cycle walking
         while pending.size > _SCALAR_WALKS:
-            walked = _mixed_feistel(result[pending], rows[pending], columns[pending], keys[:, pending])
+            walked = _mixed_feistel(result[pending], rows[pending], columns[pending], rounds.of(pending))
             result[pending] = walked
             pending = pending[walked >= limit[pending]]
     for where in pending.tolist():  # a few stragglers: cheaper one by one than another vectorised round trip
         value, order = int(result[where]), int(orders[where])
-        order_keys = [int(key) for key in keys[:, where].tolist()]
+        order_keys = [int(key) for key in keys[order].tolist()]
         while value >= counts[order]:
             value = _scalar_feistel(value, int(rows[where]), int(columns[where]), order_keys)
         result[where] = value
@@ -80,15 +84,57 @@ def permute_many(
 _U64 = npt.NDArray[np.uint64]
 
 
-def _mixed_feistel(x: _U64, rows: _U64, columns: _U64, keys: _U64) -> _U64:
+class _Rounds:
+    """The round functions of each element's pass: round ``r`` maps the right half ``b`` to the high 32 bits
+    of a keyed hash of ``b``, scaled into the left half's radix. Either hashed per element (``keys``, one row
+    per round), or read from ``tables`` (one per round, every order's values for each ``b`` it can take, from
+    the element's offset in ``bases``, one row per parity of ``r``): the same values, at lower cost when the
+    halves are narrow and the elements many."""
+
+    def __init__(self, keys: _U64 | None, tables: list[_U64] | None, bases: _U64 | None) -> None:
+        self.keys, self.tables, self.bases = keys, tables, bases
+
+    @classmethod
+    def tabulated(cls, domains: _U64, keys: _U64, orders: npt.NDArray[np.int64]) -> _Rounds:
+        """Tables of every order's round functions (``domains``: its rows and columns; ``keys``: its round keys)."""
+        tables: list[_U64] = [np.empty(0, np.uint64)] * ROUNDS
+        bases = np.empty((2, len(orders)), np.uint64)
+        for parity in (0, 1):  # even rounds read the column (add to the row), odd ones the reverse
+            inputs, outputs = domains[:, 1 - parity], domains[:, parity]
+            starts = np.cumsum(inputs) - inputs
+            owners = np.repeat(np.arange(len(domains)), inputs.astype(np.int64))
+            values = np.arange(len(owners), dtype=np.uint64) - starts[owners]
+            hashed = _mix_array(values[None, :] ^ keys[owners, parity::2].T)
+            scaled = ((hashed >> _HIGH) * outputs[owners]) >> _HIGH
+            tables[parity::2] = list(scaled)
+            bases[parity] = starts[orders]
+        return cls(None, tables, bases)
+
+    def of(self, where: npt.NDArray[np.int64]) -> _Rounds:
+        """These round functions for the elements at ``where`` only."""
+        if self.keys is not None:
+            return _Rounds(self.keys[:, where], None, None)
+        assert self.bases is not None
+        return _Rounds(None, self.tables, self.bases[:, where])
+
+    def value(self, round_number: int, right: _U64, radix: _U64) -> _U64:
+        """Round ``round_number``'s function of each element's right half, in ``[0, radix)``."""
+        if self.tables is not None and self.bases is not None:
+            return self.tables[round_number][right + self.bases[round_number % 2]]
+        assert self.keys is not None
+        hashed = _mix_array(right ^ self.keys[round_number])
+        scaled: _U64 = ((hashed >> _HIGH) * radix) >> _HIGH
+        return scaled
+
+
+def _mixed_feistel(x: _U64, rows: _U64, columns: _U64, rounds: _Rounds) -> _U64:
     """The keyed Feistel bijection of ``[0, rows × columns)`` on each element (wrapping arithmetic): each
-    round maps ``(a, b)`` in ``Z_m × Z_n`` to ``(b, (a + F(b)) mod m)`` in ``Z_n × Z_m``, where ``F`` scales
-    the high 32 bits of a keyed hash of ``b`` into ``[0, m)`` (a multiply and a shift, no division)."""
+    round maps ``(a, b)`` in ``Z_m × Z_n`` to ``(b, (a + F(b)) mod m)`` in ``Z_n × Z_m``, where ``F`` (see
+    `_Rounds`) scales the high 32 bits of a keyed hash of ``b`` into ``[0, m)`` (a multiply and a shift)."""
     left, right = np.divmod(x, columns)
     left_radix, right_radix = rows, columns
-    for key in keys:
-        hashed = _mix_array(right ^ key)
-        summed = left + (((hashed >> _HIGH) * left_radix) >> _HIGH)
+    for round_number in range(ROUNDS):
+        summed = left + rounds.value(round_number, right, left_radix)
         left, right = right, np.minimum(summed, summed - left_radix)  # mod: past the radix, the wrap is larger
         left_radix, right_radix = right_radix, left_radix
     result: _U64 = left * columns + right
