@@ -120,7 +120,8 @@ class _Rounds:
     def value(self, round_number: int, right: _U64, radix: _U64) -> _U64:
         """Round ``round_number``'s function of each element's right half, in ``[0, radix)``."""
         if self.tables is not None and self.bases is not None:
-            return self.tables[round_number][right + self.bases[round_number % 2]]
+            looked_up: _U64 = self.tables[round_number][right + self.bases[round_number % 2]]
+            return looked_up
         assert self.keys is not None
         hashed = _mix_array(right ^ self.keys[round_number])
         scaled: _U64 = ((hashed >> _HIGH) * radix) >> _HIGH
