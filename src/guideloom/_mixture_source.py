@@ -102,7 +102,7 @@ class MixtureSource:
         """Locate announced (sorted) positions for `fetch`, and pass the hint on to the components."""
         components, samples = self.order.locate(epoch * self._sample_count + positions % self._sample_count)
         self._located = [*self._located[-2:], (epoch, positions, components, samples)]
-        for k in np.unique(components).tolist():
+        for k in np.flatnonzero(np.bincount(components, minlength=len(self.components))).tolist():
             self.components[k].prefetch(samples[components == k], epoch)
 
     def fetch(self, indices: np.ndarray, epoch: int) -> Any:
