@@ -107,12 +107,15 @@ class MixtureSource:
 
     def fetch(self, indices: np.ndarray, epoch: int) -> Any:
         components, samples = self.locate(indices, epoch)
-        present = np.flatnonzero(np.bincount(components, minlength=len(self.components))).tolist()
+        counts = np.bincount(components, minlength=len(self.components))
+        present = np.flatnonzero(counts).tolist()
         if self._plain_windows:  # straight into one array: no second copy to interleave them
             first = self.components[0]
             windows = np.empty((len(components), first.sequence_length), first.window_dtype)
+            by_component = np.argsort(components, kind="stable")  # each component's rows, in order
+            ends = np.cumsum(counts).tolist()
             for k in present:
-                rows = np.flatnonzero(components == k) if len(present) > 1 else np.arange(len(components))
+                rows = by_component[ends[k] - int(counts[k]) : ends[k]]
                 source = self.components[k]
                 source.reader.read_windows(samples[rows], source.sequence_length, windows, rows=rows)
             for k in present:
