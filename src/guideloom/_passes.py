@@ -2,13 +2,12 @@
 
 A mixture looks up samples of several components, each in its own seeded pass, in one batch, so this
 evaluates all of them together, with per-position keys and domains. Each pass of ``count`` samples is
-a Feistel network over the mixed-radix domain ``rows × columns`` (``rows = ceil(sqrt(count))``,
-``columns = ceil(count / rows)``): a sample index is a (row, column) pair, and each round adds a keyed
+a Feistel network over a mixed-radix domain ``rows × columns`` just above ``count`` (``rows`` near
+``sqrt(count)``, see `pass_domain`): a sample index is a (row, column) pair, and each round adds a keyed
 hash of one half to the other modulo that half's radix, then swaps them. The domain exceeds ``count``
-by less than ``rows``, so cycle walking (re-applying the network to results past the end, which keeps
-the mapping a bijection of ``[0, count)``) almost never takes a second step, unlike a power-of-four
-domain, which can be nearly four times a component's size.
-"""
+by less than ``rows`` (often by nothing), so cycle walking (re-applying the network to results past the
+end, which keeps the mapping a bijection of ``[0, count)``) is rare, unlike over a power-of-four domain,
+which can be nearly four times a component's size."""
 
 from __future__ import annotations
 
