@@ -79,6 +79,15 @@ def test_an_epoch_is_the_mixture_sequence(components: dict[str, TokenStorage], s
     assert read == expected(mixture, 2 * count, shuffle=shuffle)  # epoch 1 continues the global sequence
 
 
+def test_an_epoch_located_over_several_announcements_is_the_mixture_sequence(
+    components: dict[str, TokenStorage],
+) -> None:
+    mixture = Mixture(components, WEIGHTS, samples_per_epoch=9_000, block_size=64)  # batch groups span announcements
+    with loader_of(mixture, shuffle=True) as loader:
+        read = [sample for batch in loader for sample in samples(batch)]
+    assert read == expected(mixture, 9_000, shuffle=True)
+
+
 def test_the_default_epoch_serves_the_first_component_once(components: dict[str, TokenStorage]) -> None:
     with loader_of(Mixture(components, WEIGHTS, block_size=8), shuffle=True) as loader:
         read = [sample for batch in loader for sample in samples(batch)][: loader.sample_count]

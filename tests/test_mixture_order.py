@@ -10,8 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guideloom._mixture_order import MixtureOrder
-from guideloom._order import EpochOrder
-from guideloom._passes import permute_many
+from guideloom._passes import pass_domain, permute_many
 from guideloom._schedule import largest_remainder, parse_schedule
 
 NAMES = ("a", "b", "c", "d", "e")
@@ -234,6 +233,20 @@ def test_a_component_with_a_share_but_no_samples_is_refused() -> None:
         order([1.0, 1.0], sizes=[10, 0])
 
 
+@given(count=st.integers(1, 3000), seed=st.integers(-(2**64), 2**64), number=st.integers(0, 2**40))
+@settings(max_examples=60, deadline=None)
+def test_each_component_pass_is_a_permutation_of_its_samples(count: int, seed: int, number: int) -> None:
+    permuted = permute_many(np.arange(count), np.zeros(count, np.int64), [count], [seed], [number])
+    assert sorted(permuted.tolist()) == list(range(count))
+
+
+def test_passes_differ_between_seeds_and_pass_numbers() -> None:
+    first = permute_many(np.arange(1000), np.zeros(1000, np.int64), [1000], [1], [0]).tolist()
+    assert first != list(range(1000))
+    assert first != permute_many(np.arange(1000), np.zeros(1000, np.int64), [1000], [2], [0]).tolist()
+    assert first != permute_many(np.arange(1000), np.zeros(1000, np.int64), [1000], [1], [1]).tolist()
+
+
 @given(
     orders=st.lists(
         st.tuples(st.integers(1, 5000), st.integers(-(2**64), 2**64), st.integers(0, 2**40)), min_size=1, max_size=6
@@ -241,7 +254,7 @@ def test_a_component_with_a_share_but_no_samples_is_refused() -> None:
     picks=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 10**6)), min_size=1, max_size=60),
 )
 @settings(max_examples=100, deadline=None)
-def test_many_orders_at_once_equal_epoch_orders_one_by_one(
+def test_many_passes_at_once_equal_passes_one_by_one(
     orders: list[tuple[int, int, int]], picks: list[tuple[int, int]]
 ) -> None:
     numbers = np.array([number % len(orders) for number, _ in picks], np.int64)
@@ -249,7 +262,21 @@ def test_many_orders_at_once_equal_epoch_orders_one_by_one(
     counts, seeds, epochs = (list(column) for column in zip(*orders, strict=True))
     many = permute_many(positions, numbers, counts, seeds, epochs)
     one_by_one = [
-        int(EpochOrder(counts[n], shuffle=True, seed=seeds[n], epoch=epochs[n]).indices(np.array([p]))[0])
+        int(permute_many(np.array([p]), np.zeros(1, np.int64), [counts[n]], [seeds[n]], [epochs[n]])[0])
         for n, p in zip(numbers.tolist(), positions.tolist(), strict=True)
     ]
     assert many.tolist() == one_by_one
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 7, 1024, 4394, 2**40 + 3, 2**63 - 1])
+def test_a_pass_domain_covers_its_samples_tightly_with_radixes_below_2_to_the_32(count: int) -> None:
+    rows, columns = pass_domain(count)
+    assert count <= rows * columns < count + rows
+    assert max(rows, columns) < 2**32
+
+
+def test_positions_walked_together_land_where_positions_walked_alone_do() -> None:
+    count = 2929  # its domain holds 11 more values, so a whole pass walks more positions than are walked alone
+    together = permute_many(np.arange(count), np.zeros(count, np.int64), [count], [9], [4]).tolist()
+    alone = [int(permute_many(np.array([p]), np.zeros(1, np.int64), [count], [9], [4])[0]) for p in range(count)]
+    assert together == alone

@@ -5,7 +5,7 @@ slots hold exactly the stage's counts of each component (see ``_schedule``), lai
 order of the block; the sample is its component's ``j``-th draw, where ``j`` is the closed-form count
 of that component's draws before the block plus those earlier in the block. Draw ``j`` of component
 ``k`` is position ``j % size_k`` of the component's pass ``j // size_k``, a seeded permutation of its
-samples per pass (`EpochOrder`), so a component smaller than its share cycles and reshuffles. Nothing
+samples per pass (`_passes`), so a component smaller than its share cycles and reshuffles. Nothing
 here grows with the number of samples: any index costs O(1) plus one block's layout (cached).
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from guideloom._order import MASK64, EpochOrder, mix_int
+from guideloom._order import MASK64, ROUNDS, _mix_array, mix_int, round_keys
 from guideloom._passes import permute_many
 from guideloom._schedule import Schedule
 
@@ -63,39 +63,60 @@ class MixtureOrder:
     def layout(self, block: int, counts: npt.NDArray[np.int64]) -> _BlockLayout:
         """For each offset of ``block`` laid out with ``counts``: its component, and its rank among that
         component's samples in the block (0, 1, ... in order of appearance)."""
-        size = self.block_size
-        slots = EpochOrder(size, shuffle=True, seed=self._slot_seed, epoch=block).indices(np.arange(size))
-        ends = np.cumsum(counts)
-        components = np.searchsorted(ends, slots, side="right").astype(np.int64)
-        order = np.argsort(components, kind="stable")
-        ranks = np.empty(size, np.int64)
-        ranks[order] = np.arange(size, dtype=np.int64) - (ends - counts)[components[order]]
-        return components, ranks
+        components, ranks = self._layouts(np.array([block], np.int64), counts[None, :])
+        return components[0], ranks[0]
 
-    def _layout_of(self, block: int) -> _BlockLayout:
-        """`layout` of ``block`` with the counts of the stage in force there (recently used ones cached)."""
-        cached = self._blocks.get(block)
-        if cached is None:
-            stage = int(self.schedule.stage_of_blocks(np.array([block], np.int64))[0])
-            cached = self._blocks[block] = self.layout(block, self.schedule.counts[stage])
-            if len(self._blocks) > _CACHED_BLOCKS:
-                self._blocks.popitem(last=False)
-        else:
+    def _layouts(self, blocks: npt.NDArray[np.int64], counts: npt.NDArray[np.int64]) -> _BlockLayout:
+        """`layout` of each of ``blocks`` (rows) with its row of ``counts``, all evaluated together."""
+        size, count = self.block_size, counts.shape[1]
+        rows = np.arange(len(blocks), dtype=np.int64)[:, None]
+        slots = _slot_orders(self._slot_seed, blocks, size)
+        ends = np.cumsum(counts, axis=1)
+        # One search for every row: row r's slots and ends are shifted by r × size (its ends stay sorted).
+        shifted_ends = (ends + rows * size).reshape(-1)
+        keys = np.searchsorted(shifted_ends, slots + rows * size, side="right").reshape(-1)  # row × K + component
+        components = keys.reshape(len(blocks), size) - rows * count
+        small = len(blocks) * count <= 2**16  # then the stable sort is a radix sort
+        order = np.argsort(keys.astype(np.uint16) if small else keys, kind="stable")
+        firsts = ((ends - counts) + rows * size).reshape(-1)  # where each (row, component) starts in `order`
+        ranks = np.empty(keys.size, np.int64)
+        ranks[order] = np.arange(keys.size, dtype=np.int64) - firsts[keys[order]]
+        return components, ranks.reshape(len(blocks), size)
+
+    def _layouts_of(self, blocks: npt.NDArray[np.int64]) -> _BlockLayout:
+        """`layout` of each of the (unique) ``blocks`` with the counts of the stage in force there; recently
+        used blocks are cached, the others evaluated together."""
+        missing = [block for block in blocks.tolist() if block not in self._blocks]
+        if missing:
+            wanted = np.array(missing, np.int64)
+            counts = self.schedule.counts[self.schedule.stage_of_blocks(wanted)]
+            components, ranks = self._layouts(wanted, counts)
+            for row, block in enumerate(missing):
+                self._blocks[block] = (components[row], ranks[row])
+        layouts = [self._blocks[block] for block in blocks.tolist()]
+        for block in blocks.tolist():
             self._blocks.move_to_end(block)
-        return cached
+        while len(self._blocks) > max(_CACHED_BLOCKS, len(blocks)):
+            self._blocks.popitem(last=False)
+        if len(layouts) == 1:
+            return layouts[0][0][None, :], layouts[0][1][None, :]
+        return np.stack([layout[0] for layout in layouts]), np.stack([layout[1] for layout in layouts])
 
     def draws(self, global_indices: npt.ArrayLike) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """The component of each global index and which of its draws (0, 1, ... since global sample 0) it is."""
         indices = np.asarray(global_indices, np.int64).reshape(-1)
-        if indices.size and int(indices.min()) < 0:
+        if not indices.size:
+            return indices.copy(), indices.copy()
+        if int(indices.min()) < 0:
             raise IndexError(f"global indices must be >= 0, got {indices.min()}")
         blocks, offsets = np.divmod(indices, self.block_size)
         unique_blocks, which = np.unique(blocks, return_inverse=True)
-        layouts = [self._layout_of(int(block)) for block in unique_blocks]
-        components = np.stack([layout[0] for layout in layouts])[which, offsets] if layouts else offsets.copy()
-        ranks = np.stack([layout[1] for layout in layouts])[which, offsets] if layouts else offsets.copy()
+        which = which.reshape(-1)
+        block_components, block_ranks = self._layouts_of(unique_blocks)
+        flat = which * self.block_size + offsets
+        components = block_components.reshape(-1)[flat]
         before = self.schedule.draws_before_blocks(unique_blocks)
-        return components, before[which, components] + ranks
+        return components, before.reshape(-1)[which * before.shape[1] + components] + block_ranks.reshape(-1)[flat]
 
     def locate(self, global_indices: npt.ArrayLike) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """The component of each global index and the index of its sample within that component."""
@@ -129,3 +150,45 @@ class MixtureOrder:
         components, ranks = self.layout(full_blocks, self.schedule.counts[0])
         offset = int(np.flatnonzero((components == 0) & (ranks == last_draw))[0])
         return full_blocks * self.block_size + offset + 1
+
+
+def _slot_orders(seed: int, blocks: npt.NDArray[np.int64], size: int) -> npt.NDArray[np.int64]:
+    """Row ``r``: ``EpochOrder(size, shuffle=True, seed=seed, epoch=blocks[r]).indices(np.arange(size))``, the
+    seeded slot order of block ``blocks[r]``, for all rows in one vectorised pass.
+
+    The same Feistel network as `EpochOrder`, but each round's function of the right half is tabulated
+    first for every value that half can take (a block's halves are a few bits wide), so a round is a
+    look-up and an xor instead of a hash of every slot.
+    """
+    bits = max(2, (size - 1).bit_length())
+    half_bits = (bits + 1) // 2
+    shift, mask, half = np.uint64(half_bits), np.uint64((1 << half_bits) - 1), 1 << half_bits
+    keys = np.array([round_keys(seed, block) for block in blocks.tolist()], np.uint64).reshape(len(blocks), ROUNDS)
+    with np.errstate(over="ignore"):
+        tables = _mix_array(np.arange(half, dtype=np.uint64)[None, None, :] ^ keys[:, :, None]) & mask
+    tables = tables.transpose(1, 0, 2).reshape(ROUNDS, len(blocks) * half)  # round r: block row b's table at b·half
+    bases = np.arange(len(blocks), dtype=np.uint64)[:, None] * np.uint64(half)
+    x = np.broadcast_to(np.arange(size, dtype=np.uint64), (len(blocks), size))
+    result = _tabulated_feistel(x, shift, mask, tables, bases).reshape(-1)
+    limit = np.uint64(size)
+    pending = np.flatnonzero(result >= limit)  # cycle walking, as EpochOrder does
+    while pending.size:
+        walked = _tabulated_feistel(result[pending], shift, mask, tables, (pending // size).astype(np.uint64) * half)
+        result[pending] = walked
+        pending = pending[walked >= limit]
+    return result.astype(np.int64).reshape(len(blocks), size)
+
+
+def _tabulated_feistel(
+    x: npt.NDArray[np.uint64],
+    shift: np.uint64,
+    mask: np.uint64,
+    tables: npt.NDArray[np.uint64],
+    bases: npt.NDArray[np.uint64],
+) -> npt.NDArray[np.uint64]:
+    """`feistel` with each round's function read from ``tables[round]`` at ``bases`` + the right half."""
+    left, right = x >> shift, x & mask
+    for table in tables:
+        left, right = right, left ^ table[right + bases]
+    result: npt.NDArray[np.uint64] = (left << shift) | right
+    return result

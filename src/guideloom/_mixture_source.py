@@ -90,23 +90,32 @@ class MixtureSource:
             where = _find(known, positions) if known_epoch == epoch else None
             if where is not None:
                 return components[where], samples[where]
+        if len(self._located) >= 2:  # a batch group may span the last two announcements, which follow each other
+            (first_epoch, first, *first_found), (last_epoch, last, *last_found) = self._located[-2:]
+            if first_epoch == last_epoch == epoch and len(first) and len(last) and first[-1] < last[0]:
+                where = _find(np.concatenate([first, last]), positions)
+                if where is not None:
+                    return tuple(np.concatenate([a, b])[where] for a, b in zip(first_found, last_found, strict=True))
         return None
 
     def _remember(self, epoch: int, positions: npt.NDArray[np.int64]) -> None:
         """Locate announced (sorted) positions for `fetch`, and pass the hint on to the components."""
         components, samples = self.order.locate(epoch * self._sample_count + positions % self._sample_count)
         self._located = [*self._located[-2:], (epoch, positions, components, samples)]
-        for k in np.unique(components).tolist():
+        for k in np.flatnonzero(np.bincount(components, minlength=len(self.components))).tolist():
             self.components[k].prefetch(samples[components == k], epoch)
 
     def fetch(self, indices: np.ndarray, epoch: int) -> Any:
         components, samples = self.locate(indices, epoch)
-        present = np.unique(components).tolist()
+        counts = np.bincount(components, minlength=len(self.components))
+        present = np.flatnonzero(counts).tolist()
         if self._plain_windows:  # straight into one array: no second copy to interleave them
             first = self.components[0]
             windows = np.empty((len(components), first.sequence_length), first.window_dtype)
+            by_component = np.argsort(components, kind="stable")  # each component's rows, in order
+            ends = np.cumsum(counts).tolist()
             for k in present:
-                rows = np.flatnonzero(components == k)
+                rows = by_component[ends[k] - int(counts[k]) : ends[k]]
                 source = self.components[k]
                 source.reader.read_windows(samples[rows], source.sequence_length, windows, rows=rows)
             for k in present:
