@@ -202,3 +202,21 @@ def test_an_empty_cache_dir_is_refused_rather_than_the_current_directory() -> No
     with pytest.raises(ValueError) as caught:
         TokenStorage("s3://bucket/corpus", cache_dir="")
     assert str(caught.value) == "cache_dir must not be empty"
+
+
+def test_mixture_weights_given_as_a_plain_list_say_what_weights_are(tmp_path: Path) -> None:
+    storage = make_tokens(tmp_path / "a", shards=1)
+    with pytest.raises(TypeError) as caught:
+        Mixture({"a": storage, "b": storage}, weights=[0.5, 0.5])
+    assert str(caught.value) == (
+        "weights must be a dict of component name -> weight, or a schedule: a list of (start, weights) pairs; "
+        "got [0.5, 0.5]"
+    )
+
+
+@pytest.mark.parametrize("weight", [float("nan"), float("inf")])
+def test_a_mixture_weight_that_is_not_finite_says_so(tmp_path: Path, weight: float) -> None:
+    storage = make_tokens(tmp_path / "a", shards=1)
+    with pytest.raises(ValueError) as caught:
+        Mixture({"a": storage, "b": storage}, weights={"a": 1.0, "b": weight})
+    assert str(caught.value) == f"weights['b'] must be a finite number, got {weight}"

@@ -5,6 +5,7 @@ Every message names the argument, so a user sees at once which one to fix.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -30,12 +31,13 @@ def check_bool(name: str, value: object) -> bool:
     return bool(value)
 
 
-def check_number(name: str, value: object, minimum: float | None = None) -> float:
-    """``value`` as a float (an int or float, not a bool); one below ``minimum`` is a ValueError."""
+def check_number(name: str, value: object, minimum: float | None = None, finite: bool = False) -> float:
+    """``value`` as a float (an int or float, not a bool); one below ``minimum`` is a ValueError, as is NaN
+    (and an infinity when ``finite``)."""
     if isinstance(value, bool | np.bool_) or not isinstance(value, int | float | np.integer | np.floating):
         raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    if value != value:  # NaN
-        raise ValueError(f"{name} must be a number, got {value}")
+    if value != value or (finite and value in (math.inf, -math.inf)):
+        raise ValueError(f"{name} must be a {'finite ' if finite else ''}number, got {value}")
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return float(value)

@@ -38,6 +38,11 @@ class Mixture:
         self.components: dict[str, Storage] = _check_components(components)
         stages: object = schedule
         if isinstance(weights, list | tuple):  # a schedule given as weights=
+            if not all(isinstance(stage, list | tuple) and len(stage) == 2 for stage in weights):
+                raise TypeError(
+                    "weights must be a dict of component name -> weight, or a schedule: a list of "
+                    f"(start, weights) pairs; got {weights!r}"
+                )
             if schedule is not None:
                 raise ValueError("give exactly one of weights= and schedule=")
             weights, stages = None, weights

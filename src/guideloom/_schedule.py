@@ -9,7 +9,6 @@ a few small arrays, so the number of times a component was drawn before any bloc
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -110,8 +109,8 @@ def _check_weights(names: Sequence[str], weights: object, where: str) -> list[fl
         raise ValueError(f"{where} must name exactly the components {list(names)}: it {' and '.join(problems)}")
     values: list[float] = []
     for name in names:
-        value = check_number(f"{where}[{name!r}]", weights[name])
-        if not math.isfinite(value) or value < 0:
+        value = check_number(f"{where}[{name!r}]", weights[name], finite=True)
+        if value < 0:
             raise ValueError(f"{where}[{name!r}] must be a finite number >= 0, got {value!r}")
         values.append(float(value))
     if not any(values):
