@@ -36,25 +36,17 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from run import token_documents  # noqa: E402  (the same documents as the main benchmark)
+
 WEIGHTS = {"web": 0.5, "code": 0.3, "math": 0.2}
 SEQUENCE_LENGTH = 2048
 BATCH = 8
 LIBRARIES = ("guideloom-single", "guideloom-mixture", "grain", "litdata", "mosaic")
 
 
-def documents(total: int, seed: int) -> Iterator[np.ndarray]:
-    """Documents of 100-4000 uint32 tokens, ``total`` tokens in all, the same in every process."""
-    rng = np.random.default_rng(seed)
-    written = 0
-    while written < total:
-        length = min(int(rng.integers(100, 4001)), total - written)
-        yield rng.integers(0, 50_000, length, dtype=np.uint32)
-        written += length
-
-
 def corpora(tokens: int) -> dict[str, Iterator[np.ndarray]]:
     """The three corpora, sized as their weights."""
-    return {name: documents(int(tokens * weight), seed) for seed, (name, weight) in enumerate(WEIGHTS.items())}
+    return {name: token_documents(int(tokens * weight), seed) for seed, (name, weight) in enumerate(WEIGHTS.items())}
 
 
 # --- writing ------------------------------------------------------------------------------------------
@@ -170,7 +162,7 @@ def state_measure(root: Path, repeats: int) -> dict[str, Any]:
     for k, name in enumerate(names):
         with TokenStorage(root / "state" / name).sync_writer() as writer:
             for shard in range(4):
-                for doc in documents(50_000, 100 * k + shard):
+                for doc in token_documents(50_000, 100 * k + shard):
                     writer.append(shard, doc)
     rng = np.random.default_rng(0)
     schedule = [(stage * 8192, {name: float(rng.random()) for name in names}) for stage in range(5)]

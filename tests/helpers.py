@@ -163,3 +163,13 @@ def child_environment() -> dict[str, str]:
     """This process's environment with the repository first on ``PYTHONPATH``: a child imports ``tests.*``."""
     inherited = os.environ.get("PYTHONPATH")
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *([inherited] if inherited else [])])}
+
+
+def gather_to_file(result: Any, out: str | Path) -> None:
+    """Every rank's ``result``, gathered over the initialised process group and written as JSON by rank 0."""
+    import torch.distributed as dist
+
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, result)
+    if dist.get_rank() == 0:
+        Path(out).write_text(json.dumps(gathered))

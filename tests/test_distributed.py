@@ -14,6 +14,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from guideloom import StatefulDataLoader, TokenStorage
+from tests.helpers import gather_to_file
 
 SEQUENCE_LENGTH = 6
 LOCAL_BATCH = 3
@@ -44,10 +45,7 @@ def rank_main(rank: int, world_size: int, port: int, storage_path: str, out: str
                 if step == steps:
                     break
             result = {"windows": windows, "state": loader.state_dict(), "batches": len(loader)}
-        gathered: list[Any] = [None] * world_size
-        dist.all_gather_object(gathered, result)
-        if rank == 0:
-            Path(out).write_text(json.dumps(gathered))
+        gather_to_file(result, out)
     finally:
         dist.destroy_process_group()
 
@@ -118,10 +116,7 @@ def loader_before_group_main(rank: int, world_size: int, port: int, storage_path
                 message = "no error"
             except ValueError as error:
                 message = str(error)
-        gathered: list[Any] = [None] * world_size
-        dist.all_gather_object(gathered, message)
-        if rank == 0:
-            Path(out).write_text(json.dumps(gathered))
+        gather_to_file(message, out)
     finally:
         dist.destroy_process_group()
 

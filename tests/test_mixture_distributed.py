@@ -12,6 +12,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from guideloom import Mixture, StatefulDataLoader, TokenStorage
+from tests.helpers import gather_to_file
 from tests.test_distributed import free_port
 
 S = 4
@@ -39,10 +40,7 @@ def rank_main(rank: int, world_size: int, port: int, root: str, out: str, steps:
                 if step == steps:
                     break
             result = {"read": read, "state": loader.state_dict()}
-        gathered: list[Any] = [None] * world_size
-        dist.all_gather_object(gathered, result)
-        if rank == 0:
-            Path(out).write_text(json.dumps(gathered))
+        gather_to_file(result, out)
     finally:
         dist.destroy_process_group()
 
