@@ -16,6 +16,7 @@ import numpy.typing as npt
 
 from guideloom._errors import StateMismatchError
 from guideloom._growth import ShardDigest, describe_shards, parse_ranges, recorded_shards
+from guideloom._mixed_windows import MixedWindows
 from guideloom._mixture import Mixture
 from guideloom._mixture_order import MixtureOrder
 from guideloom._schedule import Schedule
@@ -52,6 +53,8 @@ class MixtureSource:
         self._plain_windows = all(type(source) is TokenWindowSource for source in components) and (
             len({(source.sequence_length, source.window_dtype) for source in components}) == 1
         )
+        self._sign_checked = self._plain_windows and any(source._check_sign for source in components)
+        self._windows: MixedWindows | None = None  # the components' readers, read as one (built on first use)
 
     @property
     def sample_count(self) -> int:
@@ -107,22 +110,26 @@ class MixtureSource:
 
     def fetch(self, indices: np.ndarray, epoch: int) -> Any:
         components, samples = self.locate(indices, epoch)
-        counts = np.bincount(components, minlength=len(self.components))
-        present = np.flatnonzero(counts).tolist()
         if self._plain_windows:  # straight into one array: no second copy to interleave them
             first = self.components[0]
             windows = np.empty((len(components), first.sequence_length), first.window_dtype)
-            by_component = np.argsort(components, kind="stable")  # each component's rows, in order
-            ends = np.cumsum(counts).tolist()
-            for k in present:
-                rows = by_component[ends[k] - int(counts[k]) : ends[k]]
-                source = self.components[k]
-                source.reader.read_windows(samples[rows], source.sequence_length, windows, rows=rows)
-            for k in present:
-                self.components[k].check_ids(windows)
+            self._mixed_windows().read(components, samples, windows)
+            if self._sign_checked:
+                for k in np.unique(components).tolist():
+                    self.components[k].check_ids(windows)
             return windows
+        counts = np.bincount(components, minlength=len(self.components))
+        present = np.flatnonzero(counts).tolist()
         parts = {k: self.components[k].fetch(samples[components == k], epoch) for k in present}
         return _interleave(parts, components)
+
+    def _mixed_windows(self) -> MixedWindows:
+        """The components' current readers, read as one (a closed or forked source opens new readers)."""
+        readers = [source.reader for source in self.components]
+        windows = self._windows
+        if windows is None or any(a is not b for a, b in zip(windows.readers, readers, strict=True)):
+            windows = self._windows = MixedWindows(readers, self.components[0].sequence_length)
+        return windows
 
     def default_collate(self, samples: Any) -> Any:
         return self.components[0].default_collate(samples)
@@ -149,11 +156,12 @@ class MixtureSource:
             self._remember(epoch, positions[:_FIRST_LOCATED])
 
     def close(self) -> None:
+        self._windows = None
         for source in self.components:
             source.close()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_located": [], "_pending": None}
+        return {**self.__dict__, "_located": [], "_pending": None, "_windows": None}
 
     def __repr__(self) -> str:
         return f"a mixture of {', '.join(self.mixture.names)}"
