@@ -89,8 +89,11 @@ class MixtureSource:
         return self.order.locate(epoch * self._sample_count + wrapped)
 
     def _look_up(self, positions: npt.NDArray[np.int64], epoch: int) -> tuple[npt.NDArray[np.int64], ...] | None:
+        leading = int(positions[0]) if len(positions) else None
         for known_epoch, known, components, samples in reversed(self._located):
-            where = _find(known, positions) if known_epoch == epoch else None
+            if known_epoch != epoch or leading is None or not len(known) or not known[0] <= leading <= known[-1]:
+                continue  # (the first position is not among these)
+            where = _find(known, positions)
             if where is not None:
                 return components[where], samples[where]
         if len(self._located) >= 2:  # a batch group may span the last two announcements, which follow each other
@@ -276,8 +279,9 @@ def _find(known: npt.NDArray[np.int64], positions: npt.NDArray[np.int64]) -> sli
     count = len(positions)
     if not len(known) or not count:
         return None
-    first = int(np.searchsorted(known, positions[0]))
-    if first + count <= len(known) and np.array_equal(known[first : first + count], positions):
+    first = int(known.searchsorted(positions[0]))
+    segment = known[first : first + count]
+    if segment.shape == positions.shape and bool((segment == positions).all()):
         return slice(first, first + count)
     where = np.minimum(np.searchsorted(known, positions), len(known) - 1)
     return where if bool((known[where] == positions).all()) else None
