@@ -72,9 +72,12 @@ class MixtureOrder:
         rows = np.arange(len(blocks), dtype=np.int64)[:, None]
         slots = _slot_orders(self._slot_seed, blocks, size)
         ends = np.cumsum(counts, axis=1)
-        # One search for every row: row r's slots and ends are shifted by r × size (its ends stay sorted).
-        shifted_ends = (ends + rows * size).reshape(-1)
-        keys = np.searchsorted(shifted_ends, slots + rows * size, side="right").reshape(-1)  # row × K + component
+        if bool((ends[:, -1] == size).all()):  # (as a schedule's counts do) a table of each slot's key, read at once
+            owners = np.repeat(np.arange(len(blocks) * count, dtype=np.int64), counts.reshape(-1))
+            keys = owners.take((slots + rows * size).reshape(-1))  # row × K + component
+        else:  # one search for every row: row r's slots and ends are shifted by r × size (its ends stay sorted)
+            shifted_ends = (ends + rows * size).reshape(-1)
+            keys = np.searchsorted(shifted_ends, slots + rows * size, side="right").reshape(-1)
         components = keys.reshape(len(blocks), size) - rows * count
         small = len(blocks) * count <= 2**16  # then the stable sort is a radix sort
         order = np.argsort(keys.astype(np.uint16) if small else keys, kind="stable")
