@@ -99,9 +99,11 @@ class MixtureSource:
         if len(self._located) >= 2:  # a batch group may span the last two announcements, which follow each other
             (first_epoch, first, *first_found), (last_epoch, last, *last_found) = self._located[-2:]
             if first_epoch == last_epoch == epoch and len(first) and len(last) and first[-1] < last[0]:
-                where = _find(np.concatenate([first, last]), positions)
+                count = len(positions)  # a run of positions across both lies in first's tail and last's head
+                where = _find(np.concatenate([first[-count:], last[:count]]), positions)
                 if where is not None:
-                    return tuple(np.concatenate([a, b])[where] for a, b in zip(first_found, last_found, strict=True))
+                    pairs = zip(first_found, last_found, strict=True)
+                    return tuple(np.concatenate([a[-count:], b[:count]])[where] for a, b in pairs)
         return None
 
     def _remember(self, epoch: int, positions: npt.NDArray[np.int64]) -> None:
