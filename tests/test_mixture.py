@@ -333,6 +333,16 @@ def test_fetch_gives_the_same_samples_whether_or_not_they_were_announced(compone
     source.close()
 
 
+def test_every_token_of_a_mixed_window_is_its_components_even_across_shards(tmp_path: Path) -> None:
+    storages = {
+        name: write_tokens(tmp_path / name, k, windows, shards=5) for k, (name, windows) in enumerate(WINDOWS.items())
+    }
+    loader = loader_of(Mixture(storages, WEIGHTS), local_batch_size=16, shuffle=True)
+    for batch in loader:
+        starts = torch.tensor([component * SPAN + window * S for component, window in samples(batch)])
+        assert torch.equal(batch, starts[:, None] + torch.arange(S))
+
+
 def test_changed_first_weights_are_named_before_the_epoch_length_they_change(
     components: dict[str, TokenStorage],
 ) -> None:

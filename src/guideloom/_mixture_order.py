@@ -72,9 +72,12 @@ class MixtureOrder:
         rows = np.arange(len(blocks), dtype=np.int64)[:, None]
         slots = _slot_orders(self._slot_seed, blocks, size)
         ends = np.cumsum(counts, axis=1)
-        # One search for every row: row r's slots and ends are shifted by r × size (its ends stay sorted).
-        shifted_ends = (ends + rows * size).reshape(-1)
-        keys = np.searchsorted(shifted_ends, slots + rows * size, side="right").reshape(-1)  # row × K + component
+        if bool((ends[:, -1] == size).all()):  # (as a schedule's counts do) a table of each slot's key, read at once
+            owners = np.repeat(np.arange(len(blocks) * count, dtype=np.int64), counts.reshape(-1))
+            keys = owners.take((slots + rows * size).reshape(-1))  # row × K + component
+        else:  # one search for every row: row r's slots and ends are shifted by r × size (its ends stay sorted)
+            shifted_ends = (ends + rows * size).reshape(-1)
+            keys = np.searchsorted(shifted_ends, slots + rows * size, side="right").reshape(-1)
         components = keys.reshape(len(blocks), size) - rows * count
         small = len(blocks) * count <= 2**16  # then the stable sort is a radix sort
         order = np.argsort(keys.astype(np.uint16) if small else keys, kind="stable")
@@ -110,8 +113,7 @@ class MixtureOrder:
         if int(indices.min()) < 0:
             raise IndexError(f"global indices must be >= 0, got {indices.min()}")
         blocks, offsets = np.divmod(indices, self.block_size)
-        unique_blocks, which = np.unique(blocks, return_inverse=True)
-        which = which.reshape(-1)
+        unique_blocks, which = _unique(blocks)
         block_components, block_ranks = self._layouts_of(unique_blocks)
         flat = which * self.block_size + offsets
         components = block_components.reshape(-1)[flat]
@@ -126,11 +128,11 @@ class MixtureOrder:
         if not self.shuffle or within.size == 0:
             return components, within
         count = len(self.sizes)
-        keys, which = np.unique(passes * count + components, return_inverse=True)  # one per (pass, component)
+        keys, which = _unique(passes * count + components)  # one per (pass, component)
         pass_numbers, pass_components = np.divmod(keys, count)
         samples = permute_many(
             within,
-            which.reshape(-1),
+            which,
             [int(self.sizes[k]) for k in pass_components.tolist()],
             [self._component_seeds[k] for k in pass_components.tolist()],
             pass_numbers.tolist(),
@@ -150,6 +152,21 @@ class MixtureOrder:
         components, ranks = self.layout(full_blocks, self.schedule.counts[0])
         offset = int(np.flatnonzero((components == 0) & (ranks == last_draw))[0])
         return full_blocks * self.block_size + offset + 1
+
+
+def _unique(values: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """``np.unique(values, return_inverse=True)`` (inverse flat), by counting when the values span a short range
+    (the blocks or passes of a batch of nearby positions), which is cheaper than sorting them."""
+    if not values.size:
+        return values.copy(), values.copy()
+    low = int(values.min())
+    span = int(values.max()) - low + 1
+    if span > 4 * values.size:
+        unique, inverse = np.unique(values, return_inverse=True)
+        return unique, inverse.reshape(-1)
+    shifted = values - low
+    present = np.bincount(shifted, minlength=span) > 0
+    return np.flatnonzero(present) + low, (np.cumsum(present) - 1)[shifted]
 
 
 def _slot_orders(seed: int, blocks: npt.NDArray[np.int64], size: int) -> npt.NDArray[np.int64]:
@@ -189,6 +206,6 @@ def _tabulated_feistel(
     """`feistel` with each round's function read from ``tables[round]`` at ``bases`` + the right half."""
     left, right = x >> shift, x & mask
     for table in tables:
-        left, right = right, left ^ table[right + bases]
+        left, right = right, left ^ table.take((right + bases).view(np.int64))  # (int64 indices: no cast)
     result: npt.NDArray[np.uint64] = (left << shift) | right
     return result

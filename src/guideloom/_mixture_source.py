@@ -16,6 +16,7 @@ import numpy.typing as npt
 
 from guideloom._errors import StateMismatchError
 from guideloom._growth import ShardDigest, describe_shards, parse_ranges, recorded_shards
+from guideloom._mixed_windows import MixedWindows
 from guideloom._mixture import Mixture
 from guideloom._mixture_order import MixtureOrder
 from guideloom._schedule import Schedule
@@ -52,6 +53,8 @@ class MixtureSource:
         self._plain_windows = all(type(source) is TokenWindowSource for source in components) and (
             len({(source.sequence_length, source.window_dtype) for source in components}) == 1
         )
+        self._sign_checked = self._plain_windows and any(source._check_sign for source in components)
+        self._windows: MixedWindows | None = None  # the components' readers, read as one (built on first use)
 
     @property
     def sample_count(self) -> int:
@@ -86,16 +89,21 @@ class MixtureSource:
         return self.order.locate(epoch * self._sample_count + wrapped)
 
     def _look_up(self, positions: npt.NDArray[np.int64], epoch: int) -> tuple[npt.NDArray[np.int64], ...] | None:
+        leading = int(positions[0]) if len(positions) else None
         for known_epoch, known, components, samples in reversed(self._located):
-            where = _find(known, positions) if known_epoch == epoch else None
+            if known_epoch != epoch or leading is None or not len(known) or not known[0] <= leading <= known[-1]:
+                continue  # (the first position is not among these)
+            where = _find(known, positions)
             if where is not None:
                 return components[where], samples[where]
         if len(self._located) >= 2:  # a batch group may span the last two announcements, which follow each other
             (first_epoch, first, *first_found), (last_epoch, last, *last_found) = self._located[-2:]
             if first_epoch == last_epoch == epoch and len(first) and len(last) and first[-1] < last[0]:
-                where = _find(np.concatenate([first, last]), positions)
+                count = len(positions)  # a run of positions across both lies in first's tail and last's head
+                where = _find(np.concatenate([first[-count:], last[:count]]), positions)
                 if where is not None:
-                    return tuple(np.concatenate([a, b])[where] for a, b in zip(first_found, last_found, strict=True))
+                    pairs = zip(first_found, last_found, strict=True)
+                    return tuple(np.concatenate([a[-count:], b[:count]])[where] for a, b in pairs)
         return None
 
     def _remember(self, epoch: int, positions: npt.NDArray[np.int64]) -> None:
@@ -107,22 +115,26 @@ class MixtureSource:
 
     def fetch(self, indices: np.ndarray, epoch: int) -> Any:
         components, samples = self.locate(indices, epoch)
-        counts = np.bincount(components, minlength=len(self.components))
-        present = np.flatnonzero(counts).tolist()
         if self._plain_windows:  # straight into one array: no second copy to interleave them
             first = self.components[0]
             windows = np.empty((len(components), first.sequence_length), first.window_dtype)
-            by_component = np.argsort(components, kind="stable")  # each component's rows, in order
-            ends = np.cumsum(counts).tolist()
-            for k in present:
-                rows = by_component[ends[k] - int(counts[k]) : ends[k]]
-                source = self.components[k]
-                source.reader.read_windows(samples[rows], source.sequence_length, windows, rows=rows)
-            for k in present:
-                self.components[k].check_ids(windows)
+            self._mixed_windows().read(components, samples, windows)
+            if self._sign_checked:
+                for k in np.unique(components).tolist():
+                    self.components[k].check_ids(windows)
             return windows
+        counts = np.bincount(components, minlength=len(self.components))
+        present = np.flatnonzero(counts).tolist()
         parts = {k: self.components[k].fetch(samples[components == k], epoch) for k in present}
         return _interleave(parts, components)
+
+    def _mixed_windows(self) -> MixedWindows:
+        """The components' current readers, read as one (a closed or forked source opens new readers)."""
+        readers = [source.reader for source in self.components]
+        windows = self._windows
+        if windows is None or any(a is not b for a, b in zip(windows.readers, readers, strict=True)):
+            windows = self._windows = MixedWindows(readers, self.components[0].sequence_length)
+        return windows
 
     def default_collate(self, samples: Any) -> Any:
         return self.components[0].default_collate(samples)
@@ -149,11 +161,12 @@ class MixtureSource:
             self._remember(epoch, positions[:_FIRST_LOCATED])
 
     def close(self) -> None:
+        self._windows = None
         for source in self.components:
             source.close()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_located": [], "_pending": None}
+        return {**self.__dict__, "_located": [], "_pending": None, "_windows": None}
 
     def __repr__(self) -> str:
         return f"a mixture of {', '.join(self.mixture.names)}"
@@ -268,8 +281,9 @@ def _find(known: npt.NDArray[np.int64], positions: npt.NDArray[np.int64]) -> sli
     count = len(positions)
     if not len(known) or not count:
         return None
-    first = int(np.searchsorted(known, positions[0]))
-    if first + count <= len(known) and np.array_equal(known[first : first + count], positions):
+    first = int(known.searchsorted(positions[0]))
+    segment = known[first : first + count]
+    if segment.shape == positions.shape and bool((segment == positions).all()):
         return slice(first, first + count)
     where = np.minimum(np.searchsorted(known, positions), len(known) - 1)
     return where if bool((known[where] == positions).all()) else None

@@ -119,7 +119,8 @@ class _Rounds:
     def value(self, round_number: int, right: _U64, radix: _U64) -> _U64:
         """Round ``round_number``'s function of each element's right half, in ``[0, radix)``."""
         if self.tables is not None and self.bases is not None:
-            looked_up: _U64 = self.tables[round_number][right + self.bases[round_number % 2]]
+            where = (right + self.bases[round_number % 2]).view(np.int64)  # int64 indices: no cast
+            looked_up: _U64 = self.tables[round_number].take(where)
             return looked_up
         assert self.keys is not None
         hashed = _mix_array(right ^ self.keys[round_number])
