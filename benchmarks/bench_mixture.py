@@ -204,7 +204,7 @@ def run_child(arguments: list[str]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=30_000_000)
-    parser.add_argument("--batches", type=int, default=500, help="batches per timed run (median of --repeats runs)")
+    parser.add_argument("--batches", type=int, default=3000, help="batches per timed run (median of --repeats runs)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--only", default=",".join(LIBRARIES))
     parser.add_argument("--dir", type=Path, default=None)
