@@ -173,3 +173,30 @@ def gather_to_file(result: Any, out: str | Path) -> None:
     dist.all_gather_object(gathered, result)
     if dist.get_rank() == 0:
         Path(out).write_text(json.dumps(gathered))
+
+
+def take(loader: Any, count: int, convert: Callable[[Any], Any] = lambda batch: batch) -> list[Any]:
+    """The loader's next ``count`` batches, each through ``convert``, crossing epochs as a training loop does."""
+    batches: list[Any] = []
+    while len(batches) < count:
+        for batch in loader:
+            batches.append(convert(batch))
+            if len(batches) == count:
+                break
+    return batches
+
+
+def assert_resumes_exactly(
+    open_loader: Callable[[], Any], total: int, checkpoints: list[int], convert: Callable[[Any], Any]
+) -> None:
+    """After each checkpoint step k, a fresh loader given the state yields exactly what an unbroken run yields."""
+    with open_loader() as loader:
+        expected = take(loader, total, convert)
+    for k in checkpoints:
+        with open_loader() as loader:
+            before = take(loader, k, convert)
+            state = json.loads(json.dumps(loader.state_dict()))
+        with open_loader() as resumed:
+            resumed.load_state_dict(state)
+            after = take(resumed, total - k, convert)
+        assert before + after == expected, f"resume after step {k} diverged"

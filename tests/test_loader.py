@@ -23,6 +23,7 @@ from guideloom import (
     StorageNotFoundError,
     TokenStorage,
 )
+from tests import helpers
 from tests.helpers import make_document_storage as make_documents
 from tests.helpers import make_token_storage as make_tokens
 
@@ -31,34 +32,22 @@ def ids(batch: list[dict[str, int]]) -> list[int]:
     return [record["id"] for record in batch]
 
 
+def as_list(batch: Any) -> Any:
+    """A batch in a comparable form: token tensors as nested lists, documents as id lists."""
+    return batch.tolist() if isinstance(batch, torch.Tensor) else ids(batch)
+
+
 def as_lists(batches: list[Any]) -> list[Any]:
-    """Batches in a comparable form: token tensors as nested lists, documents as id lists."""
-    return [batch.tolist() if isinstance(batch, torch.Tensor) else ids(batch) for batch in batches]
+    return [as_list(batch) for batch in batches]
 
 
 def take(loader: StatefulDataLoader, count: int) -> list[Any]:
-    """The next ``count`` batches, crossing epochs as a training loop does."""
-    batches: list[Any] = []
-    while len(batches) < count:
-        for batch in loader:
-            batches.append(batch)
-            if len(batches) == count:
-                break
-    return as_lists(batches)
+    """The next ``count`` batches, crossing epochs as a training loop does, in a comparable form."""
+    return helpers.take(loader, count, as_list)
 
 
 def assert_resumes_exactly(open_loader: Any, total: int, checkpoints: list[int]) -> None:
-    """After each checkpoint step k, a fresh loader given the state yields exactly what an unbroken run yields."""
-    with open_loader() as loader:
-        expected = take(loader, total)
-    for k in checkpoints:
-        with open_loader() as loader:
-            before = take(loader, k)
-            state = json.loads(json.dumps(loader.state_dict()))
-        with open_loader() as resumed:
-            resumed.load_state_dict(state)
-            after = take(resumed, total - k)
-        assert before + after == expected, f"resume after step {k} diverged"
+    helpers.assert_resumes_exactly(open_loader, total, checkpoints, as_list)
 
 
 def test_unshuffled_order_is_storage_order(tmp_path: Path) -> None:

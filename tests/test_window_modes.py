@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from guideloom import DocumentJsonFormat, DocumentStorage, StatefulDataLoader, StateMismatchError, TokenStorage
+from tests import helpers
 
 MODES: dict[str, dict[str, Any]] = {
     "boundaries": {"document_boundaries": True},
@@ -37,27 +37,12 @@ def comparable(batch: dict[str, Any]) -> list[Any]:
 
 
 def take(loader: StatefulDataLoader, count: int) -> list[Any]:
-    """The next ``count`` batches, crossing epochs as a training loop does."""
-    batches: list[Any] = []
-    while len(batches) < count:
-        for batch in loader:
-            batches.append(comparable(batch))
-            if len(batches) == count:
-                break
-    return batches
+    """The next ``count`` batches, crossing epochs as a training loop does, in a comparable form."""
+    return helpers.take(loader, count, comparable)
 
 
 def assert_resumes_after_every_step(open_loader: Callable[[], StatefulDataLoader], total: int) -> None:
-    with open_loader() as loader:
-        expected = take(loader, total)
-    for step in range(total):
-        with open_loader() as loader:
-            before = take(loader, step)
-            state = json.loads(json.dumps(loader.state_dict()))
-        with open_loader() as resumed:
-            resumed.load_state_dict(state)
-            after = take(resumed, total - step)
-        assert before + after == expected, f"resume after step {step} diverged"
+    helpers.assert_resumes_exactly(open_loader, total, list(range(total)), comparable)
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
