@@ -19,21 +19,13 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 BENCHMARKS = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(BENCHMARKS))  # the peers' adapters and the main benchmark's documents
+from run import token_documents  # noqa: E402
+
 SEQUENCE, BATCH = 2048, 8
-
-
-def token_documents(total: int, seed: int = 0) -> Iterator[np.ndarray]:
-    """Documents of 100-4000 uint32 ids below 50,000, ``total`` tokens in all (as benchmarks/run.py)."""
-    generator = np.random.default_rng(seed)
-    written = 0
-    while written < total:
-        length = min(int(generator.integers(100, 4001)), total - written)
-        yield generator.integers(0, 50_000, length, dtype=np.uint32)
-        written += length
 
 
 def write(library: str, out: str, tokens: int) -> None:
@@ -54,7 +46,6 @@ def write(library: str, out: str, tokens: int) -> None:
                     writer.commit(shard)
                     shard, shard_tokens = shard + 1, 0
         return
-    sys.path.insert(0, str(BENCHMARKS))
     if library == "litdata":
         from peers import litdata_peer
 
@@ -104,7 +95,6 @@ def _epochs(library: str, source: str, cache: str, endpoint: str) -> Iterator[It
         while True:
             yield loader
     else:
-        sys.path.insert(0, str(BENCHMARKS))
         os.environ["S3_ENDPOINT_URL"] = endpoint
         from peers.mosaic_peer import stack_tokens
         from streaming import StreamingDataLoader, StreamingDataset
