@@ -13,7 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guideloom import StatefulDataLoader, TokenStorage
-from guideloom._boundaries import PieceRows, split_batch, window_pieces
+from guideloom._boundaries import (
+    PieceRows,
+    count_up_by_rows,
+    count_up_by_steps,
+    flat_indices,
+    split_batch,
+    window_pieces,
+)
 
 
 def expected_arrays(rows: list[list[int]], pads: list[int], tokens: np.ndarray) -> dict[str, object]:
@@ -65,6 +72,55 @@ def test_batch_arrays_match_a_token_by_token_recomputation(case: tuple[int, list
     assert batch["cu_seqlens"].tolist() == expected["cu_seqlens"]
     assert batch["max_seqlen"] == expected["max_seqlen"]
     assert batch["input_ids"].tolist() == tokens.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(piece_rows())
+def test_both_ways_of_counting_positions_agree_with_a_recomputation(
+    case: tuple[int, list[list[int]], list[int]],
+) -> None:
+    # Long pieces take one copy each, short ones a running sum; padding is blanked afterwards by both.
+    length, rows, pads = case
+    lengths = [piece for pieces, pad in zip(rows, pads, strict=True) for piece in [*pieces, *([pad] if pad else [])]]
+    expected = [position for piece in lengths for position in range(piece)]
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    inside = starts % length != 0
+    by_rows = np.empty((len(rows), length), np.int64)
+    count_up_by_rows(by_rows, starts[inside], np.array(lengths, np.int64)[inside])
+    by_steps = np.empty(len(rows) * length, np.int64)
+    count_up_by_steps(by_steps, starts, np.array(lengths, np.int64))
+    assert by_rows.reshape(-1).tolist() == expected
+    assert by_steps.tolist() == expected
+
+
+def test_long_and_short_documents_give_the_same_batch_arrays_as_a_recomputation() -> None:
+    rng = np.random.default_rng(3)
+    for low, high in ((1, 40), (900, 5000)):  # many short documents per row, and a few long ones
+        rows, pads = [], []
+        for _ in range(6):
+            pieces, free = [], 2048
+            while free > 0:
+                pieces.append(min(free, int(rng.integers(low, high))))
+                free -= pieces[-1]
+            pad = int(rng.integers(0, pieces[-1])) if len(pieces) > 1 else 0
+            pieces[-1] -= pad
+            rows.append([piece for piece in pieces if piece])
+            pads.append(pad)
+        tokens = rng.integers(0, 1000, (6, 2048))
+        batch = PieceRows(
+            tokens,
+            np.array([piece for pieces in rows for piece in pieces], np.int64),
+            np.array([len(pieces) for pieces in rows], np.int64),
+            np.array(pads, np.int64),
+        ).batch()
+        expected = expected_arrays(rows, pads, tokens)
+        assert batch["position_ids"].reshape(-1).tolist() == expected["position_ids"]
+        assert batch["labels"].reshape(-1).tolist() == expected["labels"]
+
+
+def test_flat_indices_lists_every_index_of_the_runs() -> None:
+    assert flat_indices(np.array([3, 10, 20]), np.array([2, 0, 3])).tolist() == [3, 4, 20, 21, 22]
+    assert flat_indices(np.array([], np.int64), np.array([], np.int64)).tolist() == []
 
 
 def test_batch_dtypes_and_shapes() -> None:

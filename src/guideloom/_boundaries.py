@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 IGNORE_INDEX = -100
+LONG_PIECES = 1024  # tokens per document starting inside a row, on average, from which each gets its own copy
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class PieceRows:
         piece_bounds = np.concatenate([[0], np.cumsum(self.piece_counts)]).astype(np.int64)
         counts = self.piece_counts[rows]
         first = piece_bounds[rows]
-        pieces = np.repeat(first - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()), dtype=np.int64)
+        pieces = flat_indices(first, counts)
         return PieceRows(self.input_ids[rows], self.piece_lengths[pieces], counts, self.padding[rows])
 
     def split(self, sizes: list[int]) -> list[PieceRows]:
@@ -113,6 +114,7 @@ def piece_arrays(
     input_ids: np.ndarray, lengths: np.ndarray, is_padding: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``position_ids``, ``labels`` (both int64, shaped like ``input_ids``) and ``cu_seqlens`` (int32)."""
+    length = input_ids.shape[1]
     total = input_ids.size
     cu_seqlens = np.zeros(len(lengths) + 1, np.int64)
     np.cumsum(lengths, out=cu_seqlens[1:])
@@ -121,21 +123,46 @@ def piece_arrays(
     starts = cu_seqlens[:-1]
     if len(lengths) and int(lengths.min()) < 1:
         raise AssertionError("a piece of no tokens")
-    # +1 per token, and at each piece start a step back to 0: positions are a cumulative sum of steps.
     # One block for both arrays: one allocation per batch (or group), which the allocator reuses.
     position_ids, labels = np.empty((2, *input_ids.shape), np.int64)
-    flat_positions = position_ids.reshape(-1)
+    np.copyto(labels, input_ids)
+    inside = (starts % length != 0) & ~is_padding  # documents starting inside a row
+    if int(inside.sum()) * LONG_PIECES <= total:
+        count_up_by_rows(position_ids, starts[inside], lengths[inside])
+    else:
+        count_up_by_steps(position_ids.reshape(-1), starts, lengths)
+    flat_labels = labels.reshape(-1)
+    padding = flat_indices(starts[is_padding], lengths[is_padding])
+    position_ids.reshape(-1)[padding] = 0
+    flat_labels[padding] = IGNORE_INDEX
+    flat_labels[starts] = IGNORE_INDEX
+    return position_ids, labels, cu_seqlens.astype(np.int32)
+
+
+def count_up_by_rows(position_ids: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> None:
+    """Positions when pieces are long: every row counts up from 0, then each piece starting inside a row
+    (at flat ``starts``, ``lengths`` long) counts again from 0; a pass over the rows and a copy per such piece."""
+    length = position_ids.shape[1]
+    ramp = np.arange(length, dtype=np.int64)
+    np.copyto(position_ids, ramp)
+    flat = position_ids.reshape(-1)
+    for start, count in zip(starts.tolist(), lengths.tolist(), strict=True):
+        flat[start : start + count] = ramp[:count]
+
+
+def count_up_by_steps(flat_positions: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> None:
+    """Positions when pieces are short: +1 per token and a step back to 0 at each piece start, summed in one
+    pass (``starts``/``lengths``: every piece of the flat batch, in order)."""
     flat_positions.fill(1)
     flat_positions[:1] = 0
     flat_positions[starts[1:]] = 1 - lengths[:-1]
     np.cumsum(flat_positions, out=flat_positions)
-    np.copyto(labels, input_ids)
-    flat_labels = labels.reshape(-1)
-    for start, stop in zip(starts[is_padding].tolist(), cu_seqlens[1:][is_padding].tolist(), strict=True):
-        flat_positions[start:stop] = 0
-        flat_labels[start:stop] = IGNORE_INDEX
-    flat_labels[starts] = IGNORE_INDEX
-    return position_ids, labels, cu_seqlens.astype(np.int32)
+
+
+def flat_indices(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Every index of the runs ``[start, start + length)``, one run after another."""
+    firsts = np.cumsum(lengths) - lengths
+    return np.repeat(starts - firsts, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
 
 
 def window_pieces(window_starts: np.ndarray, length: int, document_starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -162,20 +189,26 @@ def window_pieces(window_starts: np.ndarray, length: int, document_starts: np.nd
 
 
 def split_batch(batch: dict[str, Any], sizes: list[int]) -> list[dict[str, Any]]:
-    """A batch dict of several batches' rows cut back into those batches (each row starts a piece)."""
+    """A batch dict of several batches' rows cut back into those batches (each row starts a piece).
+
+    Every part's ``cu_seqlens`` and ``max_seqlen`` are computed for all parts at once: this runs for
+    every group of batches, and per-part array calls would cost more than the parts' own rows.
+    """
     length = batch["input_ids"].shape[1]
-    cu_seqlens = batch["cu_seqlens"].numpy()
-    piece_lengths = np.diff(cu_seqlens)
+    cu_seqlens = batch["cu_seqlens"].numpy().astype(np.int64)
     row_bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    cuts = np.searchsorted(cu_seqlens, row_bounds * length).tolist()
-    columns = {key: torch.split(batch[key], sizes) for key in ("input_ids", "position_ids", "labels")}
-    parts: list[dict[str, Any]] = []
-    for part, ((first, last), row) in enumerate(zip(pairwise(cuts), row_bounds.tolist(), strict=False)):
-        parts.append(
-            {
-                **{key: tensors[part] for key, tensors in columns.items()},
-                "cu_seqlens": torch.from_numpy(cu_seqlens[first : last + 1] - np.int32(row * length)),
-                "max_seqlen": int(piece_lengths[first:last].max()) if last > first else 0,
-            }
-        )
-    return parts
+    cuts = np.searchsorted(cu_seqlens, row_bounds * length)
+    piece_counts = np.diff(cuts)
+    piece_lengths = np.diff(cu_seqlens)
+    longest = np.zeros(len(sizes), np.int64)  # a part of no rows has no piece: its max_seqlen is 0
+    if len(piece_lengths):
+        longest[piece_counts > 0] = np.maximum.reduceat(piece_lengths, cuts[:-1][piece_counts > 0])
+    # Part i's cu_seqlens: entries cuts[i] .. cuts[i + 1] (its end is the next part's start), less its offset.
+    counts = piece_counts + 1
+    rebased = cu_seqlens[flat_indices(cuts[:-1], counts)] - np.repeat(row_bounds[:-1] * length, counts)
+    part_cu_seqlens = torch.split(torch.from_numpy(rebased.astype(np.int32)), counts.tolist())
+    columns = [torch.split(batch[key], sizes) for key in ("input_ids", "position_ids", "labels")]
+    return [
+        {"input_ids": ids, "position_ids": positions, "labels": labels, "cu_seqlens": cu, "max_seqlen": top}
+        for ids, positions, labels, cu, top in zip(*columns, part_cu_seqlens, longest.tolist(), strict=True)
+    ]

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from guideloom._boundaries import PieceRows, window_pieces
+from guideloom._boundaries import PieceRows, flat_indices, window_pieces
 from guideloom._packing import ShardPacking
 from guideloom._packing_cache import load_or_build
 from guideloom._reader import TokenReader
@@ -65,7 +65,7 @@ class PackedShards:
             first = packing.row_starts[local_rows[rows]]
             counts = packing.row_starts[local_rows[rows] + 1] - first
             piece_counts[rows] = counts
-            pieces = np.repeat(first - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
+            pieces = flat_indices(first, counts)
             piece_rows.append(np.repeat(rows, counts))
             piece_starts.append(packing.piece_starts[pieces])
             piece_lengths.append(packing.piece_lengths[pieces])
@@ -88,6 +88,5 @@ class PackedShards:
         ):
             flat[destination : destination + stop - start] = tokens[shard][start:stop]
         fills = row_ends - row_starts
-        for row in np.flatnonzero(fills < length).tolist():
-            out[row, fills[row] :] = pad_id
+        flat[flat_indices(np.arange(len(indices), dtype=np.int64) * length + fills, length - fills)] = pad_id
         return PieceRows(out, lengths, piece_counts, length - fills)

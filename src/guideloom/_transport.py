@@ -14,6 +14,7 @@ Every engine yields the batches in the order of the index arrays it is given, mo
 from __future__ import annotations
 
 import contextlib
+import functools
 import pickle
 import traceback
 from collections import deque
@@ -96,6 +97,14 @@ def make_transport(
     return InlineTransport(batcher, device, group_size if batcher.builds_groups else 1)
 
 
+def _mover(batcher: Batcher, device: torch.device) -> Callable[[Any], Any]:
+    """How a built batch reaches ``device``: as it is when that is the CPU and the batch is the source's own
+    collated arrays (CPU tensors always), sparing a walk through its containers for every batch."""
+    if device.type == "cpu" and batcher.builds_groups:
+        return _unchanged
+    return functools.partial(move_to_device, device=device)
+
+
 def _group_sizes(largest: int) -> Iterator[int]:
     """1, 2, 4, ... up to ``largest``, then ``largest`` for ever: the first batch comes as soon as it can."""
     size = 1
@@ -109,14 +118,14 @@ class InlineTransport:
 
     def __init__(self, batcher: Batcher, device: torch.device, group_size: int) -> None:
         self._batcher = batcher
-        self._device = device
+        self._move = _mover(batcher, device)
         self._group_size = group_size
 
     def batches(self, index_batches: Iterator[np.ndarray], epoch: int) -> Iterator[Any]:
         batcher = self._batcher
         if self._group_size == 1:
             for indices in index_batches:
-                yield move_to_device(batcher(indices, epoch), self._device)
+                yield self._move(batcher(indices, epoch))
             return
         for size in _group_sizes(self._group_size):
             group = list(islice(index_batches, size))
@@ -127,7 +136,7 @@ class InlineTransport:
             except Exception:  # build them one by one, so the error surfaces at the batch it belongs to
                 built = (batcher(indices, epoch) for indices in group)
             for batch in built:
-                yield move_to_device(batch, self._device)
+                yield self._move(batch)
 
     def close(self) -> None:
         pass
@@ -141,7 +150,7 @@ class ThreadTransport:
 
     def __init__(self, batcher: Batcher, device: torch.device, group_size: int, depth: int) -> None:
         self._batcher = batcher
-        self._device = device
+        self._move = _mover(batcher, device)
         self._group_size = group_size
         self._depth = depth
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="guideloom-loader")
@@ -162,7 +171,7 @@ class ThreadTransport:
                 except Exception:  # again one by one, so the error surfaces at the batch it belongs to
                     built = (batcher(indices, epoch) for indices in built_group)
                 for batch in built:
-                    yield move_to_device(batch, self._device)
+                    yield self._move(batch)
 
     def close(self) -> None:
         self._thread.shutdown(wait=True, cancel_futures=True)
@@ -254,7 +263,8 @@ class _IndexDataset(torch.utils.data.Dataset[Any]):
 
 
 def _unchanged(batch: Any) -> Any:
-    """torch's collate step: our batches are collated already (and must not be converted)."""
+    """The batch as it is: torch's collate step (our batches are collated already and must not be
+    converted), and the move of a batch already on its device."""
     return batch
 
 
