@@ -78,6 +78,7 @@ def main() -> int:
             or summary["pss_anon_growth_mib"] > arguments.limit_mib
             or summary["rss_anon_growth_mib"] > arguments.limit_mib
             or summary["descriptors_growth"] > 1
+            or summary["worker_descriptors_growth"] > 1
         )
     chart = plot(results, arguments.out)
     print(f"wrote {arguments.out}/soak-*.csv" + (f" and {chart}" if chart else ""), flush=True)

@@ -8,7 +8,10 @@ first epoch is also checked against a recomputation from the token stream itself
 new one resumes from its state dict, so leaks across loader lifetimes show too.
 
 Memory is the anonymous resident memory (``RssAnon``) of this process plus that of its children
-(the workers); descriptors likewise. Mapped file pages are the page cache's and not counted.
+(the workers). Mapped file pages are the page cache's and not counted. Descriptors are watched in
+this process across the whole run, and in each worker over its own life: a worker starts with the
+descriptors open when it was forked, which include pipes of the loader closed just before (torch's
+queues close them from a background thread), so totals across loaders depend on timing, not on leaks.
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ class SoakResult:
     mismatches: int = 0
     # processes below this one before the run (an earlier test's, still exiting): not the loaders'
     earlier_processes: set[int] = field(default_factory=descendants)
+    worker_descriptors: dict[int, list[int]] = field(default_factory=dict)  # each worker's, sample after sample
 
     def column(self, name: str) -> list[float]:
         return [sample[name] for sample in self.samples]
@@ -81,6 +85,10 @@ class SoakResult:
         values = self.column(name)[len(self.samples) // 5 :]
         quarter = max(1, len(values) // 4)
         return statistics.median(values[-quarter:]) - statistics.median(values[:quarter])
+
+    def worker_descriptor_growth(self) -> int:
+        """The most descriptors any one worker gained over its life."""
+        return max((counts[-1] - counts[0] for counts in self.worker_descriptors.values()), default=0)
 
     def spread_after_warmup(self, name: str) -> float:
         values = self.column(name)[len(self.samples) // 5 :]
@@ -102,7 +110,8 @@ class SoakResult:
             "pss_anon_growth_mib": round(self.growth("pss_anon_kib") / 1024, 2),
             "descriptors_start": self.samples[0]["descriptors"],
             "descriptors_end": self.samples[-1]["descriptors"],
-            "descriptors_growth": self.growth("descriptors"),
+            "descriptors_growth": self.growth("descriptors_main"),
+            "worker_descriptors_growth": self.worker_descriptor_growth(),
         }
 
 
@@ -116,6 +125,9 @@ def _digest(rows: np.ndarray) -> tuple[int, int]:
 
 def _measure(result: SoakResult, started: float) -> None:
     workers = descendants() - result.earlier_processes
+    per_worker = {pid: open_descriptors(pid) for pid in workers}
+    for pid, count in per_worker.items():
+        result.worker_descriptors.setdefault(pid, []).append(count)
     result.samples.append(
         {
             "batch": result.batches,
@@ -123,7 +135,8 @@ def _measure(result: SoakResult, started: float) -> None:
             "rss_anon_kib": rss_anon_kib() + sum(rss_anon_kib(pid) for pid in workers),
             "rss_anon_main_kib": rss_anon_kib(),
             "pss_anon_kib": pss_anon_kib() + sum(pss_anon_kib(pid) for pid in workers),
-            "descriptors": open_descriptors() + sum(open_descriptors(pid) for pid in workers),
+            "descriptors": open_descriptors() + sum(per_worker.values()),
+            "descriptors_main": open_descriptors(),
             "processes": len(workers),
         }
     )

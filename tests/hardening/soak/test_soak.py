@@ -1,7 +1,8 @@
 """Soak (short): thousands of batches over dozens of epochs, with workers and resumes in between.
 
-Memory (anonymous, this process and its workers) and descriptors stay flat, no worker process
-accumulates across loaders, and every batch equals the one a loader without workers gives.
+Memory (anonymous, this process and its workers) and descriptors (this process's, each worker's)
+stay flat, no worker process accumulates across loaders, and every batch equals the one a loader
+without workers gives.
 ``tests/stress/run_soak.py`` is the long version and writes the curve.
 """
 
@@ -37,5 +38,6 @@ def test_long_run_stays_flat_and_exact(tmp_path: Path, kind: str, size: int, wor
     assert summary["pss_anon_growth_mib"] <= GROWTH_LIMIT_MIB, summary
     assert summary["rss_anon_growth_mib"] <= GROWTH_LIMIT_MIB, summary
     assert summary["descriptors_growth"] <= 1, summary
+    assert summary["worker_descriptors_growth"] <= 1, summary
     worker_processes = max(sample["processes"] for sample in result.samples)
     assert worker_processes <= (workers if kind == "documents" else 0), "worker processes accumulate"
