@@ -1,4 +1,4 @@
-"""Lightning: fit and resume from ``ckpt_path`` are exact in one process; under DDP the ranks read disjoint data."""
+"""Lightning: fit and resume from ``ckpt_path`` are exact, in one process and under DDP (ranks read disjoint data)."""
 
 from __future__ import annotations
 
@@ -105,11 +105,16 @@ def test_resume_from_ckpt_path_continues_with_the_uninterrupted_runs_batches(
 DDP_SCRIPT = """
 import json
 import sys
+from pathlib import Path
 
 import lightning
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
 
 from guideloom import StatefulDataLoader, TokenStorage
+
+# python train_ddp.py STORAGE OUT [STOP_AT_STEP | CHECKPOINT]: a whole epoch; or one stopped after a
+# step, checkpointed there; or one resumed from a checkpoint. Each rank writes what it trained on.
 
 
 class Recorder(lightning.LightningModule):
@@ -133,30 +138,48 @@ class Recorder(lightning.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
+class StopAt(lightning.Callback):
+    def __init__(self, step):
+        self.step = step
+
+    def on_train_batch_end(self, trainer, *args):
+        if trainer.global_step == self.step:
+            trainer.should_stop = True
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
+    out = Path(sys.argv[2])
+    stop_at = int(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[3].isdigit() else None
+    checkpoint = sys.argv[3] if len(sys.argv) > 3 and stop_at is None else None
+    callbacks = []
+    if stop_at is not None:
+        callbacks = [
+            ModelCheckpoint(dirpath=out / "checkpoints", filename="{step}", every_n_train_steps=stop_at, save_top_k=-1),
+            StopAt(stop_at),
+        ]
     model = Recorder()
     trainer = lightning.Trainer(
-        accelerator="cpu", devices=2, strategy="ddp", max_epochs=1, logger=False,
-        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+        accelerator="cpu", devices=2, strategy="ddp", max_epochs=1, logger=False, callbacks=callbacks,
+        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=stop_at is not None,
     )
-    trainer.fit(model)
+    trainer.fit(model, ckpt_path=checkpoint)
     loader = trainer.train_dataloader
     result = {"rank": loader.rank, "world_size": loader.world_size, "seen": model.seen}
-    with open(f"{sys.argv[2]}/rank{trainer.global_rank}.json", "w") as file:
+    with open(out / f"rank{trainer.global_rank}.json", "w") as file:
         json.dump(result, file)
 """
 
 
-def test_ddp_ranks_read_disjoint_slices_with_the_loader_built_in_train_dataloader(
-    tokens: TokenStorage, tmp_path: Path
-) -> None:
-    script = tmp_path / "train_ddp.py"
+def run_ddp(tokens: TokenStorage, script_folder: Path, out: Path, *arguments: str) -> list[dict[str, Any]]:
+    """Run the DDP script with two ranks on the CPU; what each rank trained on."""
+    script = script_folder / "train_ddp.py"
     script.write_text(textwrap.dedent(DDP_SCRIPT))
+    out.mkdir(parents=True, exist_ok=True)
     environment = {key: value for key, value in os.environ.items() if key not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     completed = subprocess.run(
-        [sys.executable, str(script), str(tokens.path), str(tmp_path)],
-        cwd=tmp_path,
+        [sys.executable, str(script), str(tokens.path), str(out), *arguments],
+        cwd=script_folder,
         env=environment,
         capture_output=True,
         text=True,
@@ -164,11 +187,33 @@ def test_ddp_ranks_read_disjoint_slices_with_the_loader_built_in_train_dataloade
         check=False,
     )
     assert completed.returncode == 0, completed.stderr[-4000:]
-    ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
+    return [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(2)]
+
+
+def rank_batches(tokens: TokenStorage, rank: int) -> list[list[list[int]]]:
+    """The epoch that rank ``rank`` of two reads, from a loader told its rank."""
+    with make_loader(tokens, drop_last=True, rank=rank, world_size=2) as loader:
+        return [batch.tolist() for batch in loader]
+
+
+def test_ddp_ranks_read_disjoint_slices_with_the_loader_built_in_train_dataloader(
+    tokens: TokenStorage, tmp_path: Path
+) -> None:
+    ranks = run_ddp(tokens, tmp_path, tmp_path)
 
     assert [(result["rank"], result["world_size"]) for result in ranks] == [(0, 2), (1, 2)]
     for rank, result in enumerate(ranks):
-        with make_loader(tokens, drop_last=True, rank=rank, world_size=2) as loader:
-            assert result["seen"] == [batch.tolist() for batch in loader]
+        assert result["seen"] == rank_batches(tokens, rank)
     windows = [{tuple(row) for batch in result["seen"] for row in batch} for result in ranks]
     assert len(windows[0]) == len(windows[1]) == 7 * 4 and not windows[0] & windows[1]
+
+
+def test_ddp_resume_from_ckpt_path_continues_each_ranks_batches(tokens: TokenStorage, tmp_path: Path) -> None:
+    # Lightning writes the checkpoint on rank 0 only: every rank resumes from rank 0's loader state.
+    stopped = run_ddp(tokens, tmp_path, tmp_path / "stopped", "3")
+    resumed = run_ddp(tokens, tmp_path, tmp_path / "resumed", str(tmp_path / "stopped" / "checkpoints" / "step=3.ckpt"))
+
+    for rank in range(2):
+        expected = rank_batches(tokens, rank)
+        assert stopped[rank]["seen"] == expected[:3]
+        assert resumed[rank]["seen"] == expected[3:]
