@@ -1,8 +1,12 @@
-"""The Hugging Face Trainer with LoaderStateCallback resumes exactly, on a two-layer GPT-2 on CPU."""
+"""The Hugging Face Trainer with LoaderStateCallback resumes exactly (a two-layer GPT-2 on CPU), alone and under DDP."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -139,3 +143,117 @@ def test_a_checkpoint_without_the_loader_state_is_refused(tokens: TokenStorage, 
 def test_the_callback_takes_only_a_resumable_loader() -> None:
     with pytest.raises(TypeError, match="state_dict"):
         LoaderStateCallback([1, 2, 3])  # type: ignore[arg-type]
+
+
+DDP_SCRIPT = """
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
+
+from guideloom import StatefulDataLoader, TokenStorage
+from guideloom.integrations.transformers import LoaderStateCallback
+
+# torchrun --nproc_per_node 2 train_ddp.py STORAGE OUT [STOP_AT_STEP | CHECKPOINT]: six steps; or a run
+# stopped after a step, checkpointed there; or one resumed from a checkpoint. Each rank writes what it read.
+
+
+def language_model_batch(rows):
+    windows = torch.from_numpy(np.stack(rows))
+    return {"input_ids": windows, "labels": windows}
+
+
+class LoaderTrainer(Trainer):
+    def __init__(self, loader, **kwargs):
+        super().__init__(**kwargs)
+        self.loader = loader
+        self.seen = []
+
+    def get_train_dataloader(self):
+        return self.loader
+
+    def training_step(self, model, inputs, *args, **kwargs):
+        self.seen.append(inputs["input_ids"].tolist())
+        return super().training_step(model, inputs, *args, **kwargs)
+
+
+class StopAfterSaving(TrainerCallback):
+    def __init__(self, step):
+        self.step = step
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            control.should_training_stop = True
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    out = Path(sys.argv[2])
+    stop_at = int(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[3].isdigit() else None
+    checkpoint = sys.argv[3] if len(sys.argv) > 3 and stop_at is None else None
+    # torchrun sets RANK and WORLD_SIZE before this script runs: the loader can be built first.
+    loader = StatefulDataLoader.from_storage(
+        TokenStorage(sys.argv[1]), language_model_batch, device="cpu", local_batch_size=4, sequence_length=17,
+        shuffle=True, seed=3, drop_last=True,
+    )
+    torch.manual_seed(0)
+    arguments = TrainingArguments(
+        output_dir=str(out / "run"), learning_rate=1e-3, report_to="none", use_cpu=True, disable_tqdm=True,
+        logging_strategy="no", ignore_data_skip=True, max_steps=6, per_device_train_batch_size=4,
+        save_strategy="steps" if stop_at else "no", save_steps=stop_at or 500,
+    )
+    callbacks = [LoaderStateCallback(loader)] + ([StopAfterSaving(stop_at)] if stop_at else [])
+    config = GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=32, vocab_size=64)
+    trainer = LoaderTrainer(loader, model=GPT2LMHeadModel(config), args=arguments, callbacks=callbacks)
+    trainer.train(resume_from_checkpoint=checkpoint)
+    result = {"rank": loader.rank, "world_size": loader.world_size, "seen": trainer.seen}
+    with open(out / f"rank{loader.rank}.json", "w") as file:
+        json.dump(result, file)
+    loader.close()
+"""
+
+
+def run_ddp(tokens: TokenStorage, script_folder: Path, out: Path, *arguments: str) -> list[dict[str, Any]]:
+    """Run the DDP script under torchrun with two ranks on the CPU; what each rank trained on."""
+    script = script_folder / "train_ddp.py"
+    script.write_text(textwrap.dedent(DDP_SCRIPT))
+    out.mkdir(parents=True, exist_ok=True)
+    environment = {key: value for key, value in os.environ.items() if key not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    completed = subprocess.run(
+        [*torchrun, str(script), str(tokens.path), str(out), *arguments],
+        cwd=script_folder,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    return [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(2)]
+
+
+def test_ddp_under_torchrun_resumes_each_ranks_batches(tokens: TokenStorage, tmp_path: Path) -> None:
+    # The Trainer saves on rank 0 only: every rank resumes from rank 0's loader state.
+    stopped = run_ddp(tokens, tmp_path, tmp_path / "stopped", "3")
+    resumed = run_ddp(tokens, tmp_path, tmp_path / "resumed", str(tmp_path / "stopped" / "run" / "checkpoint-3"))
+
+    for rank in range(2):
+        with StatefulDataLoader.from_storage(
+            tokens,
+            device="cpu",
+            local_batch_size=4,
+            sequence_length=17,
+            shuffle=True,
+            seed=3,
+            drop_last=True,
+            rank=rank,
+            world_size=2,
+        ) as loader:
+            expected = [batch.tolist() for batch in loader]
+        assert (stopped[rank]["rank"], stopped[rank]["world_size"]) == (rank, 2)
+        assert stopped[rank]["seen"] == expected[:3]
+        assert resumed[rank]["seen"] == expected[3:6]
