@@ -5,7 +5,9 @@ piece. From the pieces of a batch's rows come ``position_ids`` (0 at the first
 token of every piece, +1 after; 0 on padding), ``labels`` (the tokens, -100
 where ``position_ids`` is 0 and on padding), ``cu_seqlens`` (0 and the
 cumulative piece lengths of the flattened batch) and ``max_seqlen``. All of it
-is computed with whole-array operations, never per token or per piece.
+is computed with whole-array operations, never per token; the one loop is a copy
+per document that starts inside a row, when documents are long enough for a copy
+to beat a pass over every token.
 """
 
 from __future__ import annotations
