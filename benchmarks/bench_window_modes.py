@@ -6,7 +6,7 @@ Writes ``results/window_modes.json`` and prints a table. Three measurements, one
    windows, ``document_boundaries=True`` and ``pack_documents=True`` (uint32 tokens in documents of
    50-5,000 tokens), ``num_workers`` 0, as ratios to plain windows (goal: >= 0.8x). One more row, the
    floor: plain windows plus the two int64 arrays that both modes add to a batch, written and nothing
-   more (no implementation of the modes is faster).
+   more (no implementation of the modes on one core can be faster).
 2. The padding share of the packed rows (goal: <= 2%).
 3. Time to build the packing of 10^6 documents (one shard), first use and from the cache.
 
@@ -55,7 +55,7 @@ def tokens_per_second(storage: TokenStorage, floor: bool = False, **mode: Any) -
 
     ``floor``: plain windows, and for each batch the two more (B, S) int64 arrays that both modes must
     write (a copy of the tokens as ``labels``, a ramp as ``position_ids``) and nothing else: what no
-    implementation of the modes can beat on this machine.
+    implementation of the modes on one core can beat.
     """
     ramp = torch.arange(SEQUENCE_LENGTH).expand(BATCH, SEQUENCE_LENGTH)
     with StatefulDataLoader.from_storage(
