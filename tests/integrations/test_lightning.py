@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +12,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from guideloom import StatefulDataLoader, TokenStorage
+from tests.integrations.two_ranks import run_two_ranks
 
 VOCABULARY = 64  # the token ids of the tokens fixture are below it
 
@@ -172,22 +169,10 @@ if __name__ == "__main__":
 
 
 def run_ddp(tokens: TokenStorage, script_folder: Path, out: Path, *arguments: str) -> list[dict[str, Any]]:
-    """Run the DDP script with two ranks on the CPU; what each rank trained on."""
-    script = script_folder / "train_ddp.py"
-    script.write_text(textwrap.dedent(DDP_SCRIPT))
-    out.mkdir(parents=True, exist_ok=True)
-    environment = {key: value for key, value in os.environ.items() if key not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    completed = subprocess.run(
-        [sys.executable, str(script), str(tokens.path), str(out), *arguments],
-        cwd=script_folder,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    """Run the DDP script with two ranks on the CPU (Lightning starts the second); what each rank trained on."""
+    return run_two_ranks(
+        [sys.executable], DDP_SCRIPT, script_folder, out, [str(tokens.path), str(out), *arguments], 120
     )
-    assert completed.returncode == 0, completed.stderr[-4000:]
-    return [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(2)]
 
 
 def rank_batches(tokens: TokenStorage, rank: int) -> list[list[list[int]]]:

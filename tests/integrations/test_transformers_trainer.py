@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +22,7 @@ from transformers import (
 
 from guideloom import StatefulDataLoader, TokenStorage
 from guideloom.integrations.transformers import STATE_KEY, LoaderStateCallback
+from tests.integrations.two_ranks import run_two_ranks
 
 VOCABULARY = 64  # the token ids of the tokens fixture are below it
 
@@ -222,22 +220,8 @@ if __name__ == "__main__":
 
 def run_ddp(tokens: TokenStorage, script_folder: Path, out: Path, *arguments: str) -> list[dict[str, Any]]:
     """Run the DDP script under torchrun with two ranks on the CPU; what each rank trained on."""
-    script = script_folder / "train_ddp.py"
-    script.write_text(textwrap.dedent(DDP_SCRIPT))
-    out.mkdir(parents=True, exist_ok=True)
-    environment = {key: value for key, value in os.environ.items() if key not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    completed = subprocess.run(
-        [*torchrun, str(script), str(tokens.path), str(out), *arguments],
-        cwd=script_folder,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stderr[-4000:]
-    return [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(2)]
+    return run_two_ranks(torchrun, DDP_SCRIPT, script_folder, out, [str(tokens.path), str(out), *arguments], 180)
 
 
 def test_ddp_under_torchrun_resumes_each_ranks_batches(tokens: TokenStorage, tmp_path: Path) -> None:
