@@ -38,6 +38,16 @@ def expected_arrays(rows: list[list[int]], pads: list[int], tokens: np.ndarray) 
     return {"position_ids": positions, "labels": labels, "cu_seqlens": cu_seqlens, "max_seqlen": longest}
 
 
+def rows_of(tokens: np.ndarray, rows: list[list[int]], pads: list[int]) -> PieceRows:
+    """``tokens`` as rows made of these pieces (per row) followed by this much padding."""
+    return PieceRows(
+        tokens,
+        np.array([piece for pieces in rows for piece in pieces], np.int64),
+        np.array([len(pieces) for pieces in rows], np.int64),
+        np.array(pads, np.int64),
+    )
+
+
 @st.composite
 def piece_rows(draw: st.DrawFn) -> tuple[int, list[list[int]], list[int]]:
     length = draw(st.integers(1, 12))
@@ -60,12 +70,7 @@ def piece_rows(draw: st.DrawFn) -> tuple[int, list[list[int]], list[int]]:
 def test_batch_arrays_match_a_token_by_token_recomputation(case: tuple[int, list[list[int]], list[int]]) -> None:
     length, rows, pads = case
     tokens = np.arange(1, len(rows) * length + 1, dtype=np.int64).reshape(len(rows), length)
-    batch = PieceRows(
-        tokens,
-        np.array([piece for pieces in rows for piece in pieces], np.int64),
-        np.array([len(pieces) for pieces in rows], np.int64),
-        np.array(pads, np.int64),
-    ).batch()
+    batch = rows_of(tokens, rows, pads).batch()
     expected = expected_arrays(rows, pads, tokens)
     assert batch["position_ids"].reshape(-1).tolist() == expected["position_ids"]
     assert batch["labels"].reshape(-1).tolist() == expected["labels"]
@@ -107,12 +112,7 @@ def test_long_and_short_documents_give_the_same_batch_arrays_as_a_recomputation(
             rows.append([piece for piece in pieces if piece])
             pads.append(pad)
         tokens = rng.integers(0, 1000, (6, 2048))
-        batch = PieceRows(
-            tokens,
-            np.array([piece for pieces in rows for piece in pieces], np.int64),
-            np.array([len(pieces) for pieces in rows], np.int64),
-            np.array(pads, np.int64),
-        ).batch()
+        batch = rows_of(tokens, rows, pads).batch()
         expected = expected_arrays(rows, pads, tokens)
         assert batch["position_ids"].reshape(-1).tolist() == expected["position_ids"]
         assert batch["labels"].reshape(-1).tolist() == expected["labels"]
@@ -206,12 +206,7 @@ def test_a_split_batch_equals_the_batches_of_its_parts(
     length, rows, pads = case
     cuts = sorted(data.draw(st.lists(st.integers(0, len(rows)), max_size=3)))
     sizes = [stop - start for start, stop in itertools.pairwise([0, *cuts, len(rows)])]
-    whole = PieceRows(
-        np.arange(len(rows) * length).reshape(len(rows), length),
-        np.array([piece for pieces in rows for piece in pieces], np.int64),
-        np.array([len(pieces) for pieces in rows], np.int64),
-        np.array(pads, np.int64),
-    )
+    whole = rows_of(np.arange(len(rows) * length).reshape(len(rows), length), rows, pads)
     for found, part in zip(split_batch(whole.batch(), sizes), whole.split(sizes), strict=True):
         expected = part.batch()
         assert list(found) == list(expected)
