@@ -126,6 +126,7 @@ def _digest(rows: np.ndarray) -> tuple[int, int]:
 def _measure(result: SoakResult, started: float) -> None:
     workers = descendants() - result.earlier_processes
     per_worker = {pid: open_descriptors(pid) for pid in workers}
+    descriptors = open_descriptors()
     for pid, count in per_worker.items():
         result.worker_descriptors.setdefault(pid, []).append(count)
     result.samples.append(
@@ -135,8 +136,8 @@ def _measure(result: SoakResult, started: float) -> None:
             "rss_anon_kib": rss_anon_kib() + sum(rss_anon_kib(pid) for pid in workers),
             "rss_anon_main_kib": rss_anon_kib(),
             "pss_anon_kib": pss_anon_kib() + sum(pss_anon_kib(pid) for pid in workers),
-            "descriptors": open_descriptors() + sum(per_worker.values()),
-            "descriptors_main": open_descriptors(),
+            "descriptors": descriptors + sum(per_worker.values()),
+            "descriptors_main": descriptors,
             "processes": len(workers),
         }
     )
