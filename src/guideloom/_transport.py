@@ -318,17 +318,28 @@ def _stop_workers(loader: torch.utils.data.DataLoader[Any]) -> None:
     torch has no public call for this: it stops persistent workers only when the DataLoader's
     iterator is garbage collected, which a reference held anywhere (a traceback, a suspended
     generator) delays indefinitely, and it then gives a busy worker 5 seconds to finish. So this
-    one place reaches into the iterator: it stops watching the workers (else their exit would be
-    reported as a worker killed by a signal), terminates them (their batches are discarded anyway),
-    then lets torch release its queues and threads.
+    one place reaches into the iterator and does torch's shutdown itself, without the step that can
+    hang: it stops watching the workers (else their exit would be reported as a worker killed by a
+    signal), terminates them (their batches are discarded anyway) and closes the queues. torch's
+    own shutdown first sets an event the workers poll; a worker that died holding that event's lock
+    (killed, or a bus error on a truncated file) blocks that call for ever.
     """
     iterator = getattr(loader, "_iterator", None)
-    if iterator is None:
+    if iterator is None or getattr(iterator, "_shutdown", True):
         return
+    iterator._shutdown = True  # torch's own shutdown (at garbage collection) now does nothing
     if getattr(iterator, "_worker_pids_set", False):
         torch.utils.data._utils.signal_handling._remove_worker_pids(id(iterator))  # type: ignore[attr-defined]
         iterator._worker_pids_set = False
-    for worker in getattr(iterator, "_workers", ()):
+    workers = getattr(iterator, "_workers", ())
+    for worker in workers:
         if worker.is_alive():
             worker.terminate()
-    iterator._shutdown_workers()
+    for worker in workers:
+        worker.join(timeout=5)
+        if worker.is_alive():  # a worker that ignores SIGTERM
+            worker.kill()
+            worker.join()
+    for queue in [*iterator._index_queues, iterator._worker_result_queue]:
+        queue.cancel_join_thread()
+        queue.close()

@@ -8,6 +8,7 @@ on, it must go on exactly: no batch skipped, repeated or altered.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -131,6 +132,45 @@ def test_worker_killed_mid_epoch_raises_quickly_then_resumes_exactly(tmp_path: P
     assert got + rest == expected[:epoch], "the resumed run does not continue exactly"
     tally("loader faults", killed_workers=1)
     tally_max("loader faults", slowest_error_ms=round(waited * 1000))
+
+
+def holding_the_stop_lock(samples: list[dict[str, Any]], marker: Path) -> Any:
+    """In a worker, for the batch with sample 9: take the lock of torch's stop event (the workers poll it),
+    say so in ``marker``, and keep it, as a worker caught inside that poll when it is terminated."""
+    if torch.utils.data.get_worker_info() is not None and any(sample["id"] == 9 for sample in samples):
+        import gc
+        import multiprocessing.synchronize
+
+        for item in gc.get_objects():
+            if isinstance(item, multiprocessing.synchronize.Event):
+                item._cond.acquire()  # type: ignore[attr-defined]
+        marker.touch()
+        time.sleep(3600)
+    return ids_collate(samples)
+
+
+@pytest.mark.timeout(60)
+def test_close_returns_when_a_worker_is_stopped_holding_the_stop_events_lock(tmp_path: Path) -> None:
+    # torch's own shutdown sets that event after terminating its workers: the lock stays held for ever.
+    storage = make_documents(tmp_path / "documents")
+    marker = tmp_path / "holding"
+    with no_leaks():
+        loader = StatefulDataLoader.from_storage(
+            storage,
+            functools.partial(holding_the_stop_lock, marker=marker),
+            device="cpu",
+            local_batch_size=BATCH,
+            num_workers=2,
+        )
+        next(iter(loader))  # the first worker goes on to batch 2, samples 8-11
+        deadline = time.monotonic() + 30
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert marker.exists(), "the worker never took the lock"
+        started = time.monotonic()
+        loader.close()
+        assert time.monotonic() - started < ERROR_WITHIN
+    tally("loader faults", hung_workers=1)
 
 
 def stalling_collate(samples: list[dict[str, Any]]) -> Any:
