@@ -101,7 +101,9 @@ def test_resume_from_ckpt_path_continues_with_the_uninterrupted_runs_batches(
 
 DDP_SCRIPT = """
 import json
+import os
 import sys
+import time
 from pathlib import Path
 
 import lightning
@@ -163,8 +165,16 @@ if __name__ == "__main__":
     trainer.fit(model, ckpt_path=checkpoint)
     loader = trainer.train_dataloader
     result = {"rank": loader.rank, "world_size": loader.world_size, "seen": model.seen}
-    with open(out / f"rank{trainer.global_rank}.json", "w") as file:
-        json.dump(result, file)
+    written = out / f"rank{trainer.global_rank}.json"
+    written.with_suffix(".part").write_text(json.dumps(result))
+    written.with_suffix(".part").rename(written)
+    # Rank 0 started rank 1 and is the process the test waits for: it ends once every rank's result is
+    # written. Then skip the interpreter's teardown: torch's native threads (gloo) abort it now and then
+    # with "terminate called without an active exception", after everything above is done.
+    deadline = time.monotonic() + 60
+    while not all((out / f"rank{rank}.json").exists() for rank in range(2)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os._exit(0)
 """
 
 
