@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from guideloom import StatefulDataLoader, TokenStorage
-from guideloom._packing_cache import load_or_build
+from guideloom._windows.packing_cache import load_or_build
 
 SEQUENCE_LENGTH = 2048
 BATCH = 8

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from guideloom import DocumentJsonFormat, DocumentStorage, TokenStorage
-from guideloom._layout import FOOTER
+from guideloom._shards.layout import FOOTER
 from guideloom.types import DocumentStorageFormat
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository: ``tests`` imports as a package from here

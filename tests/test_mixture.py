@@ -20,8 +20,8 @@ from guideloom import (
     StateMismatchError,
     TokenStorage,
 )
-from guideloom._mixture_order import MixtureOrder
-from guideloom._schedule import parse_schedule
+from guideloom._mixture.mixture_order import MixtureOrder
+from guideloom._mixture.schedule import parse_schedule
 
 S = 4  # tokens per window
 SPAN = 100_000  # component k's tokens are k * SPAN + their position in its stream
@@ -318,7 +318,7 @@ def test_document_boundaries_in_a_mixture_keep_the_mixtures_windows(components: 
 
 
 def test_fetch_gives_the_same_samples_whether_or_not_they_were_announced(components: dict[str, TokenStorage]) -> None:
-    from guideloom._sources import make_source
+    from guideloom._loading.make_source import make_source
 
     mixture = Mixture(components, WEIGHTS, samples_per_epoch=700, block_size=8)
     source = make_source(mixture, sequence_length=S, shuffle=True, seed=7)

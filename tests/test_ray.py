@@ -21,7 +21,7 @@ import ray
 
 from guideloom import DocumentJsonFormat, DocumentStorage, TokenStorage
 from guideloom._cli import main as cli
-from guideloom._errors import TokenizeInputError, UnfinishedWriteError
+from guideloom._core.errors import TokenizeInputError, UnfinishedWriteError
 from guideloom.ray import StorageDatasink
 from guideloom.tokenize import tokenize_files, train_tokenizer
 from guideloom.types import DocumentStorageFormat

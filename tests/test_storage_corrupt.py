@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from guideloom import DocumentStorage, TokenStorage
-from guideloom._layout import FOOTER
+from guideloom._shards.layout import FOOTER
 from tests.helpers import RawFormat, footer_fields, rewrite_footer, set_offset, shard_file
 
 PROBE = """

@@ -20,10 +20,10 @@ from guideloom import DocumentPickleFormat, DocumentStorage, ShardExistsError, T
 KILLED_WRITER = """
 import sys
 from pathlib import Path
-import guideloom._writer
+import guideloom._shards.writer
 from guideloom import DocumentPickleFormat, DocumentStorage
 
-guideloom._writer.BACKGROUND_CHUNK = 16 * 1024  # the kill lands while shard 3 is checksummed and flushed
+guideloom._shards.writer.BACKGROUND_CHUNK = 16 * 1024  # the kill lands while shard 3 is checksummed and flushed
 path, ready = Path(sys.argv[1]), Path(sys.argv[2])
 with DocumentStorage(path, DocumentPickleFormat()).sync_writer() as writer:
     for shard in range(3):

@@ -20,7 +20,7 @@ pytest.importorskip("tokenizers")  # the 'tokenize' extra
 
 from guideloom import ShardExistsError, TokenStorage
 from guideloom._cli import main as cli
-from guideloom._layout import committed_shard_ids
+from guideloom._shards.layout import committed_shard_ids
 from guideloom.tokenize import TokenizeWorkerDied, load_tokenizer, tokenize_files, train_tokenizer
 
 TOKEN_DTYPES = "uint8, uint16, uint32, uint64, int8, int16, int32, int64"

@@ -16,7 +16,7 @@ import zstandard
 pytest.importorskip("tokenizers")  # the 'tokenize' extra
 
 from guideloom import TokenStorage
-from guideloom._layout import committed_shard_ids
+from guideloom._shards.layout import committed_shard_ids
 from guideloom.tokenize import TokenizeInputError, tokenize_files, train_tokenizer
 
 TEXTS = [f"Document {number}: the quick brown fox, naïve café {number * 7}." for number in range(300)]

@@ -2,7 +2,7 @@
 
 from typing import TYPE_CHECKING, Any
 
-from guideloom._errors import (
+from guideloom._core.errors import (
     CorruptStorageError,
     FormatMismatchError,
     GuideloomError,
@@ -11,12 +11,12 @@ from guideloom._errors import (
     StorageNotFoundError,
     UntrustedFormatWarning,
 )
-from guideloom._formats import DocumentJsonFormat, DocumentMsgpackFormat, DocumentPickleFormat
-from guideloom._mixture import Mixture
-from guideloom._storage import DocumentStorage, TokenStorage
+from guideloom._mixture.mixture import Mixture
+from guideloom._shards.formats import DocumentJsonFormat, DocumentMsgpackFormat, DocumentPickleFormat
+from guideloom._storage.storages import DocumentStorage, TokenStorage
 
 if TYPE_CHECKING:
-    from guideloom._loader import StatefulDataLoader
+    from guideloom._loading.loader import StatefulDataLoader
 
 __version__ = "0.2.0"
 
@@ -41,7 +41,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # The loader needs torch; importing it lazily keeps the CLI and writer processes quick to start.
     if name == "StatefulDataLoader":
-        from guideloom._loader import StatefulDataLoader
+        from guideloom._loading.loader import StatefulDataLoader
 
         return StatefulDataLoader
     raise AttributeError(f"module 'guideloom' has no attribute {name!r}")

@@ -19,14 +19,12 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 from guideloom import __version__
-from guideloom._errors import GuideloomError
-from guideloom._layout import INCOMPLETE_DIR, SHARDS_DIR, committed_shard_ids, shard_file_name
-from guideloom._remote import is_url, parse_storage_options
-from guideloom._storage import AnyFormatStorage, local_path
-from guideloom._text import plural
+from guideloom._core.errors import GuideloomError
+from guideloom._core.text import plural
+from guideloom._remote.object_store import is_url, parse_storage_options
+from guideloom._storage.storages import AnyFormatStorage, local_path
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report it
@@ -42,11 +40,11 @@ def _open(text: str, options: str | None = None) -> AnyFormatStorage:
     return AnyFormatStorage(local_path(text))  # a file:// URL is the local path it names
 
 
-def _leftovers(path: Path) -> tuple[int, int]:
-    """Files in the storage's ``incomplete/`` and their bytes: what writers left there."""
+def _leftovers(storage: AnyFormatStorage) -> tuple[int, int]:
+    """Files where the storage's writers build shards, and their bytes: what writers left there."""
     files = size = 0
     try:
-        entries = list(os.scandir(path / INCOMPLETE_DIR))
+        entries = list(os.scandir(storage.incomplete_files_dir()))
     except OSError:
         return 0, 0
     for entry in entries:
@@ -80,7 +78,7 @@ def _prepare_inspect(arguments: argparse.Namespace) -> Run:
         if header.kind == "tokens":
             fields.append(("tokens", f"{sum(shard.element_count for shard in shards):,}"))
         fields.append(("bytes", f"{sum(shard.size for shard in shards):,}"))
-        files, size = (0, 0) if is_url(arguments.path) else _leftovers(storage.path)
+        files, size = (0, 0) if is_url(arguments.path) else _leftovers(storage)
         if files:
             fields.append(
                 (
@@ -107,24 +105,11 @@ def _prepare_inspect(arguments: argparse.Namespace) -> Run:
     return run
 
 
-def _size_for_progress(path: Path) -> int:
-    """A shard file's size, only to size the progress bar: verify itself reports what is wrong with it."""
-    try:
-        return path.lstat().st_size
-    except OSError:
-        return 0
-
-
 def _prepare_verify(arguments: argparse.Namespace) -> Run:
     storage = _open(arguments.path, arguments.storage_options)
 
     def run() -> int:
-        if is_url(arguments.path):
-            with storage.open_reader() as reader:  # one listing: the sizes, nothing downloaded
-                shard_sizes = [info.size for info in reader.infos]
-        else:
-            shards = committed_shard_ids(storage.path)
-            shard_sizes = [_size_for_progress(storage.path / SHARDS_DIR / shard_file_name(shard)) for shard in shards]
+        shard_sizes = storage.committed_shard_sizes()
         total = sum(shard_sizes)
         bar = None
         if not arguments.quiet and total >= 64 * 2**20:

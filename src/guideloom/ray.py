@@ -1,6 +1,7 @@
 """Write a Ray Data dataset into a storage: ``ds.write_datasink(StorageDatasink(storage, column="tokens"))``.
 
-The only guideloom module that imports Ray (the ``ray`` extra). Write task ``t`` of a write writes
+With ``guideloom.tokenize``'s Ray executor, the only guideloom module that imports Ray (the ``ray``
+extra). Write task ``t`` of a write writes
 shard ``first + t``, where ``first`` follows the storage's committed shards when the write starts;
 Ray numbers write tasks in the dataset's block order, so the ids do not depend on which worker ran
 what. A task whose shard an earlier attempt already committed checks the shard holds exactly its
@@ -9,21 +10,19 @@ rows and writes nothing. See docs/preprocessing.md for retries, lost tasks and r
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import ray
 from ray.data import Datasink
 from ray.data.block import Block, BlockAccessor
 
-from guideloom._errors import ShardExistsError, TokenizeWorkerDied, UnfinishedWriteError
-from guideloom._layout import INCOMPLETE_DIR, check_shard_id
-from guideloom._resumable_write import (
-    ShardDigest,
+from guideloom._core.errors import ShardExistsError, UnfinishedWriteError
+from guideloom._shards.layout import check_shard_id
+from guideloom._shards.writer import SyncWriter
+from guideloom._storage.resumable_write import (
+    ShardContents,
     check_same_shard,
     check_write_id,
     committed_digest,
@@ -31,11 +30,7 @@ from guideloom._resumable_write import (
     remove_leftovers,
     start_write,
 )
-from guideloom._storage import DocumentStorage, TokenStorage
-from guideloom._writer import SyncWriter
-from guideloom.tokenize._plan import FileJob, Settings
-from guideloom.tokenize._pool import STOP_GRACE_SECONDS, RemoteTraceback
-from guideloom.tokenize._shard import tokenize_job
+from guideloom._storage.storages import DocumentStorage, TokenStorage
 
 if TYPE_CHECKING:
     from ray.data.datasource.datasink import WriteResult
@@ -90,13 +85,13 @@ class StorageDatasink(Datasink[TaskResult]):
         if self.first_shard is None:  # an empty dataset: no task ran
             return
         stop = self.first_shard + max((result["task"] for result in results), default=-1) + 1
-        remove_leftovers(_incomplete(self.storage), self.first_shard, stop)
+        remove_leftovers(self.storage.incomplete_files_dir(), self.first_shard, stop)
         finish_write(self.storage, self.write_id, self.shards, self.records)
 
     def on_write_failed(self, error: Exception) -> None:
         """On the driver: remove the failed write's files in progress; its committed shards stay."""
         if self.first_shard is not None:
-            remove_leftovers(_incomplete(self.storage), self.first_shard, None)
+            remove_leftovers(self.storage.incomplete_files_dir(), self.first_shard, None)
 
     def _items(self, blocks: Iterable[Block]) -> Iterator[Any]:
         for block in blocks:
@@ -155,23 +150,17 @@ def _list_rows(chunk: pa.ListArray, column: str, storage: TokenStorage) -> Itera
         yield tokens[start:stop]  # already as stored: written without conversion
 
 
-def _incomplete(storage: Storage) -> Path:
-    """Where this machine's writers of the storage build shards (an object store's: in its local cache)."""
-    target = storage.commit_target()
-    return target / INCOMPLETE_DIR if isinstance(target, Path) else target.incomplete
-
-
 def _already_encoded(item: tuple[memoryview, int]) -> tuple[memoryview, int]:
     return item
 
 
-def _write_shard(storage: Storage, shard: int, items: Iterable[Any]) -> tuple[ShardDigest, bool]:
+def _write_shard(storage: Storage, shard: int, items: Iterable[Any]) -> tuple[ShardContents, bool]:
     """Write ``items`` as ``shard``, or check the shard an earlier attempt committed holds exactly them.
 
     Returns the items' digest and whether this call committed the shard.
     """
     header = storage.create()
-    digest = ShardDigest()
+    digest = ShardContents()
     committed = committed_digest(storage, header, shard) is not None
     writer: SyncWriter[tuple[memoryview, int]] | None = None
     if not committed:
@@ -199,52 +188,3 @@ def _write_shard(storage: Storage, shard: int, items: Iterable[Any]) -> tuple[Sh
     if digest.records and not written:
         check_same_shard(storage, header, shard, digest)
     return digest, written
-
-
-# --- guideloom tokenize --ray: one Ray task per input file ---------------------------------------------
-
-
-def run_tokenize_tasks(
-    jobs: list[FileJob], settings: Settings, address: str | None, update: Callable[[int], object]
-) -> tuple[dict[int, tuple[int, int]], BaseException | None]:
-    """Tokenize ``jobs`` as Ray tasks (largest first): the results by shard, and the first failure (or None).
-
-    Connects to the cluster at ``address`` (None: ``RAY_ADDRESS`` or a new local cluster) unless Ray is
-    already initialised in this process. The first failure cancels the other tasks; their shards in
-    progress are not committed. A task whose worker dies is retried by Ray.
-    """
-    started_here = not ray.is_initialized()
-    if started_here:
-        ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
-    task = ray.remote(num_cpus=1, max_retries=3)(tokenize_job)  # a Ray-free function: workers import little
-    pending = {task.remote(job, settings): job for job in sorted(jobs, key=lambda job: -job.size)}
-    results: dict[int, tuple[int, int]] = {}
-    failure: BaseException | None = None
-    try:
-        while pending and failure is None:
-            [ready], _ = ray.wait(list(pending), num_returns=1)
-            job = pending.pop(ready)
-            try:
-                kind, payload, trace = ray.get(ready)
-            except ray.exceptions.RayError as error:  # retries exhausted: its worker kept dying
-                failure = TokenizeWorkerDied(
-                    f"the Ray task writing shard {job.shard} ({job.path}) failed: {error}; its shard was not committed"
-                )
-                continue
-            if kind == "done":
-                results[job.shard] = payload
-                update(job.size)
-            else:
-                payload.__cause__ = RemoteTraceback(trace)
-                failure = payload
-    finally:
-        for ref in pending:  # after a failure: a running task leaves its shard uncommitted
-            ray.cancel(ref)
-        if pending:
-            ray.wait(list(pending), num_returns=len(pending), timeout=STOP_GRACE_SECONDS)
-        if started_here:
-            ray.shutdown()
-    if failure is None and jobs and isinstance(settings.output, Path):  # a URL's uploads leave nothing behind
-        shards = [job.shard for job in jobs]
-        remove_leftovers(_incomplete(settings.storage()), min(shards), max(shards) + 1)  # of killed attempts
-    return results, failure

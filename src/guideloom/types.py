@@ -1,5 +1,5 @@
 """Types users subclass or annotate with: the document format base class."""
 
-from guideloom._formats import DocumentStorageFormat
+from guideloom._shards.formats import DocumentStorageFormat
 
 __all__ = ["DocumentStorageFormat"]

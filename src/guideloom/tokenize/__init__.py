@@ -51,7 +51,7 @@ work any executor runs), ``_pool`` (worker processes), ``_run`` (running a plan,
 ``_command`` (the ``guideloom tokenize`` command).
 """
 
-from guideloom._errors import TokenizeInputError, TokenizeWorkerDied
+from guideloom._core.errors import TokenizeInputError, TokenizeWorkerDied
 from guideloom.tokenize._inputs import iter_documents
 from guideloom.tokenize._run import TokenizeSummary, tokenize_files
 from guideloom.tokenize._tokenizer import find_eos_id, load_tokenizer, train_tokenizer

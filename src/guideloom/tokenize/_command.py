@@ -9,10 +9,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from guideloom._checks import check_path
-from guideloom._layout import TOKEN_DTYPES
-from guideloom._remote import is_url, parse_storage_options
-from guideloom._storage import local_path
+from guideloom._core.checks import check_path
+from guideloom._remote.object_store import is_url, parse_storage_options
+from guideloom._shards.layout import TOKEN_DTYPES
+from guideloom._storage.storages import local_path
 from guideloom.tokenize._plan import CLI_NAMES, plan_run
 from guideloom.tokenize._run import execute
 from guideloom.tokenize._tokenizer import import_tokenizers

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from guideloom._errors import TokenizeInputError
+from guideloom._core.errors import TokenizeInputError
 
 INSTALL_HINT = "pip install 'guideloom[tokenize]'"
 READ_CHUNK = 1 << 16  # compressed bytes per read: text expands ~3-10x

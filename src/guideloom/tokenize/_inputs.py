@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from guideloom._errors import TokenizeInputError
+from guideloom._core.errors import TokenizeInputError
 from guideloom.tokenize._compression import (
     CODECS,
     INSTALL_HINT,

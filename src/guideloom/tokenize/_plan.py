@@ -6,17 +6,16 @@ needs, and the shards skipped because a previous run committed them.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from guideloom._errors import ShardExistsError, StorageNotFoundError
-from guideloom._layout import HEADER_NAME, INCOMPLETE_DIR, SHARDS_DIR, TOKEN_DTYPES
-from guideloom._remote import is_url
-from guideloom._storage import TokenStorage
+from guideloom._core.errors import ShardExistsError, StorageNotFoundError
+from guideloom._remote.object_store import is_url
+from guideloom._shards.layout import TOKEN_DTYPES, holds_storage, is_unfinished_storage
+from guideloom._storage.storages import TokenStorage
 from guideloom.tokenize._inputs import InputFile, describe_input, expand_inputs
 from guideloom.tokenize._tokenizer import check_tokenizer_path, find_eos_id, load_tokenizer
 
@@ -67,7 +66,7 @@ class FileJob:
 
 
 @dataclass(frozen=True)
-class Settings:
+class TokenizeSettings:
     """What every worker needs to write a shard; small and picklable."""
 
     output: Path | str  # a directory, or a storage URL
@@ -86,7 +85,7 @@ class Settings:
 class TokenizePlan:
     """A checked run: the jobs to do, the settings, the loaded tokenizer and the inputs already committed."""
 
-    settings: Settings
+    settings: TokenizeSettings
     jobs: list[FileJob]
     skipped: list[Path]
     tokenizer: Any
@@ -111,22 +110,12 @@ def choose_dtype(vocab_size: int, requested: object, existing: str | None, names
     return chosen
 
 
-def unfinished_storage(output: Path) -> bool:
-    """What a writer killed before it published the header leaves: an empty ``shards/`` and ``incomplete/``."""
-    names = set(os.listdir(output))
-    if not names or not names <= {SHARDS_DIR, INCOMPLETE_DIR}:
-        return False
-    if any((output / name).is_symlink() or not (output / name).is_dir() for name in names):
-        return False
-    return SHARDS_DIR not in names or not any((output / SHARDS_DIR).iterdir())
-
-
 def _check_output(output: Path) -> str | None:
     """The dtype of the token storage already at ``output``, None when there is none yet."""
     if output.exists() and not output.is_dir():
         raise ValueError(f"output {output} exists and is not a directory")
-    is_storage = (output / HEADER_NAME).exists()
-    if output.is_dir() and not is_storage and not unfinished_storage(output) and any(output.iterdir()):
+    is_storage = holds_storage(output)
+    if output.is_dir() and not is_storage and not is_unfinished_storage(output) and any(output.iterdir()):
         raise ValueError(f"output {output} is a non-empty directory that holds no guideloom storage")
     return TokenStorage(output).dtype.name if is_storage else None
 
@@ -185,7 +174,7 @@ def plan_run(
             "interrupted run with the same inputs"
         )
     eos_id = find_eos_id(tokenizer, eos_token, names.eos_token)
-    settings = Settings(output, tokenizer_path, text_field, chosen, eos_id, storage_options)
+    settings = TokenizeSettings(output, tokenizer_path, text_field, chosen, eos_id, storage_options)
     return TokenizePlan(
         settings=settings,
         jobs=[job for job in jobs if job.shard not in committed],

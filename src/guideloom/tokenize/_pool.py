@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 
-from guideloom._errors import TokenizeWorkerDied
-from guideloom.tokenize._plan import FileJob, Settings
+from guideloom._core.errors import TokenizeWorkerDied
+from guideloom.tokenize._plan import FileJob, TokenizeSettings
 from guideloom.tokenize._shard import Cancelled, picklable, tokenize_file
 from guideloom.tokenize._tokenizer import load_tokenizer
 
@@ -35,7 +35,7 @@ class RemoteTraceback(Exception):
         return f"\n{self.args[0]}"
 
 
-def _worker_main(settings: Settings, threads: int, jobs: Connection, events: Connection) -> None:
+def _worker_main(settings: TokenizeSettings, threads: int, jobs: Connection, events: Connection) -> None:
     """A worker process: tokenize each job received until ``None``; report progress and outcomes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the workers
     os.environ["RAYON_NUM_THREADS"] = str(threads)  # the tokenizer's threads: cores / workers
@@ -72,7 +72,9 @@ class _Worker:
 class _Pool:
     """The parent's side of a run: hands out jobs, collects results, notices failures and deaths."""
 
-    def __init__(self, jobs: list[FileJob], settings: Settings, workers: int, update: Callable[[int], object]) -> None:
+    def __init__(
+        self, jobs: list[FileJob], settings: TokenizeSettings, workers: int, update: Callable[[int], object]
+    ) -> None:
         self.pending = deque(sorted(jobs, key=lambda job: -job.size))  # the largest first: busy to the end
         self.settings = settings
         self.update = update
@@ -172,7 +174,7 @@ class _Pool:
 
 
 def run_pool(
-    jobs: list[FileJob], settings: Settings, workers: int, update: Callable[[int], object]
+    jobs: list[FileJob], settings: TokenizeSettings, workers: int, update: Callable[[int], object]
 ) -> tuple[dict[int, tuple[int, int]], BaseException | None]:
     """Tokenize ``jobs`` in ``workers`` processes: the results by shard, and the first failure (or None)."""
     pool = _Pool(jobs, settings, workers, update)

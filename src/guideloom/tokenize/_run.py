@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guideloom._checks import check_bool, check_path
-from guideloom._remote import is_url
-from guideloom._storage import local_path
-from guideloom._text import plural
+from guideloom._core.checks import check_bool, check_path
+from guideloom._core.text import plural
+from guideloom._remote.object_store import is_url
+from guideloom._storage.storages import local_path
 from guideloom.tokenize._plan import PYTHON_NAMES, TokenizePlan, plan_run
 from guideloom.tokenize._pool import run_pool
 from guideloom.tokenize._shard import Cancelled, tokenize_file
@@ -118,7 +118,7 @@ def execute(
     try:
         if ray is not False:
             try:
-                from guideloom.ray import run_tokenize_tasks  # the only place tokenize imports Ray
+                from guideloom.tokenize._ray_tasks import run_tokenize_tasks  # Ray is imported only here
             except ModuleNotFoundError as error:
                 if error.name != "ray":
                     raise

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from guideloom._resumable_write import committed_digest
+from guideloom._storage.resumable_write import committed_digest
 from guideloom.tokenize._inputs import iter_documents
-from guideloom.tokenize._plan import FileJob, Settings
+from guideloom.tokenize._plan import FileJob, TokenizeSettings
 from guideloom.tokenize._tokenizer import encode, load_tokenizer
 
 BATCH_DOCUMENTS = 512
@@ -40,7 +40,7 @@ def _ignore(count: int) -> None:
 
 def tokenize_file(
     job: FileJob,
-    settings: Settings,
+    settings: TokenizeSettings,
     tokenizer: Any,
     report: Callable[[int], object] = _ignore,
     cancelled: Callable[[], bool] = _never,
@@ -104,7 +104,7 @@ def picklable(error: BaseException) -> BaseException:
 _loaded_tokenizers: dict[Path, Any] = {}  # per process: an executor's reused worker loads a tokenizer once
 
 
-def tokenize_job(job: FileJob, settings: Settings) -> tuple[str, Any, str | None]:
+def tokenize_job(job: FileJob, settings: TokenizeSettings) -> tuple[str, Any, str | None]:
     """``job`` for executors that may run it again (Ray): ``("done", counts, None)`` or ``("failed", error, trace)``.
 
     An attempt that finds the shard committed (an earlier attempt died after committing it) reports

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from guideloom._errors import TokenizeInputError
+from guideloom._core.errors import TokenizeInputError
 from guideloom.tokenize._compression import INSTALL_HINT
 from guideloom.tokenize._inputs import iter_documents
 

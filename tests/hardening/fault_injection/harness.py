@@ -51,7 +51,7 @@ import numpy as np
 
 import guideloom
 from guideloom import StorageNotFoundError
-from guideloom._layout import HEADER_NAME, committed_shard_ids, shard_file_name
+from guideloom._shards.layout import HEADER_NAME, committed_shard_ids, shard_file_name
 from tests.helpers import comparable, open_storage
 
 BASE = (0, 1)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from guideloom import TokenStorage
-from guideloom._layout import HEADER_NAME, committed_shard_ids, shard_file_name
+from guideloom._shards.layout import HEADER_NAME, committed_shard_ids, shard_file_name
 from tests.helpers import child_environment, module_command
 
 INJECT_CLI = "tests.hardening.fault_injection.inject_cli"

@@ -53,7 +53,7 @@ from hypothesis import strategies as st
 import guideloom._cli
 from guideloom import CorruptStorageError, FormatMismatchError, StorageNotFoundError
 from guideloom._cli import main as cli
-from guideloom._layout import FOOTER
+from guideloom._shards.layout import FOOTER
 from tests.helpers import CRAFTED_SHARD_NAMES, FOOTER_FIELDS, comparable, open_storage, shard_file, with_footer
 
 KINDS = ("documents", "tokens")

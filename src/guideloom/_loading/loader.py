@@ -1,0 +1,343 @@
+"""StatefulDataLoader: deterministic, distributed, exactly resumable batches from a storage.
+
+The loader's whole state is (epoch, position): ``position`` counts the epoch's
+positions consumed by all ranks together. Which samples a batch holds is a pure
+function of that state and the configuration (see ``_order``), so a state dict
+is a few integers, resuming costs O(1), and worker processes only ever change
+where the work runs, never what a batch holds.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from types import TracebackType
+from typing import Any, Self
+
+import numpy as np
+import torch
+import torch.distributed
+
+from guideloom._core.checks import check_bool, check_callable, check_int, check_number
+from guideloom._loading.devices import check_device
+from guideloom._loading.make_source import make_source
+from guideloom._loading.state import OrderSettings, build_state, check_state
+from guideloom._loading.transport import Batcher, Transport, make_transport
+from guideloom._mixture.mixture import Mixture
+from guideloom._sampling.epoch_order import BatchPlan, EpochOrder
+from guideloom._sources.source import SampleSource
+from guideloom._storage.storages import DocumentStorage, TokenStorage
+
+
+def _resolve_ranks(rank: int | None, world_size: int | None) -> tuple[int, int, bool]:
+    """Explicit values, else an initialised torch.distributed group, else RANK/WORLD_SIZE, else 0/1.
+
+    Never a guess: ``WORLD_SIZE`` > 1 without ``RANK`` (as Lightning's launcher leaves it before the
+    process group exists) is an error. The last value says whether the ranks came from the environment.
+    """
+    if rank is None and world_size is None:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            return torch.distributed.get_rank(), torch.distributed.get_world_size(), True
+        rank, world_size = _environment_ranks()
+        implicit = True
+    elif rank is None or world_size is None:
+        raise ValueError("rank and world_size must be given together (or both omitted)")
+    else:
+        implicit = False
+    world_size = check_int("world_size", world_size, minimum=1)
+    rank = check_int("rank", rank, minimum=0)
+    if rank >= world_size:
+        raise ValueError(f"rank must be < world_size ({world_size}), got {rank}")
+    return rank, world_size, implicit
+
+
+def _environment_ranks() -> tuple[int, int]:
+    """RANK and WORLD_SIZE from the environment; 0 of 1 when neither is set."""
+    values = {name: os.environ.get(name) for name in ("RANK", "WORLD_SIZE")}
+    try:
+        rank, world_size = int(values["RANK"] or 0), int(values["WORLD_SIZE"] or 1)
+    except ValueError:
+        raise ValueError("the RANK and WORLD_SIZE environment variables must be integers") from None
+    if world_size < 1 or not 0 <= rank < world_size:  # said in the variables' names: no argument was passed
+        said = " and ".join(f"{name}={value}" for name, value in values.items() if value is not None)
+        raise ValueError(f"the environment says {said}: WORLD_SIZE must be 1 or more and RANK from 0 to WORLD_SIZE - 1")
+    if values["RANK"] is None and world_size > 1:
+        raise ValueError(
+            f"WORLD_SIZE={world_size} is set but RANK is not, and torch.distributed is not initialised, so "
+            "this process's rank is unknown: build the loader after init_process_group (under Lightning, "
+            "inside train_dataloader()), or pass rank= and world_size="
+        )
+    return rank, world_size
+
+
+def _check_process_group(rank: int, world_size: int) -> None:
+    """Refuse ranks that an initialised process group contradicts: the ranks would read overlapping data."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return
+    group = (torch.distributed.get_rank(), torch.distributed.get_world_size())
+    if group != (rank, world_size):
+        raise ValueError(
+            f"this loader took rank {rank} of {world_size} from the environment when it was created, but the "
+            f"initialised process group says rank {group[0]} of {group[1]}: build the loader after "
+            "init_process_group, or pass rank= and world_size="
+        )
+
+
+class StatefulDataLoader:
+    """Batches from a storage, checkpointable between batches and resumable bit for bit.
+
+    Build it with :meth:`from_storage`. Iterating yields the rest of the current epoch; once an
+    epoch is complete the next ``iter()`` starts the next one (reshuffled with ``shuffle=True``).
+    """
+
+    __module__ = "guideloom"  # its public home: reprs and pickles name it there
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
+        # torch's habit, StatefulDataLoader(dataset, batch_size=...), would fail on an argument it never named
+        if args and isinstance(args[0], DocumentStorage | TokenStorage | Mixture):
+            raise TypeError(
+                f"a loader over a {type(args[0]).__name__} is built with StatefulDataLoader.from_storage(storage, "
+                "device=..., local_batch_size=..., ...), not StatefulDataLoader(storage, ...)"
+            )
+        return super().__new__(cls)
+
+    def __init__(
+        self,
+        source: SampleSource,
+        collate: Callable[[Any], Any] | None,
+        *,
+        device: torch.device,
+        local_batch_size: int,
+        shuffle: bool,
+        seed: int,
+        drop_last: bool,
+        rank: int,
+        world_size: int,
+        num_workers: int,
+        prefetch_factor: int,
+        timeout: float,
+        sequence_length: int | None = None,
+        ranks_from_environment: bool = False,
+    ) -> None:
+        self._closed = True  # until the transport exists: close() then releases only what was made
+        self._source = source
+        self._next_epoch_source: SampleSource | None = None  # a grown storage's, while a state's epoch finishes
+        self._collate = collate
+        self.device = device
+        self.local_batch_size = local_batch_size
+        self.sequence_length = sequence_length
+        self.shuffle = shuffle
+        self.seed = seed
+        self.drop_last = drop_last
+        self.rank = rank
+        self.world_size = world_size
+        self._ranks_to_check = ranks_from_environment  # against a process group initialised later
+        self.num_workers = num_workers
+        self._prefetch_factor = prefetch_factor
+        self._timeout = timeout
+        self.sample_count = source.sample_count
+        if self.sample_count == 0:
+            source.close()
+            raise ValueError(f"{source} has no samples to load")
+        if drop_last and self.sample_count < local_batch_size * world_size:  # else every epoch is silently empty
+            source.close()
+            raise ValueError(
+                f"drop_last=True would drop every batch: {source} gives {self.sample_count} samples per epoch, fewer "
+                f"than one global batch of {local_batch_size * world_size} (local_batch_size={local_batch_size} × "
+                f"world_size={world_size})"
+            )
+        self.epoch = 0
+        self.position = 0
+        self._generation = 0
+        self._transport = self._make_transport()
+        self._closed = False
+
+    def _make_transport(self) -> Transport:
+        batcher = Batcher(self._source, self._collate)
+        return make_transport(
+            batcher,
+            device=self.device,
+            num_workers=self.num_workers,
+            prefetch_factor=self._prefetch_factor,
+            timeout=self._timeout,
+            batch_bytes=self._source.sample_bytes * self.local_batch_size,
+        )
+
+    @classmethod
+    def from_storage(
+        cls,
+        storage: Any,
+        collate: Callable[[Any], Any] | None = None,
+        *,
+        device: torch.device | str,
+        local_batch_size: int,
+        sequence_length: int | None = None,
+        window_dtype: torch.dtype | None = None,
+        document_boundaries: bool = False,
+        pack_documents: bool = False,
+        pad_id: int = 0,
+        shuffle: bool = False,
+        seed: int = 0,
+        drop_last: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
+        num_workers: int = 0,
+        prefetch_factor: int = 2,
+        timeout: float = 0.0,
+    ) -> StatefulDataLoader:
+        """A loader over the shards of ``storage`` (a storage or a `Mixture` of storages) committed now.
+
+        ``collate(samples)`` builds a batch (default: token windows stacked into an int64 tensor of
+        shape ``(local_batch_size, sequence_length)``, or int32 with ``window_dtype=torch.int32``;
+        documents as the list of decoded records);
+        every tensor in it is moved to ``device``. ``num_workers`` > 0 decodes and collates in that
+        many background processes, ``prefetch_factor`` batches ahead each. Token windows with the
+        default collate are a plain memory copy: one background thread builds them instead, 16
+        batches at a time. ``timeout`` (seconds, 0 = none) bounds the wait for a worker's batch.
+        ``document_boundaries=True`` (the same windows, with where their documents start) or
+        ``pack_documents=True`` (whole documents packed into rows, padded with ``pad_id``) give
+        batches as a dict of ``input_ids``, ``position_ids``, ``labels``, ``cu_seqlens`` and
+        ``max_seqlen`` (see docs/pretraining.md).
+        """
+        collate = check_callable("collate", collate, optional=True)
+        device = check_device(device)
+        local_batch_size = check_int("local_batch_size", local_batch_size, minimum=1)
+        num_workers = check_int("num_workers", num_workers, minimum=0)
+        prefetch_factor = check_int("prefetch_factor", prefetch_factor, minimum=1)
+        shuffle = check_bool("shuffle", shuffle)
+        drop_last = check_bool("drop_last", drop_last)
+        seed = check_int("seed", seed, minimum=-(2**63))
+        timeout = check_number("timeout", timeout, minimum=0)
+        rank, world_size, ranks_from_environment = _resolve_ranks(rank, world_size)
+        source = make_source(
+            storage,
+            sequence_length=sequence_length,
+            window_dtype=window_dtype,
+            document_boundaries=document_boundaries,
+            pack_documents=pack_documents,
+            pad_id=pad_id,
+            shuffle=shuffle,
+            seed=seed,
+        )
+        return cls(
+            source,
+            collate,
+            device=device,
+            local_batch_size=local_batch_size,
+            shuffle=shuffle,
+            seed=seed,
+            drop_last=drop_last,
+            rank=rank,
+            world_size=world_size,
+            num_workers=num_workers,
+            prefetch_factor=prefetch_factor,
+            timeout=timeout,
+            sequence_length=sequence_length,
+            ranks_from_environment=ranks_from_environment,
+        )
+
+    def _plan(self, start: int) -> BatchPlan:
+        return BatchPlan(self.sample_count, self.local_batch_size, self.world_size, self.drop_last, start)
+
+    def __len__(self) -> int:
+        """Batches this rank yields in a full epoch."""
+        return self._plan(0).full_epoch_batch_count
+
+    def __iter__(self) -> Iterator[Any]:
+        """The rest of the current epoch, or the next epoch if this one is complete."""
+        self._check_open()
+        if self._ranks_to_check:
+            _check_process_group(self.rank, self.world_size)
+            self._ranks_to_check = False
+        if self._plan(self.position).batch_count == 0:
+            self.epoch += 1
+            self.position = 0
+            if self._next_epoch_source is not None:  # shards added since the checkpoint join now
+                source, self._next_epoch_source = self._next_epoch_source, None
+                self._use_source(source)
+        self._generation += 1
+        return self._epoch_segment(self._generation)
+
+    def _epoch_segment(self, generation: int) -> Iterator[Any]:
+        plan = self._plan(self.position)
+        batches = self._transport.batches(self._index_batches(plan), self.epoch)
+        for batch_number in range(plan.batch_count):
+            if generation != self._generation:
+                raise RuntimeError("this iterator was superseded by a newer iter() or state of the same loader")
+            batch = next(batches)
+            self.position = plan.batch_end(batch_number)
+            yield batch
+
+    def _index_batches(self, plan: BatchPlan) -> Iterator[np.ndarray]:
+        """This rank's sample indices (or positions, for a source that orders itself) batch by batch.
+
+        They are computed many batches at a time (it is vectorised), and the source hears of them ahead.
+        """
+        epoch, source = self.epoch, self._source
+        order = EpochOrder(
+            self.sample_count, shuffle=self.shuffle and not source.orders_itself, seed=self.seed, epoch=epoch
+        )
+        chunk = max(1, 4096 // self.local_batch_size)
+        for first in range(0, plan.full_batch_count, chunk):
+            stop = min(first + chunk, plan.full_batch_count)
+            indices = order.sample_at(plan.full_rank_positions(first, stop, self.rank))
+            source.prefetch(indices.reshape(-1), epoch)
+            yield from indices
+        if plan.full_batch_count < plan.batch_count:  # the last batch may be short and padded
+            indices = order.sample_at(plan.rank_positions(plan.batch_count - 1, self.rank))
+            source.prefetch(indices, epoch)
+            yield indices
+
+    def _settings(self) -> OrderSettings:
+        return OrderSettings(self.shuffle, self.seed, self.local_batch_size, self.world_size, self.drop_last)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the last batch yielded: small, JSON-serialisable, equal on every rank."""
+        return build_state(self._settings(), self._source, self.epoch, self.position)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue exactly where ``state`` was taken; another world or batch size keeps the sample position."""
+        self._check_open()
+        latest = self._next_epoch_source or self._source
+        resume = check_state(state, self._settings(), latest)
+        if resume.source is not self._source:  # e.g. the shards a grown storage had at the checkpoint
+            self._use_source(resume.source, keep=latest)
+        self._next_epoch_source = latest if resume.source is not latest else None
+        self.epoch, self.position = resume.epoch, resume.position
+        self._generation += 1
+
+    def _use_source(self, source: SampleSource, keep: SampleSource | None = None) -> None:
+        """Read ``source`` from now on, closing the one read so far unless it is ``keep`` (and the transport)."""
+        self._transport.close()
+        if self._source is not keep:
+            self._source.close()
+        self._source, self.sample_count = source, source.sample_count
+        self._transport = self._make_transport()
+
+    def close(self) -> None:
+        """Stop every worker and release every file."""
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        self._generation += 1
+        self._transport.close()
+        self._source.close()
+        if self._next_epoch_source is not None:
+            self._next_epoch_source.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("this loader is closed")
+
+    def __enter__(self) -> StatefulDataLoader:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __del__(self, finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
+        if not finalizing():  # at interpreter exit the OS releases everything, and modules are torn down
+            self.close()

@@ -1,0 +1,130 @@
+"""The loader's state dict: its keys, its version, the one place that builds it and the one that checks it.
+
+A state is where to continue, ``(epoch, position)``, plus what the batches depend on, so that a state
+from another storage or configuration is refused instead of silently read in another order. The
+source's part is its ``identity()``. States of version 1 (guideloom 0.1) still load.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from guideloom._core.errors import StateMismatchError
+from guideloom._sources.source import SampleSource
+
+VERSION = 2
+VERSION_KEY = "guideloom_loader_state"  # its value is the version of the dict's layout
+EPOCH = "epoch"
+POSITION = "position"
+SAMPLE_COUNT = "sample_count"
+SHUFFLE = "shuffle"
+SEED = "seed"
+LOCAL_BATCH_SIZE = "local_batch_size"  # this and the next two are recorded for reference: they may change
+WORLD_SIZE = "world_size"
+DROP_LAST = "drop_last"
+SOURCE = "source"  # the source's identity(): what it read, in words a user can compare
+
+# Version 1 recorded the source as these two keys instead of SOURCE.
+V1_STORAGE = "storage"  # the fingerprint of the storage's contents
+V1_SEQUENCE_LENGTH = "sequence_length"
+
+
+@dataclass(frozen=True)
+class OrderSettings:
+    """What a loader's batches depend on, and what its state records for reference."""
+
+    shuffle: bool
+    seed: int
+    local_batch_size: int
+    world_size: int
+    drop_last: bool
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Where a checked state continues, and the source that serves the rest of its epoch."""
+
+    epoch: int
+    position: int
+    source: SampleSource
+
+
+def build_state(settings: OrderSettings, source: SampleSource, epoch: int, position: int) -> dict[str, Any]:
+    """The state dict: small, JSON-serialisable and equal on every rank."""
+    return {
+        VERSION_KEY: VERSION,
+        EPOCH: epoch,
+        POSITION: position,
+        SAMPLE_COUNT: source.sample_count,
+        SHUFFLE: settings.shuffle,
+        SEED: settings.seed,
+        LOCAL_BATCH_SIZE: settings.local_batch_size,
+        WORLD_SIZE: settings.world_size,
+        DROP_LAST: settings.drop_last,
+        SOURCE: source.identity(),
+    }
+
+
+def check_state(state: object, settings: OrderSettings, source: SampleSource) -> Resume:
+    """Where ``state`` continues for a loader with ``settings`` reading ``source``; else the error that says why not.
+
+    Something that is not a dict is a TypeError; a state that does not fit this loader a StateMismatchError.
+    """
+    if not isinstance(state, dict):
+        raise TypeError(f"state must be a dict from state_dict(), got {type(state).__name__}")
+    if VERSION_KEY not in state:
+        raise StateMismatchError(f"not a guideloom loader state: the {VERSION_KEY!r} key is missing")
+    version = state[VERSION_KEY]
+    if version not in (1, VERSION) or isinstance(version, bool):
+        raise StateMismatchError(
+            f"not a guideloom loader state of version 1 or {VERSION}: {VERSION_KEY!r} is {version!r}"
+        )
+    epoch, position = state.get(EPOCH), state.get(POSITION)
+    for key, number in ((EPOCH, epoch), (POSITION, position)):
+        if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+            raise StateMismatchError(f"the state's {key} must be a non-negative int, got {number!r}")
+    assert isinstance(epoch, int) and isinstance(position, int)
+    settings_recorded = ((SHUFFLE, settings.shuffle), (SEED, settings.seed))
+    if version == 1:
+        _check_v1_source(state, source)
+    else:  # the source says best what differs (the argument, the storage, the shards) once the seed is the same
+        _check_equal(state, settings_recorded)
+        _require(state, SOURCE)
+        source = source.resumed(state[SOURCE], epoch=epoch, position=position)
+    _check_equal(state, (*settings_recorded, (SAMPLE_COUNT, source.sample_count)))
+    if position > source.sample_count:
+        raise StateMismatchError(f"the state's position {position} exceeds the epoch's {source.sample_count} samples")
+    return Resume(epoch, position, source)
+
+
+def _check_equal(state: dict[str, Any], expected: tuple[tuple[str, object], ...]) -> None:
+    """StateMismatchError naming the first key whose recorded value is not the expected one."""
+    for key, value in expected:
+        _require(state, key)
+        if state[key] != value or type(state[key]) is not type(value):
+            raise StateMismatchError(
+                f"the state was taken with {key}={state[key]!r}, but this loader has {key}={value!r}"
+            )
+
+
+def _require(state: dict[str, Any], key: str) -> None:
+    if key not in state:
+        raise StateMismatchError(f"the state has no {key!r}")
+
+
+def _check_v1_source(state: dict[str, Any], source: SampleSource) -> None:
+    """A version 1 state recorded a single storage's fingerprint and the sequence_length."""
+    identity = source.identity()
+    _require(state, V1_SEQUENCE_LENGTH)
+    recorded, mine = state[V1_SEQUENCE_LENGTH], identity.get("sequence_length")
+    if recorded != mine or type(recorded) is not type(mine):
+        raise StateMismatchError(
+            f"the state was taken with sequence_length={recorded!r}, but this loader has sequence_length={mine!r}"
+        )
+    _require(state, V1_STORAGE)
+    if state[V1_STORAGE] != identity.get("fingerprint"):
+        raise StateMismatchError(
+            f"the state was taken from another storage, or from this one before it changed: this loader "
+            f"reads {source} (the state records no shard ids: it is from guideloom 0.1)"
+        )

@@ -1,0 +1,345 @@
+"""The batch transport: how batches are built from index arrays and reach the device.
+
+One of three engines, chosen once per loader by :func:`make_transport`:
+
+- inline: in the loader's own thread (``num_workers=0``);
+- one background thread building groups of batches ahead, when a source's samples are plain copies
+  and no user code runs (token windows with the default collate);
+- torch worker processes (``num_workers`` > 0), each batch sent back as NumPy arrays.
+
+Every engine yields the batches in the order of the index arrays it is given, moved to the device
+(through pinned memory on CUDA), so which engine runs never changes what a batch holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import pickle
+import traceback
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from itertools import islice
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+import torch.utils.data
+
+from guideloom._loading.devices import map_tensors, move_to_device, moves_itself
+from guideloom._sources.source import SampleSource
+
+THREAD_GROUP = 16  # batches built together, up to GROUP_BYTES of samples
+GROUP_BYTES = 8 * 1024 * 1024
+
+
+class Batcher:
+    """Turns a batch's sample indices into the collated batch; what worker processes run."""
+
+    def __init__(self, source: SampleSource, collate: Callable[[Any], Any] | None) -> None:
+        self.source = source
+        self.collate = collate
+
+    @property
+    def builds_groups(self) -> bool:
+        """Whether ``many`` fetches several batches in one go: samples that are plain copies, default collate.
+
+        Only then, since no user code runs: building a group again one batch at a time is harmless.
+        """
+        return self.collate is None and self.source.sample_bytes > 0
+
+    def many(self, index_batches: list[np.ndarray], epoch: int) -> list[Any]:
+        """The batches of several index arrays, in order; fetched in one go when ``builds_groups``.
+
+        Batches of token windows are then views into one array (it is freed when all are).
+        """
+        if self.builds_groups and len(index_batches) > 1:
+            samples = self.source.fetch(np.concatenate(index_batches), epoch)
+            batch = self.source.default_collate(samples)
+            return self.source.split_collated(batch, [len(indices) for indices in index_batches])
+        return [self(indices, epoch) for indices in index_batches]
+
+    def __call__(self, indices: np.ndarray, epoch: int) -> Any:
+        samples = self.source.fetch(np.asarray(indices, np.int64), epoch)
+        if self.collate is None:
+            return self.source.default_collate(samples)
+        if isinstance(samples, np.ndarray):
+            samples = list(samples)
+        return self.collate(samples)
+
+
+class Transport(Protocol):
+    """An engine that builds batches, in order, and hands them over on the device."""
+
+    def batches(self, index_batches: Iterator[np.ndarray], epoch: int) -> Iterator[Any]: ...
+
+    def close(self) -> None: ...
+
+
+def make_transport(
+    batcher: Batcher,
+    *,
+    device: torch.device,
+    num_workers: int,
+    prefetch_factor: int,
+    timeout: float,
+    batch_bytes: int,
+) -> Transport:
+    """The engine for this loader; ``batch_bytes`` is a batch's size when its samples are plain copies, else 0."""
+    group_size = max(1, min(THREAD_GROUP, GROUP_BYTES // max(1, batch_bytes)))
+    if num_workers > 0 and batcher.builds_groups:
+        # Plain copies release the GIL: one background thread beats worker processes (whose queues
+        # pickle every batch) and beats more threads, which only contend for the GIL (benchmarks/README.md).
+        return ThreadTransport(batcher, device, group_size, depth=max(2, prefetch_factor))
+    if num_workers > 0:
+        return WorkerTransport(batcher, device, num_workers, prefetch_factor, timeout)
+    return InlineTransport(batcher, device, group_size if batcher.builds_groups else 1)
+
+
+def _mover(batcher: Batcher, device: torch.device) -> Callable[[Any], Any]:
+    """How a built batch reaches ``device``: as it is when that is the CPU and the batch is the source's own
+    collated arrays (CPU tensors always), sparing a walk through its containers for every batch."""
+    if device.type == "cpu" and batcher.builds_groups:
+        return _unchanged
+    return functools.partial(move_to_device, device=device)
+
+
+def _group_sizes(largest: int) -> Iterator[int]:
+    """1, 2, 4, ... up to ``largest``, then ``largest`` for ever: the first batch comes as soon as it can."""
+    size = 1
+    while True:
+        yield size
+        size = min(2 * size, largest)
+
+
+class InlineTransport:
+    """Batches built in the loader's thread when asked for, ``group_size`` at a time at most."""
+
+    def __init__(self, batcher: Batcher, device: torch.device, group_size: int) -> None:
+        self._batcher = batcher
+        self._move = _mover(batcher, device)
+        self._group_size = group_size
+
+    def batches(self, index_batches: Iterator[np.ndarray], epoch: int) -> Iterator[Any]:
+        batcher = self._batcher
+        if self._group_size == 1:
+            for indices in index_batches:
+                yield self._move(batcher(indices, epoch))
+            return
+        for size in _group_sizes(self._group_size):
+            group = list(islice(index_batches, size))
+            if not group:
+                return
+            try:
+                built: Iterable[Any] = batcher.many(group, epoch)
+            except Exception:  # build them one by one, so the error surfaces at the batch it belongs to
+                built = (batcher(indices, epoch) for indices in group)
+            for batch in built:
+                yield self._move(batch)
+
+    def close(self) -> None:
+        pass
+
+
+class ThreadTransport:
+    """Batches built ahead by one background thread in groups; ``depth`` groups are in flight at most.
+
+    Groups keep the hand-off cost per batch small.
+    """
+
+    def __init__(self, batcher: Batcher, device: torch.device, group_size: int, depth: int) -> None:
+        self._batcher = batcher
+        self._move = _mover(batcher, device)
+        self._group_size = group_size
+        self._depth = depth
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="guideloom-loader")
+
+    def batches(self, index_batches: Iterator[np.ndarray], epoch: int) -> Iterator[Any]:
+        batcher = self._batcher
+        pending: deque[tuple[list[np.ndarray], Future[list[Any]]]] = deque()
+        for size in _group_sizes(self._group_size):
+            group = list(islice(index_batches, size))
+            if group:
+                pending.append((group, self._thread.submit(batcher.many, group, epoch)))
+            if not pending:
+                return
+            if len(pending) >= self._depth or not group:
+                built_group, future = pending.popleft()
+                try:
+                    built: Iterable[Any] = future.result()
+                except Exception:  # again one by one, so the error surfaces at the batch it belongs to
+                    built = (batcher(indices, epoch) for indices in built_group)
+                for batch in built:
+                    yield self._move(batch)
+
+    def close(self) -> None:
+        self._thread.shutdown(wait=True, cancel_futures=True)
+
+
+class _WireArray:
+    """A CPU tensor crossing from a worker process as a NumPy array.
+
+    torch sends tensors between processes through a new shared-memory file each, which costs far
+    more than pickling the bytes through the pipe for batch-sized tensors (benchmarks/README.md).
+    """
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+
+
+def _to_wire(tensor: Any) -> Any:
+    if type(tensor) is not torch.Tensor or tensor.device.type != "cpu" or tensor.requires_grad:
+        return tensor
+    try:
+        return _WireArray(tensor.numpy())
+    except (TypeError, RuntimeError):  # dtypes NumPy lacks (bfloat16, ...) keep torch's own transport
+        return tensor
+
+
+def _from_wire(wire: _WireArray) -> torch.Tensor:
+    return torch.from_numpy(wire.array)
+
+
+def _is_wire(value: object) -> bool:
+    return isinstance(value, _WireArray)
+
+
+class _Message(str):
+    """A message that a KeyError shows as it is, not quoted with its line breaks escaped."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+class _WorkerError:
+    """An exception raised while building a batch in a worker process, sent back as the batch.
+
+    torch's own transport re-raises it by calling the exception's class with one message, which
+    fails for classes whose constructor takes other arguments and then raises a RuntimeError
+    instead. This rebuilds the same type without calling its constructor, and its message
+    carries the worker's original traceback.
+    """
+
+    def __init__(self, error: Exception) -> None:
+        worker = torch.utils.data.get_worker_info()
+        where = f"in DataLoader worker process {worker.id if worker is not None else '?'}"
+        self.message = f"Caught {type(error).__name__} {where}.\nOriginal {traceback.format_exc()}"
+        self.kind: type[Exception] | None = type(error)
+        self.state = dict(vars(error)) if hasattr(error, "__dict__") else {}
+        try:
+            pickle.dumps((self.kind, self.state))
+        except Exception:  # a class defined in a function, an attribute that cannot cross: keep the message only
+            self.kind, self.state = None, {}
+
+    def error(self) -> Exception:
+        """The exception to raise in the training process: the same type, the worker's traceback in its message."""
+        message = _Message(self.message) if self.kind is not None and issubclass(self.kind, KeyError) else self.message
+        if self.kind is None:
+            return RuntimeError(message)
+        try:
+            error = self.kind.__new__(self.kind, message)
+        except Exception:  # a __new__ that wants other arguments
+            return RuntimeError(message)
+        error.args = (message,)
+        with contextlib.suppress(AttributeError, TypeError):  # __slots__ or read-only attributes keep their default
+            vars(error).update(self.state)
+        return error
+
+
+class _IndexDataset(torch.utils.data.Dataset[Any]):
+    """Map-style view for torch's DataLoader: item = a whole batch, keyed by its epoch and sample indices."""
+
+    def __init__(self, batcher: Batcher) -> None:
+        self.batcher = batcher
+
+    def __getitem__(self, key: tuple[int, np.ndarray]) -> Any:
+        epoch, indices = key
+        try:
+            # objects that move themselves (PackedSequence) cross whole: their type checks its fields
+            return map_tensors(self.batcher(indices, epoch), _to_wire, moves_itself)
+        except Exception as error:
+            return _WorkerError(error)
+
+
+def _unchanged(batch: Any) -> Any:
+    """The batch as it is: torch's collate step (our batches are collated already and must not be
+    converted), and the move of a batch already on its device."""
+    return batch
+
+
+class _CurrentEpochBatches:
+    """torch's batch sampler: yields the keys of whatever epoch segment the loader set."""
+
+    def __init__(self) -> None:
+        self.keys: Iterator[tuple[int, np.ndarray]] = iter(())
+
+    def __iter__(self) -> Iterator[Any]:
+        # torch's DataLoader treats each yielded item as one dataset key (batch_size=None).
+        return self.keys
+
+
+class WorkerTransport:
+    """Batches built by torch worker processes, ``prefetch_factor`` ahead each; they persist across epochs."""
+
+    def __init__(
+        self, batcher: Batcher, device: torch.device, num_workers: int, prefetch_factor: int, timeout: float
+    ) -> None:
+        self._device = device
+        self._segment = _CurrentEpochBatches()
+        self._loader: torch.utils.data.DataLoader[Any] | None = torch.utils.data.DataLoader(
+            _IndexDataset(batcher),
+            batch_size=None,
+            sampler=self._segment,
+            num_workers=num_workers,
+            collate_fn=_unchanged,
+            prefetch_factor=prefetch_factor,
+            persistent_workers=True,
+            timeout=timeout,
+        )
+
+    def batches(self, index_batches: Iterator[np.ndarray], epoch: int) -> Iterator[Any]:
+        assert self._loader is not None
+        self._segment.keys = ((epoch, indices) for indices in index_batches)
+        for batch in self._loader:
+            if isinstance(batch, _WorkerError):
+                raise batch.error()
+            yield move_to_device(map_tensors(batch, _from_wire, _is_wire), self._device)
+
+    def close(self) -> None:
+        if self._loader is not None:
+            _stop_workers(self._loader)
+            self._loader = None
+
+
+def _stop_workers(loader: torch.utils.data.DataLoader[Any]) -> None:
+    """Stop the persistent worker processes of a torch DataLoader now, without waiting for their batches.
+
+    torch has no public call for this: it stops persistent workers only when the DataLoader's
+    iterator is garbage collected, which a reference held anywhere (a traceback, a suspended
+    generator) delays indefinitely, and it then gives a busy worker 5 seconds to finish. So this
+    one place reaches into the iterator and does torch's shutdown itself, without the step that can
+    hang: it stops watching the workers (else their exit would be reported as a worker killed by a
+    signal), terminates them (their batches are discarded anyway) and closes the queues. torch's
+    own shutdown first sets an event the workers poll; a worker that died holding that event's lock
+    (killed, or a bus error on a truncated file) blocks that call for ever.
+    """
+    iterator = getattr(loader, "_iterator", None)
+    if iterator is None or getattr(iterator, "_shutdown", True):
+        return
+    iterator._shutdown = True  # torch's own shutdown (at garbage collection) now does nothing
+    if getattr(iterator, "_worker_pids_set", False):
+        torch.utils.data._utils.signal_handling._remove_worker_pids(id(iterator))  # type: ignore[attr-defined]
+        iterator._worker_pids_set = False
+    workers = getattr(iterator, "_workers", ())
+    for worker in workers:
+        if worker.is_alive():
+            worker.terminate()
+    for worker in workers:
+        worker.join(timeout=5)
+        if worker.is_alive():  # a worker that ignores SIGTERM
+            worker.kill()
+            worker.join()
+    for queue in [*iterator._index_queues, iterator._worker_result_queue]:
+        queue.cancel_join_thread()
+        queue.close()

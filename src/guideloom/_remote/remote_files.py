@@ -1,0 +1,314 @@
+"""A storage on an object store: its layout there, one-listing snapshots, cached reads and uploaded commits.
+
+Objects under the storage's URL::
+
+    guideloom.json                                  the header, created once (conditional create)
+    shards/<12-digit id>.shard                      a committed shard, byte for byte the local file;
+                                                    created with If-None-Match: its existence is the commit
+    shards/<id>.r<records>.e<elements>.c<crc>.meta  empty marker written after the commit: what readers
+                                                    need to index the shard, so opening costs one listing
+
+A shard whose marker is missing (its writer died between the two creates) is indexed from its footer,
+one ranged read. Markers without a shard are ignored (``clean`` removes them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import queue
+import re
+import threading
+import uuid
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from guideloom._core.errors import CorruptStorageError, FormatMismatchError, StorageNotFoundError
+from guideloom._remote.object_store import ObjectStore
+from guideloom._remote.shard_cache import CacheLease, ShardCache
+from guideloom._shards.files import clean_incomplete
+from guideloom._shards.layout import (
+    FOOTER,
+    FOOTER_MAGIC,
+    HEADER_NAME,
+    SHARDS_DIR,
+    ShardFile,
+    ShardInfo,
+    StorageHeader,
+    parse_header,
+    shard_file_name,
+    shard_size,
+)
+
+_SHARD = re.compile(r"([0-9]{12})\.shard")
+PREFETCH_THREADS = 4  # downloads in flight at once, in the order the loader needs the shards
+_MARKER = re.compile(r"([0-9]{12})\.r([0-9]+)\.e([0-9]+)\.c([0-9a-f]{8})\.meta")
+
+
+def default_cache_dir() -> Path:
+    """``$GUIDELOOM_CACHE_DIR``, else ``$XDG_CACHE_HOME/guideloom``, else ``~/.cache/guideloom``."""
+    if os.environ.get("GUIDELOOM_CACHE_DIR"):
+        return Path(os.environ["GUIDELOOM_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "guideloom"
+
+
+def marker_name(info: ShardInfo) -> str:
+    return f"{info.id:012d}.r{info.record_count}.e{info.element_count}.c{info.data_crc:08x}.meta"
+
+
+class RemoteFiles:
+    """The objects of one remote storage and its local cache directory (per URL, under ``cache_dir``)."""
+
+    def __init__(
+        self, url: str, options: dict[str, Any] | None, cache_dir: Path | None, cache_limit_bytes: int | None
+    ) -> None:
+        self.store = ObjectStore(url, options)
+        self.url = self.store.url
+        digest = hashlib.sha256(self.url.encode()).hexdigest()[:16]
+        self.directory = (cache_dir or default_cache_dir()) / digest
+        self.cache = ShardCache(self.directory / "shards", cache_limit_bytes)
+        self.incomplete = self.directory / "incomplete"
+
+    def read_header(self) -> StorageHeader:
+        raw = self.store.read(HEADER_NAME)
+        if raw is None:
+            raise StorageNotFoundError(f"no storage at {self.url}: {HEADER_NAME} is missing")
+        return parse_header(raw, f"{self.url}/{HEADER_NAME}")
+
+    def create_header(self, header: StorageHeader) -> None:
+        """Create the header once; a header already there is left as it is (the caller checks it)."""
+        self.store.create(HEADER_NAME, header.to_json())
+
+    def list_shards(self, header: StorageHeader) -> list[ShardInfo]:
+        """The committed shards, ascending, from one listing (plus a footer read per shard lacking a marker)."""
+        names = self.store.listing(SHARDS_DIR)
+        sizes = {int(match.group(1)): size for name, size in names.items() if (match := _SHARD.fullmatch(name))}
+        infos: dict[int, ShardInfo] = {}
+        for name in names:
+            match = _MARKER.fullmatch(name)
+            if match is None or int(match.group(1)) not in sizes:
+                continue
+            shard, records, elements = int(match.group(1)), int(match.group(2)), int(match.group(3))
+            info = ShardInfo(shard, records, elements, int(match.group(4), 16), sizes[shard])
+            if shard_size(records, elements * header.element_size) == info.size:
+                infos[shard] = info
+        for shard, size in sizes.items():
+            if shard not in infos:
+                infos[shard] = self._info_from_footer(shard, size, header)
+        return [infos[shard] for shard in sorted(infos)]
+
+    def _info_from_footer(self, shard: int, size: int, header: StorageHeader) -> ShardInfo:
+        name = f"{self.url}/{SHARDS_DIR}/{shard_file_name(shard)}"
+        if size < FOOTER.size:
+            raise CorruptStorageError(f"shard {shard} is truncated: {name} has only {size} bytes")
+        raw = self.store.read(f"{SHARDS_DIR}/{shard_file_name(shard)}", size - FOOTER.size, size)
+        if raw is None:
+            raise CorruptStorageError(f"shard {shard} vanished while the storage was listed: {name}")
+        magic, _, _, footer_shard, records, data_size, data_crc, _, _, footer_crc = FOOTER.unpack(raw)
+        if magic != FOOTER_MAGIC or zlib.crc32(raw[: FOOTER.size - 12]) != footer_crc or footer_shard != shard:
+            raise CorruptStorageError(f"shard {shard} has a damaged footer ({name})")
+        if shard_size(records, data_size) != size or data_size % header.element_size:
+            raise CorruptStorageError(f"shard {shard} has inconsistent sizes ({name}): object truncated?")
+        return ShardInfo(shard, records, data_size // header.element_size, data_crc, size)
+
+    def shard_set(self, header: StorageHeader, infos: list[ShardInfo]) -> RemoteShards:
+        return RemoteShards(self, header, infos)
+
+    def clean(self, older_than: float) -> list[str]:
+        """Remove what dead writers left: local files being built or downloaded, unfinished uploads, stray markers."""
+        removed = [str(path) for path in clean_incomplete(self.incomplete, older_than)]
+        removed += [str(path) for path in self.cache.clean(older_than)]
+        removed += self.store.abort_uploads(SHARDS_DIR, older_than)
+        names = self.store.listing(SHARDS_DIR)
+        shards = {match.group(1) for name in names if (match := _SHARD.fullmatch(name))}
+        for name in names:
+            match = _MARKER.fullmatch(name)
+            if match is not None and match.group(1) not in shards:
+                self.store.delete(f"{SHARDS_DIR}/{name}")
+                removed.append(f"{self.url}/{SHARDS_DIR}/{name}")
+        return removed
+
+    def verify(self, header: StorageHeader, progress: Callable[[int], None] | None = None) -> list[str]:
+        """Download every committed shard afresh (not from the cache) and check it; the problems found."""
+        problems = []
+        self.incomplete.mkdir(parents=True, exist_ok=True)
+        part = self.incomplete / f"verify.{os.getpid()}.{uuid.uuid4().hex[:8]}.part"
+        for info in self.list_shards(header):
+            name = f"{SHARDS_DIR}/{shard_file_name(info.id)}"
+            try:
+                self.store.download(name, part)
+                problem = check_download(part, info, header, f"{self.url}/{name}")
+            except FileNotFoundError:
+                problem = f"shard {info.id}: {self.url}/{name} vanished while it was verified"
+            except FormatMismatchError as error:
+                problem = str(error)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(part)
+            if problem is not None:
+                problems.append(problem)
+            if progress is not None:
+                progress(info.element_count * header.element_size)
+        return problems
+
+    def download_checked(self, info: ShardInfo, header: StorageHeader) -> CacheLease:
+        """The shard from the cache, downloaded and verified first if needed."""
+        object_name = f"{SHARDS_DIR}/{shard_file_name(info.id)}"
+
+        def download(part: Path) -> None:
+            try:
+                self.store.download(object_name, part)
+            except FileNotFoundError:
+                raise CorruptStorageError(
+                    f"shard {info.id} vanished: {self.url}/{object_name} was deleted from the store after this "
+                    "reader listed it"
+                ) from None
+
+        def check(part: Path) -> str | None:
+            return check_download(part, info, header, f"{self.url}/{object_name}")
+
+        return self.cache.acquire(info, download, check)
+
+
+class RemoteTarget:
+    """Commit by uploading: a conditional create of the shard's object, then its marker."""
+
+    def __init__(self, files: RemoteFiles) -> None:
+        self.files = files
+        self.incomplete = files.incomplete
+        self.incomplete.mkdir(parents=True, exist_ok=True)
+
+    def committed(self, shard: int) -> bool:
+        return self.files.store.exists(f"{SHARDS_DIR}/{shard_file_name(shard)}")
+
+    def publish(self, temporary: Path, info: ShardInfo) -> bool:
+        if not self.files.store.create(f"{SHARDS_DIR}/{shard_file_name(info.id)}", temporary):
+            return False
+        self.files.store.create(f"{SHARDS_DIR}/{marker_name(info)}", b"")
+        return True
+
+    def describe(self, shard: int) -> str:
+        return f"{self.files.url}/{SHARDS_DIR}/{shard_file_name(shard)}"
+
+
+def check_download(part: Path, info: ShardInfo, header: StorageHeader, name: str) -> str | None:
+    """The problem with a downloaded shard, or None: its structure, its checksums, and the listing's counts."""
+    try:
+        shard = ShardFile(part.parent, info.id, header, file=part)
+    except CorruptStorageError as error:
+        return f"{error} (downloaded from {name})"
+    try:
+        problem = shard.verify()
+        if problem is None and shard.info != info:
+            problem = f"shard {info.id}: the downloaded {name} does not match the listing ({shard.info} != {info})"
+        return problem
+    finally:
+        shard.close()
+
+
+class RemoteShards:
+    """A reader's snapshot of a remote storage: shards downloaded on first use, prefetched in the background."""
+
+    def __init__(self, files: RemoteFiles, header: StorageHeader, infos: list[ShardInfo]) -> None:
+        self.files = files
+        self.header = header
+        self.infos = infos
+        self.location = files.url
+        self._leases: dict[int, CacheLease] = {}
+        self._prefetcher: _Prefetcher | None = None
+        self._prefetcher_pid = -1
+        self._queued: set[int] = set()
+        limit = files.cache.limit_bytes
+        largest = max((info.size for info in infos), default=1)
+        # Room for the shards a reader holds plus the one being downloaded, so the limit holds with one reader.
+        self.max_open: int | None = None if limit is None else max(1, limit // max(largest, 1) - 1)
+
+    def open(self, position: int) -> ShardFile:
+        info = self.infos[position]
+        lease = self.files.download_checked(info, self.header)
+        try:
+            shard = ShardFile(lease.path.parent, info.id, self.header, file=lease.path)
+        except BaseException:
+            lease.release()
+            raise
+        old = self._leases.pop(position, None)
+        if old is not None:
+            old.release()
+        self._leases[position] = lease
+        return shard
+
+    def release(self, position: int, shard: ShardFile) -> None:
+        shard.close()
+        lease = self._leases.pop(position, None)
+        if lease is not None:
+            lease.release()
+            self.files.cache.make_room(0)  # what no reader holds any more is evicted as soon as it is over the limit
+
+    def prefetch(self, positions: list[int]) -> None:
+        """Download these shards in the background, in order, a few at once (a hint: failures surface when read)."""
+        if self._prefetcher is None or self._prefetcher_pid != os.getpid():
+            self._prefetcher = _Prefetcher(self._prefetch_one, PREFETCH_THREADS)
+            self._prefetcher_pid = os.getpid()
+            self._queued = set()
+        # Without a cache limit every shard the epoch needs is fetched, in the order it needs them;
+        # with one, only as many as fit next to those a reader holds.
+        limit = len(positions) if self.max_open is None else max(0, self.max_open - 1)
+        for position in positions[:limit]:
+            if position in self._queued or position in self._leases:
+                continue
+            if self.files.cache.path_for(self.infos[position]).exists():
+                continue
+            self._queued.add(position)
+            self._prefetcher.submit(position)
+
+    def _prefetch_one(self, position: int) -> None:
+        try:
+            self.files.download_checked(self.infos[position], self.header).release()
+        except Exception:
+            pass
+        finally:
+            self._queued.discard(position)
+
+    def close(self) -> None:
+        for lease in self._leases.values():
+            lease.release()
+        self._leases = {}
+        if self._prefetcher is not None and self._prefetcher_pid == os.getpid():
+            self._prefetcher.stop()
+        self._prefetcher = None
+
+
+class _Prefetcher:
+    """Daemon threads that work through queued shard positions in order.
+
+    Daemon threads, unlike an executor's, never hold up the interpreter's exit: a loader left open
+    when training ends does not wait for the rest of the epoch's downloads (an interrupted download
+    leaves a ``.part`` file that ``clean`` removes).
+    """
+
+    def __init__(self, work: Callable[[int], None], threads: int) -> None:
+        self._work = work
+        self._queue: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+        self._stopped = False
+        self._threads = [
+            threading.Thread(target=self._run, name="guideloom-prefetch", daemon=True) for _ in range(threads)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, position: int) -> None:
+        self._queue.put(position)
+
+    def _run(self) -> None:
+        while (position := self._queue.get()) is not None:
+            if not self._stopped:
+                self._work(position)
+
+    def stop(self) -> None:
+        """Skip what is queued; downloads in flight finish in the background."""
+        self._stopped = True
+        for _ in self._threads:
+            self._queue.put(None)

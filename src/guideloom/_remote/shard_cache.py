@@ -1,0 +1,191 @@
+"""The local shard cache of remote storages: whole shards, verified, shared by every process of a machine.
+
+A cached shard is ``<dir>/<id>.<data crc>.<size>.shard`` (the name changes if the remote shard is
+replaced, so a stale copy is never served). Downloads go to a unique ``.part`` file, are verified,
+then renamed into place, under an exclusive ``flock`` on ``<dir>/locks/<name>.lock``: one download in
+flight per shard however many ranks and workers ask. A reader holds a shared ``flock`` on the cached
+file while it maps it; eviction (least recently used first, by modification time, which every use
+touches) takes a non-blocking exclusive lock, so a shard being read is never evicted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from guideloom._core.checks import check_path
+from guideloom._core.errors import CorruptStorageError
+from guideloom._shards.layout import ShardInfo
+
+DOWNLOAD_ATTEMPTS = 3
+
+
+def check_cache_arguments(cache_dir: object, cache_limit_bytes: object) -> tuple[Path | None, int | None]:
+    """Validate the storages' ``cache_dir`` and ``cache_limit_bytes`` arguments."""
+    cache_path = None if cache_dir is None else check_path("cache_dir", cache_dir)
+    if cache_limit_bytes is not None:
+        if isinstance(cache_limit_bytes, bool) or not isinstance(cache_limit_bytes, int):
+            raise TypeError(f"cache_limit_bytes must be an int or None, got {type(cache_limit_bytes).__name__}")
+        if cache_limit_bytes < 1:
+            raise ValueError(f"cache_limit_bytes must be positive, got {cache_limit_bytes}")
+    return cache_path, cache_limit_bytes
+
+
+class CacheLease:
+    """A cached shard held for reading: the shared lock lives as long as this descriptor."""
+
+    def __init__(self, path: Path, descriptor: int) -> None:
+        self.path = path
+        self._descriptor: int | None = descriptor
+
+    def release(self) -> None:
+        if self._descriptor is not None:
+            os.close(self._descriptor)
+            self._descriptor = None
+
+
+def _locked(path: Path, flags: int) -> int | None:
+    """A descriptor of ``path`` locked with ``flags`` while ``path`` still names it; None if it is gone."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(descriptor, flags)
+        if os.fstat(descriptor).st_ino != os.stat(path).st_ino:  # evicted (and maybe replaced) meanwhile
+            raise FileNotFoundError(path)
+    except (FileNotFoundError, BlockingIOError):
+        os.close(descriptor)
+        return None
+    except BaseException:
+        os.close(descriptor)
+        raise
+    return descriptor
+
+
+class ShardCache:
+    """Cached shards of one storage in ``directory``, kept under ``limit_bytes`` when that is set."""
+
+    def __init__(self, directory: Path, limit_bytes: int | None) -> None:
+        self.directory = directory
+        self.limit_bytes = limit_bytes
+        self._token = f"{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+
+    def path_for(self, info: ShardInfo) -> Path:
+        return self.directory / f"{info.id:012d}.{info.data_crc:08x}.{info.size}.shard"
+
+    def acquire(
+        self,
+        info: ShardInfo,
+        download: Callable[[Path], None],
+        check: Callable[[Path], str | None],
+    ) -> CacheLease:
+        """The cached shard, downloaded first if needed, held until the lease is released.
+
+        ``download(path)`` writes the shard's object to ``path``; ``check(path)`` returns the problem
+        found in a downloaded copy (or None). A copy that fails the check is downloaded again, up to
+        DOWNLOAD_ATTEMPTS times, then CorruptStorageError names the shard.
+        """
+        final = self.path_for(info)
+        while True:
+            descriptor = _locked(final, fcntl.LOCK_SH)
+            if descriptor is not None:
+                with contextlib.suppress(OSError):
+                    os.utime(descriptor)  # most recently used
+                return CacheLease(final, descriptor)
+            self.fetch(info, download, check)
+
+    def fetch(self, info: ShardInfo, download: Callable[[Path], None], check: Callable[[Path], str | None]) -> None:
+        """Make sure the shard is cached (one process downloads it, the others wait for it)."""
+        final = self.path_for(info)
+        locks = self.directory / "locks"
+        locks.mkdir(parents=True, exist_ok=True)
+        lock = os.open(locks / f"{final.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if final.exists():
+                return
+            self.make_room(info.size)
+            problem = ""
+            for _ in range(DOWNLOAD_ATTEMPTS):
+                part = self.directory / f"{final.name}.{self._token}.part"
+                try:
+                    download(part)
+                    problem = check(part) or ""
+                    if not problem:
+                        os.rename(part, final)
+                        return
+                except OSError as error:
+                    if error.errno == errno.ENOSPC:
+                        raise OSError(
+                            errno.ENOSPC,
+                            f"the cache directory {self.directory} is full while downloading shard {info.id} "
+                            "(free space there, choose another cache_dir, or set cache_limit_bytes)",
+                        ) from error
+                    raise
+                finally:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(part)
+            raise CorruptStorageError(
+                f"shard {info.id} failed its checks {DOWNLOAD_ATTEMPTS} times after download: {problem}"
+            )
+        finally:
+            os.close(lock)
+
+    def cached_bytes(self) -> int:
+        return sum(size for _, size, _ in self._entries())
+
+    def _entries(self) -> list[tuple[Path, int, float]]:
+        entries = []
+        try:
+            scan = list(os.scandir(self.directory))
+        except FileNotFoundError:
+            return []
+        for entry in scan:
+            if entry.name.endswith(".shard"):
+                with contextlib.suppress(FileNotFoundError):
+                    status = entry.stat(follow_symlinks=False)
+                    entries.append((Path(entry.path), status.st_size, status.st_mtime))
+        return entries
+
+    def make_room(self, size: int) -> None:
+        """Evict least recently used shards nobody holds until ``size`` more bytes fit the limit.
+
+        Shards in use are never evicted: if they alone exceed the limit, the cache exceeds it until
+        they are released.
+        """
+        if self.limit_bytes is None:
+            return
+        entries = sorted(self._entries(), key=lambda entry: entry[2])
+        total = sum(entry[1] for entry in entries)
+        for path, file_size, _ in entries:
+            if total + size <= self.limit_bytes:
+                return
+            descriptor = _locked(path, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if descriptor is None:
+                continue  # held by a reader (or already gone)
+            try:
+                os.unlink(path)
+                total -= file_size
+            finally:
+                os.close(descriptor)
+
+    def clean(self, older_than: float) -> list[Path]:
+        """Delete downloads of dead processes (``.part`` files untouched for ``older_than`` seconds)."""
+        removed = []
+        now = time.time()
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(self.directory):
+                if entry.name.endswith(".part"):
+                    with contextlib.suppress(FileNotFoundError):
+                        if now - entry.stat(follow_symlinks=False).st_mtime >= older_than:
+                            os.unlink(entry.path)
+                            removed.append(Path(entry.path))
+        return removed

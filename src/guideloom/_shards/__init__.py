@@ -1,0 +1,1 @@
+"""Shards on disk: the layout and header, record formats, token ids, shard sets, readers and writers."""

@@ -1,0 +1,376 @@
+"""The on-disk layout of a storage (see docs/format.md).
+
+A storage is a directory::
+
+    guideloom.json            header: layout version, kind, format, dtype
+    shards/<12-digit id>.shard  one immutable file per committed shard
+    incomplete/               writers' files in progress (ignored by readers)
+
+A shard file is ``data | padding to 8 bytes | offsets | footer``: the records'
+bytes (or tokens) back to back, ``record_count + 1`` little-endian uint64
+offsets in elements of the data, and a fixed 64-byte footer with counts and
+CRC-32 checksums. Shards appear only by an atomic hard link of a fully written
+and fsynced file, so a reader never sees a partial shard.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import mmap
+import os
+import re
+import stat
+import struct
+import sys
+import zlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from guideloom._core.checks import check_int
+from guideloom._core.errors import CorruptStorageError, FormatMismatchError, StorageNotFoundError
+
+LAYOUT_VERSION = 1
+HEADER_NAME = "guideloom.json"
+SHARDS_DIR = "shards"
+INCOMPLETE_DIR = "incomplete"
+SHARD_SUFFIX = ".shard"
+MAX_SHARD_ID = 10**12 - 1
+MAX_HEADER_BYTES = 64 * 1024
+
+FOOTER = struct.Struct("<8sIIQQQIIII8x")
+FOOTER_MAGIC = b"GLOOMSH1"
+# fullmatch, ASCII digits only: "\d" would take other scripts' digits and "$" a trailing newline,
+# so one shard could be listed twice under two names.
+_SHARD_NAME = re.compile(r"([0-9]{12})\.shard")
+
+KINDS = ("documents", "tokens")
+TOKEN_DTYPES = ("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64")
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """What a reader needs to index a shard without opening it: its counts, data checksum and file size."""
+
+    id: int
+    record_count: int
+    element_count: int
+    data_crc: int
+    size: int
+
+
+def shard_size(record_count: int, data_size: int) -> int:
+    """Bytes of a shard file with these counts (data, padding, offsets, footer)."""
+    return padded(data_size) + 8 * (record_count + 1) + FOOTER.size
+
+
+@dataclass(frozen=True)
+class StorageHeader:
+    """What a storage holds: its kind, the format identity or the token dtype."""
+
+    kind: str
+    format: str | None = None
+    dtype: str | None = None
+    layout_version: int = LAYOUT_VERSION
+
+    def to_json(self) -> bytes:
+        fields: dict[str, Any] = {"layout_version": self.layout_version, "kind": self.kind}
+        if self.format is not None:
+            fields["format"] = self.format
+        if self.dtype is not None:
+            fields["dtype"] = self.dtype
+        return json.dumps(fields, sort_keys=True).encode() + b"\n"
+
+    @property
+    def checksum(self) -> int:
+        """Ties every shard to the header it was written under."""
+        return zlib.crc32(self.to_json())
+
+    @property
+    def element_size(self) -> int:
+        return 1 if self.dtype is None else np.dtype(self.dtype).itemsize
+
+    def describe(self) -> str:
+        return f"{self.kind} with format {self.format!r}" if self.dtype is None else f"tokens of {self.dtype}"
+
+
+def shard_file_name(shard: int) -> str:
+    return f"{shard:012d}{SHARD_SUFFIX}"
+
+
+def check_shard_id(shard: object) -> int:
+    """Validate a caller's shard id: a non-negative int below 10**12."""
+    return check_int("shard", shard, minimum=0, maximum=MAX_SHARD_ID)
+
+
+def read_header(path: Path) -> StorageHeader:
+    """Read and validate ``guideloom.json``; a missing one is StorageNotFoundError."""
+    header_path = path / HEADER_NAME
+    if not path.is_dir():
+        raise StorageNotFoundError(f"no storage at {path}: {_why_not_a_directory(path)}")
+    try:
+        # O_NONBLOCK: opening a FIFO planted as the header must not wait for a writer
+        descriptor = os.open(header_path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise StorageNotFoundError(f"no storage at {path}: {HEADER_NAME} is missing") from None
+    except OSError as error:
+        raise CorruptStorageError(f"{header_path} cannot be opened: {error.strerror or error}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise CorruptStorageError(f"{header_path} is not a regular file")
+        raw = b""
+        while len(raw) <= MAX_HEADER_BYTES and (chunk := os.read(descriptor, MAX_HEADER_BYTES + 1 - len(raw))):
+            raw += chunk
+    finally:
+        os.close(descriptor)
+    return parse_header(raw, str(header_path))
+
+
+def parse_header(raw: bytes, header_path: str) -> StorageHeader:
+    """Validate a header's bytes (read from ``header_path``, named in errors)."""
+    if len(raw) > MAX_HEADER_BYTES:
+        raise CorruptStorageError(f"{header_path} is larger than {MAX_HEADER_BYTES} bytes")
+    try:
+        fields = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError) as error:  # RecursionError: nesting too deep
+        raise CorruptStorageError(f"{header_path} is not valid JSON: {error}") from None
+    if not isinstance(fields, dict):
+        raise CorruptStorageError(f"{header_path} does not hold a JSON object")
+    version = fields.get("layout_version")
+    if version != LAYOUT_VERSION:
+        raise FormatMismatchError(
+            f"{header_path} has layout version {version!r}; this guideloom reads version {LAYOUT_VERSION}"
+        )
+    kind, document_format, dtype = fields.get("kind"), fields.get("format"), fields.get("dtype")
+    if kind == "documents" and isinstance(document_format, str) and dtype is None:
+        return StorageHeader(kind, format=document_format)
+    if kind == "tokens" and dtype in TOKEN_DTYPES and document_format is None:
+        return StorageHeader(kind, dtype=dtype)
+    raise CorruptStorageError(f"{header_path} describes no valid storage: {fields!r}")
+
+
+def fsync_directory(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def publish(temporary: Path, final: Path) -> bool:
+    """Atomically make ``temporary`` visible as ``final`` unless it exists; True if we won."""
+    try:
+        os.link(temporary, final)
+    except FileExistsError:
+        return False
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+    fsync_directory(final.parent)
+    return True
+
+
+def _why_not_a_directory(path: Path) -> str:
+    """Why ``path``, which is not a directory, holds no storage: a file there is not a missing directory."""
+    return "it is a file, not a storage directory" if path.exists() else "the directory does not exist"
+
+
+def incomplete_dir(path: Path) -> Path:
+    """The directory of a local storage where writers build shards before committing them."""
+    return path / INCOMPLETE_DIR
+
+
+def shard_file_size(path: Path, shard: int) -> int:
+    """The size of a committed shard's file, 0 if it vanished (only to size progress reports)."""
+    try:
+        return (path / SHARDS_DIR / shard_file_name(shard)).lstat().st_size
+    except OSError:
+        return 0
+
+
+def holds_storage(path: Path) -> bool:
+    """Whether ``path`` holds a storage's header (a storage was created there)."""
+    return (path / HEADER_NAME).exists()
+
+
+def is_unfinished_storage(path: Path) -> bool:
+    """What a writer killed before it published the header leaves: an empty ``shards/`` and ``incomplete/``."""
+    names = set(os.listdir(path))
+    if not names or not names <= {SHARDS_DIR, INCOMPLETE_DIR}:
+        return False
+    if any((path / name).is_symlink() or not (path / name).is_dir() for name in names):
+        return False
+    return SHARDS_DIR not in names or not any((path / SHARDS_DIR).iterdir())
+
+
+def committed_shard_ids(path: Path) -> list[int]:
+    """Ids of the committed shards, ascending; names that are not shard names are ignored."""
+    try:
+        names = os.listdir(path / SHARDS_DIR)
+    except FileNotFoundError:
+        return []
+    except NotADirectoryError:
+        if not path.is_dir():
+            raise StorageNotFoundError(f"no storage at {path}: {_why_not_a_directory(path)}") from None
+        raise CorruptStorageError(f"{path / SHARDS_DIR} cannot be listed: it is not a directory") from None
+    except OSError as error:  # a symlink loop, no permission, ...
+        raise CorruptStorageError(f"{path / SHARDS_DIR} cannot be listed: {error.strerror or error}") from None
+    return sorted(int(match.group(1)) for name in names if (match := _SHARD_NAME.fullmatch(name)))
+
+
+def shard_trailer(shard: int, offsets: list[int], data_size: int, data_crc: int, header: StorageHeader) -> bytes:
+    """What a writer appends after a shard's data: padding to 8 bytes, the record offsets, the footer.
+
+    ``ShardFile`` reads it back; ``offsets`` are the ``record_count + 1`` element offsets of the records.
+    """
+    index = np.asarray(offsets, dtype="<u8").tobytes()
+    footer = _pack_footer(shard, len(offsets) - 1, data_size, data_crc, zlib.crc32(index), header)
+    return bytes(padded(data_size) - data_size) + index + footer
+
+
+def _pack_footer(
+    shard: int, record_count: int, data_size: int, data_crc: int, index_crc: int, header: StorageHeader
+) -> bytes:
+    body = FOOTER.pack(
+        FOOTER_MAGIC,
+        LAYOUT_VERSION,
+        0,
+        shard,
+        record_count,
+        data_size,
+        data_crc,
+        index_crc,
+        header.checksum,
+        0,
+    )
+    footer_crc = zlib.crc32(body[: FOOTER.size - 12])
+    return body[: FOOTER.size - 12] + struct.pack("<I", footer_crc) + bytes(8)
+
+
+def padded(size: int) -> int:
+    return (size + 7) // 8 * 8
+
+
+def verify_shards(
+    shards: Iterable[ShardFile], progress: Callable[[int], None] | None, problems: list[str]
+) -> list[str]:
+    """``problems`` with those found by recomputing each shard's checksums; ``progress`` gets the bytes checked."""
+    for shard in shards:
+        problem = shard.verify()
+        if problem is not None:
+            problems.append(problem)
+        if progress is not None:
+            progress(shard.data_size)
+    return problems
+
+
+class ShardFile:
+    """One committed shard, mapped read-only; validated structurally on open."""
+
+    def __init__(self, storage_path: Path, shard: int, header: StorageHeader, file: Path | None = None) -> None:
+        """Open shard ``shard`` of the storage at ``storage_path``, or the shard's copy at ``file``."""
+        self.id = shard
+        self.path = storage_path / SHARDS_DIR / shard_file_name(shard) if file is None else file
+        try:
+            # O_NONBLOCK: a FIFO planted under a shard's name must not block the open (it is refused below)
+            descriptor = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except FileNotFoundError:
+            raise CorruptStorageError(f"shard {shard} vanished: {self.path} is missing") from None
+        except OSError as error:
+            raise CorruptStorageError(f"shard {shard} cannot be opened ({self.path}): {error}") from None
+        try:
+            status = os.fstat(descriptor)
+            size = status.st_size
+            if not stat.S_ISREG(status.st_mode):
+                raise CorruptStorageError(f"shard {shard} is not a regular file: {self.path}")
+            if size < FOOTER.size:
+                raise CorruptStorageError(f"shard {shard} is truncated: {self.path} has only {size} bytes")
+            try:
+                self._mapping: mmap.mmap | None = mmap.mmap(descriptor, size, access=mmap.ACCESS_READ)
+            except OSError as error:
+                raise CorruptStorageError(f"shard {shard} cannot be mapped ({self.path}): {error}") from None
+        finally:
+            os.close(descriptor)
+        footer = self._mapping[size - FOOTER.size :]
+        (magic, version, flags, footer_shard, record_count, data_size, data_crc, index_crc, header_crc, footer_crc) = (
+            FOOTER.unpack(footer)
+        )
+        damaged = zlib.crc32(footer[: FOOTER.size - 12]) != footer_crc or any(footer[FOOTER.size - 8 :])
+        if magic != FOOTER_MAGIC or damaged:
+            self.close()
+            raise CorruptStorageError(f"shard {shard} has a damaged footer ({self.path}); is it truncated?")
+        if version != LAYOUT_VERSION:
+            self.close()
+            raise FormatMismatchError(f"shard {shard} has layout version {version}, expected {LAYOUT_VERSION}")
+        if flags != 0:
+            self.close()
+            raise FormatMismatchError(f"shard {shard} uses footer flags {flags:#x} this guideloom does not know")
+        if header_crc != header.checksum:
+            self.close()
+            raise FormatMismatchError(f"shard {shard} was written for another storage header ({self.path})")
+        expected = shard_size(record_count, data_size)
+        if footer_shard != shard or expected != size or data_size % header.element_size:
+            self.close()
+            raise CorruptStorageError(f"shard {shard} has inconsistent sizes ({self.path}): file truncated?")
+        self.record_count = int(record_count)
+        self.data_size = int(data_size)
+        self.data_crc = int(data_crc)
+        self.index_crc = int(index_crc)
+        self.element_count = self.data_size // header.element_size
+        self.view = memoryview(self._mapping)
+        self.offsets = np.frombuffer(self._mapping, "<u8", self.record_count + 1, padded(data_size))
+        # Indexing a memoryview gives Python ints several times faster than NumPy scalars do.
+        index_bytes = self.view[padded(data_size) : padded(data_size) + 8 * (self.record_count + 1)]
+        self._record_offsets = (
+            index_bytes.cast("Q")
+            if sys.byteorder == "little"
+            else memoryview(self.offsets.astype("=u8").tobytes()).cast("Q")
+        )
+
+    @property
+    def info(self) -> ShardInfo:
+        return ShardInfo(self.id, self.record_count, self.element_count, self.data_crc, len(self.view))
+
+    def record_bounds(self, record: int) -> tuple[int, int]:
+        """Element offsets of a record, checked so a damaged index can never read out of bounds."""
+        start = self._record_offsets[record]
+        stop = self._record_offsets[record + 1]
+        if not start <= stop <= self.element_count:
+            raise CorruptStorageError(
+                f"shard {self.id} has a damaged index at record {record} ({self.path}): run verify"
+            )
+        return start, stop
+
+    def verify(self) -> str | None:
+        """Recompute the checksums; the problem found, or None."""
+        data_crc = zlib.crc32(self.view[: self.data_size])
+        if data_crc != self.data_crc:
+            return f"shard {self.id}: data checksum mismatch ({self.path})"
+        index_start = padded(self.data_size)
+        if any(self.view[self.data_size : index_start]):
+            return f"shard {self.id}: padding after the data is not zero ({self.path})"
+        if zlib.crc32(self.view[index_start : index_start + 8 * (self.record_count + 1)]) != self.index_crc:
+            return f"shard {self.id}: index checksum mismatch ({self.path})"
+        offsets = self.offsets
+        if offsets[0] != 0 or offsets[-1] != self.element_count or bool(np.any(offsets[1:] < offsets[:-1])):
+            return f"shard {self.id}: index offsets are not consistent ({self.path})"
+        return None
+
+    def close(self) -> None:
+        """Release the mapping; if the user still holds views into it, it goes when they do."""
+        self.offsets = np.empty(0, "<u8")
+        record_offsets, self._record_offsets = getattr(self, "_record_offsets", None), memoryview(b"").cast("Q")
+        if record_offsets is not None:
+            record_offsets.release()
+        view, self.view = getattr(self, "view", None), memoryview(b"")
+        mapping, self._mapping = self._mapping, None
+        if view is not None:
+            with contextlib.suppress(BufferError):
+                view.release()
+        if mapping is not None:
+            with contextlib.suppress(BufferError):
+                mapping.close()

@@ -1,0 +1,334 @@
+"""Readers: a snapshot of the committed shards, mapped, with global record indices.
+
+Global index ``i`` runs over shards in ascending id, records in append order.
+Reads are zero-copy: documents get a read-only ``memoryview`` into the mapped
+file, tokens a read-only NumPy view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+
+from guideloom._core.checks import check_int, check_sequence_length
+from guideloom._shards.files import LocalShards, ShardSet, first_positions
+from guideloom._shards.formats import DocumentStorageFormat
+from guideloom._shards.layout import ShardFile, StorageHeader, verify_shards
+
+Out = TypeVar("Out")
+R = TypeVar("R", bound="StorageReader[Any]")
+
+
+def check_index(index: object, length: int, what: str = "index") -> int:
+    """Validate a global index: an int in [0, length)."""
+    index = check_int(what, index)
+    if not 0 <= index < length:
+        raise IndexError(f"{what} {index} is out of range for a storage of {length} records")
+    return index
+
+
+class StorageReader(Generic[Out]):
+    """The shards committed when the reader was opened, and their record counts.
+
+    Shards are opened through the reader's :class:`ShardSet`: a local storage's are all mapped at once,
+    a remote storage's are downloaded on first use, and at most ``max_open`` of them stay open.
+    """
+
+    def __init__(self, path: Path | ShardSet, header: StorageHeader, shard_ids: list[int] | None = None) -> None:
+        self.shard_set: ShardSet = path if not isinstance(path, Path) else LocalShards(path, header, shard_ids)
+        self.path = Path(self.shard_set.location) if isinstance(path, Path) else path
+        self.location = self.shard_set.location
+        self.header = header
+        self.infos = self.shard_set.infos
+        self._opened: list[ShardFile | None] = [None] * len(self.infos)
+        self._open_order: deque[int] = deque()
+        counts = [info.record_count for info in self.infos]
+        self.record_starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
+        self._shard_ids = np.array([info.id for info in self.infos], np.int64)
+        self._closed = False
+
+    @property
+    def shards(self) -> list[ShardFile]:
+        """Every shard, opened and kept open until another is opened (a remote storage downloads them all).
+
+        They all stay valid together, even beyond a cache limit: opening a shard later closes the
+        surplus, least recently opened first.
+        """
+        return [self.shard(position, keep_open=True) for position in range(len(self.infos))]
+
+    def shard(self, position: int, keep_open: bool = False) -> ShardFile:
+        """The shard at ``position`` (in ascending id order), opened if it is not yet.
+
+        Opening one closes the least recently opened beyond the shard set's ``max_open``, unless
+        ``keep_open``.
+        """
+        shard = self._opened[position]
+        if shard is None:
+            self.check_open()
+            shard = self._opened[position] = self.shard_set.open(position)
+            self._open_order.append(position)
+            limit = self.shard_set.max_open
+            while not keep_open and limit is not None and len(self._open_order) > limit:
+                self._forget(self._open_order.popleft())
+        return shard
+
+    def _forget(self, position: int) -> None:
+        """Close the shard at ``position`` (views into it stay valid); it reopens when read again."""
+        shard, self._opened[position] = self._opened[position], None
+        if shard is not None:
+            self.shard_set.release(position, shard)
+
+    def prefetch_records(self, indices: np.ndarray) -> None:
+        """A hint: the records at these global indices are read soon, in this order."""
+        if not isinstance(self.shard_set, LocalShards):  # local shards are mapped already
+            positions = np.searchsorted(self.record_starts, indices, side="right") - 1
+            self.shard_set.prefetch(first_positions(positions, len(self.infos)))
+
+    def __len__(self) -> int:
+        return int(self.record_starts[-1])
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """Position (in ``shards``) of the shard holding global record ``index``, and the record in it."""
+        index = check_index(index, len(self))
+        position = int(np.searchsorted(self.record_starts, index, side="right")) - 1
+        return position, index - int(self.record_starts[position])
+
+    def read(self, index: int) -> Out:
+        raise NotImplementedError
+
+    @property
+    def fingerprint(self) -> str:
+        """Identifies the exact contents: shard ids, counts and checksums (footers only, O(shards))."""
+        crc = zlib.crc32(self.header.to_json())
+        for info in self.infos:
+            crc = zlib.crc32(np.array([info.id, info.record_count, info.data_crc], "<u8").tobytes(), crc)
+        return f"{crc:08x}-{len(self.infos)}-{len(self)}"
+
+    def verify(self, progress: Callable[[int], None] | None = None) -> list[str]:
+        """Check every shard's checksums; the problems found, each naming its shard."""
+        shards = (self.shard(position) for position in range(len(self.infos)))
+        return verify_shards(shards, progress, [])
+
+    def __iter__(self) -> Iterator[Out]:
+        for index in range(len(self)):
+            yield self.read(index)
+
+    def close(self) -> None:
+        """Release every mapping (a mapping a decoded view still uses goes when the view does)."""
+        self._opened = [None] * len(self._opened)
+        self._open_order.clear()
+        self.shard_set.close()
+        self._closed = True
+
+    def __enter__(self: R) -> R:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def check_open(self) -> None:
+        """Refuse to read through a closed reader (a ValueError, as for a closed file)."""
+        if self._closed:
+            raise ValueError("this reader is closed")
+
+
+class DocumentReader(StorageReader[Out]):
+    """Decoded records of a DocumentStorage."""
+
+    def __init__(
+        self,
+        path: Path | ShardSet,
+        header: StorageHeader,
+        document_format: DocumentStorageFormat[Any, Out],
+        shard_ids: list[int] | None = None,
+    ) -> None:
+        super().__init__(path, header, shard_ids)
+        self._format = document_format
+
+    def read_encoded(self, index: int) -> tuple[memoryview, int]:
+        """The record's bytes (a read-only view into the mapping) and its shard id."""
+        self.check_open()
+        position, record = self.locate(index)
+        shard = self.shard(position)
+        start, stop = shard.record_bounds(record)
+        return shard.view[start:stop], shard.id
+
+    def read(self, index: int) -> Out:
+        """Decode record ``index``."""
+        encoded, shard = self.read_encoded(index)
+        return self._format.unpack(encoded, shard)
+
+    def read_many(self, indices: np.ndarray) -> list[Out]:
+        """Decode the records at ``indices`` (int64, each checked), locating them all at once."""
+        self.check_open()
+        shards = self._opened
+        positions = np.searchsorted(self.record_starts, indices, side="right") - 1
+        position_list = positions.tolist()
+        if position_list and (min(position_list) < 0 or max(position_list) >= len(self.infos)):  # out of range
+            check_index(int(indices.min()) if min(position_list) < 0 else int(indices.max()), len(self))
+        records = (indices - self.record_starts[positions]).tolist()
+        encoded = []
+        for position, record in zip(position_list, records, strict=True):
+            shard = shards[position] or self.shard(position)
+            start, stop = shard.record_bounds(record)
+            encoded.append(shard.view[start:stop])
+        decoded = self._format.unpack_many(encoded, self._shard_ids[positions].tolist())
+        if not isinstance(decoded, list) or len(decoded) != len(encoded):
+            got = f"{len(decoded)} records" if isinstance(decoded, list) else f"a {type(decoded).__name__}"
+            raise TypeError(
+                f"{type(self._format).__name__}.unpack_many must return a list of {len(encoded)} records, got {got}"
+            )
+        return decoded
+
+
+class TokenReader(StorageReader[np.ndarray]):
+    """Documents of a TokenStorage and the concatenated token stream."""
+
+    def __init__(self, path: Path | ShardSet, header: StorageHeader, shard_ids: list[int] | None = None) -> None:
+        super().__init__(path, header, shard_ids)
+        assert header.dtype is not None
+        self.dtype = np.dtype(header.dtype).newbyteorder("<")
+        self._tokens: list[np.ndarray | None] = [None] * len(self.infos)
+        counts = [info.element_count for info in self.infos]
+        self.token_starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
+
+    @property
+    def token_count(self) -> int:
+        """Tokens in the whole stream."""
+        return int(self.token_starts[-1])
+
+    def window_count(self, sequence_length: int) -> int:
+        """Whole windows of ``sequence_length`` tokens in the stream (the shorter tail is not served)."""
+        return self.token_count // check_sequence_length(sequence_length)
+
+    def read_windows(
+        self, indices: np.ndarray, sequence_length: int, out: np.ndarray, rows: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Windows ``stream[k*S:(k+1)*S]`` for each ``k`` in ``indices`` (int64), copied into the rows of ``out``.
+
+        ``out`` has ``sequence_length`` columns and its dtype may differ (ids are cast); window ``i`` goes to
+        row ``rows[i]`` (a mixture interleaves several readers' windows in one array), else to row ``i``.
+        """
+        self.check_open()
+        length = sequence_length
+        starts = np.asarray(indices, np.int64) * length
+        positions = np.searchsorted(self.token_starts, starts, side="right") - 1
+        offsets = (starts - self.token_starts[positions]).tolist()
+        targets = range(len(starts)) if rows is None else rows.tolist()
+        token_arrays = self._tokens
+        for number, (row, position, offset) in enumerate(zip(targets, positions.tolist(), offsets, strict=True)):
+            tokens = token_arrays[position]
+            if tokens is None:
+                tokens = self.shard_tokens(position)
+            if offset + length <= len(tokens):
+                out[row] = tokens[offset : offset + length]
+            else:  # the window crosses into the next shard(s)
+                start = int(starts[number])
+                self.read_tokens(start, start + length, out=out[row])
+        return out
+
+    def _forget(self, position: int) -> None:
+        self._tokens[position] = None
+        super()._forget(position)
+
+    def shard_tokens(self, position: int) -> np.ndarray:
+        """All tokens of the reader's shard at ``position`` (in ``shards``): a read-only view into its mapping."""
+        self.check_open()
+        tokens = self._tokens[position]
+        if tokens is None:
+            shard = self.shard(position)
+            tokens = self._tokens[position] = np.frombuffer(shard.view, self.dtype, shard.element_count)
+        return tokens
+
+    def prefetch_tokens(self, starts: np.ndarray) -> None:
+        """A hint: the tokens at these stream positions are read soon, in this order."""
+        if not isinstance(self.shard_set, LocalShards):
+            positions = np.searchsorted(self.token_starts, starts, side="right") - 1
+            self.shard_set.prefetch(first_positions(positions, len(self.infos)))
+
+    def read(self, index: int) -> np.ndarray:
+        """Document ``index``'s tokens: a read-only view into the mapping."""
+        self.check_open()
+        position, record = self.locate(index)
+        tokens = self.shard_tokens(position)
+        start, stop = self.shard(position).record_bounds(record)
+        return tokens[start:stop]
+
+    def read_tokens(self, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Tokens ``stream[start:stop]``, copied into ``out`` (cast to its dtype) or a new array."""
+        self.check_open()
+        if not 0 <= start <= stop <= self.token_count:
+            raise IndexError(f"token range [{start}, {stop}) is outside a stream of {self.token_count} tokens")
+        if out is None:
+            out = np.empty(stop - start, self.dtype)
+        position = int(np.searchsorted(self.token_starts, start, side="right")) - 1
+        written = 0
+        while start + written < stop:
+            shard_start = int(self.token_starts[position])
+            begin = start + written - shard_start
+            take = min(stop - start - written, int(self.token_starts[position + 1]) - shard_start - begin)
+            out[written : written + take] = self.shard_tokens(position)[begin : begin + take]
+            written += take
+            position += 1
+        return out
+
+    def document_starts(self, start: int, stop: int) -> np.ndarray:
+        """Stream positions in [start, stop) where a document begins (int64)."""
+        found = []
+        for position, info in enumerate(self.infos):
+            base = int(self.token_starts[position])
+            if base >= stop or base + info.element_count <= start:
+                continue
+            offsets = self.shard(position).offsets[:-1].astype(np.int64) + base
+            found.append(offsets[(offsets >= start) & (offsets < stop)])
+        return np.concatenate(found) if found else np.empty(0, np.int64)
+
+    def close(self) -> None:
+        self._tokens = [None] * len(self._tokens)
+        super().close()
+
+
+class AsyncReader(Generic[Out]):
+    """The reader for event loops: ``await reader.read(i)``, ``len(reader)``, ``async for``."""
+
+    def __init__(self, opener: Callable[[], StorageReader[Out]]) -> None:
+        self._opener = opener
+        self._reader: StorageReader[Out] | None = None
+
+    def _sync(self) -> StorageReader[Out]:
+        if self._reader is None:
+            raise ValueError("use the async reader inside 'async with'")
+        return self._reader
+
+    def __len__(self) -> int:
+        return len(self._sync())
+
+    async def read(self, index: int) -> Out:
+        return await asyncio.to_thread(self._sync().read, index)
+
+    async def __aiter__(self) -> AsyncIterator[Out]:
+        for index in range(len(self)):
+            yield await self.read(index)
+
+    async def verify(self) -> list[str]:
+        return await asyncio.to_thread(self._sync().verify)
+
+    async def __aenter__(self) -> AsyncReader[Out]:
+        self._reader = await asyncio.to_thread(self._opener)
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None

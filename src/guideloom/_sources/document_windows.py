@@ -1,0 +1,132 @@
+"""Document-aware token sources: stream windows that say where documents start, and packed documents.
+
+Both serve batches as a dict of ``input_ids``, ``position_ids``, ``labels``,
+``cu_seqlens`` and ``max_seqlen`` (see ``_boundaries``). A user ``collate``
+receives the rows as a sequence of one-row dicts instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from guideloom._core.checks import check_bool, check_int
+from guideloom._sources.token_windows import TokenWindowSource
+from guideloom._storage.storages import TokenStorage
+from guideloom._windows.boundaries import PieceRows, split_batch
+from guideloom._windows.document_rows import PackedShards, boundary_rows, nonempty_document_starts
+
+
+class BoundaryWindowSource(TokenWindowSource):
+    """Sample ``k`` is ``stream[k*S:(k+1)*S]`` as for plain windows, with the pieces its documents make of it."""
+
+    kind = "token windows with document boundaries"
+    plain_windows = False
+
+    def __init__(
+        self, storage: TokenStorage, shard_ids: list[int], sequence_length: int, window_dtype: np.dtype[Any]
+    ) -> None:
+        super().__init__(storage, shard_ids, sequence_length, window_dtype)
+        self._document_starts: np.ndarray | None = None
+
+    def fetch(self, indices: np.ndarray, epoch: int) -> PieceRows:  # type: ignore[override]
+        windows = super().fetch(indices, epoch)
+        if self._document_starts is None:
+            self._document_starts = nonempty_document_starts(self.reader)
+        return boundary_rows(windows, np.asarray(indices, np.int64) * self.sequence_length, self._document_starts)
+
+    def default_collate(self, samples: PieceRows) -> dict[str, Any]:  # type: ignore[override]
+        return samples.batch()
+
+    def split_collated(self, batch: dict[str, Any], sizes: list[int]) -> list[Any]:  # type: ignore[override]
+        return split_batch(batch, sizes)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**super().__getstate__(), "_document_starts": None}
+
+
+class PackedRowSource(TokenWindowSource):
+    """Sample ``k`` is packed row ``k``: whole documents (cut at ``S``) placed by best-fit decreasing per shard."""
+
+    kind = "packed documents"
+    plain_windows = False
+
+    def __init__(
+        self,
+        storage: TokenStorage,
+        shard_ids: list[int],
+        sequence_length: int,
+        window_dtype: np.dtype[Any],
+        pad_id: int,
+    ) -> None:
+        super().__init__(storage, shard_ids, sequence_length, window_dtype)
+        self.pad_id = pad_id
+        self._packed: PackedShards | None = None
+
+    @property
+    def packed(self) -> PackedShards:
+        """The packing of every shard, loaded from the cache (or built) on first use in each process."""
+        if self._packed is None:
+            self._packed = PackedShards(self.reader, self.sequence_length)
+        return self._packed
+
+    @property
+    def sample_count(self) -> int:
+        return self.packed.row_count
+
+    def fetch(self, indices: np.ndarray, epoch: int) -> PieceRows:  # type: ignore[override]
+        rows = self.packed.rows(self.reader, np.asarray(indices, np.int64), self.pad_id, self.window_dtype)
+        self.check_ids(rows.input_ids)
+        return rows
+
+    def default_collate(self, samples: PieceRows) -> dict[str, Any]:  # type: ignore[override]
+        return samples.batch()
+
+    def split_collated(self, batch: dict[str, Any], sizes: list[int]) -> list[Any]:  # type: ignore[override]
+        return split_batch(batch, sizes)
+
+    def identity(self) -> dict[str, Any]:
+        return {**super().identity(), "pad_id": self.pad_id}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**super().__getstate__(), "_packed": None}
+
+
+def check_window_modes(storage: object, document_boundaries: object, pack_documents: object, pad_id: object) -> None:
+    """Check the window-mode arguments of ``from_storage``: they apply to token storages, one mode at a time."""
+    check_bool("document_boundaries", document_boundaries)
+    check_bool("pack_documents", pack_documents)
+    check_int("pad_id", pad_id)
+    if document_boundaries and pack_documents:
+        raise ValueError(
+            "document_boundaries and pack_documents are exclusive: pick one (packed rows report their documents too)"
+        )
+    if (document_boundaries or pack_documents) and not isinstance(storage, TokenStorage):
+        mode = "document_boundaries" if document_boundaries else "pack_documents"
+        raise ValueError(
+            f"{mode}=True applies to a TokenStorage or a mixture of them, not to a {type(storage).__name__}: "
+            "documents are whole samples already"
+        )
+    if pad_id != 0 and not pack_documents:
+        raise ValueError("pad_id applies only with pack_documents=True (other windows have no padding)")
+
+
+def window_source(
+    storage: TokenStorage,
+    shard_ids: list[int],
+    sequence_length: int,
+    window_dtype: np.dtype[Any],
+    document_boundaries: bool,
+    pack_documents: bool,
+    pad_id: int,
+) -> TokenWindowSource:
+    """The token source of the chosen window mode (plain windows when neither is chosen)."""
+    if pack_documents:
+        limit = int(np.iinfo(window_dtype).max)
+        if not 0 <= pad_id <= limit:
+            raise ValueError(f"pad_id must be in [0, {limit}] for {window_dtype} batches, got {pad_id}")
+        return PackedRowSource(storage, shard_ids, sequence_length, window_dtype, pad_id)
+    if document_boundaries:
+        return BoundaryWindowSource(storage, shard_ids, sequence_length, window_dtype)
+    return TokenWindowSource(storage, shard_ids, sequence_length, window_dtype)

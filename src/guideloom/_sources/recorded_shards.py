@@ -1,0 +1,152 @@
+"""What a loader state records about a set of shards, so that it survives shards being added.
+
+A state records shard ids as ranges (``"0-99, 105"``) and a three-number digest of the shards'
+contents: ``A = Σ h``, ``B = Σ key·h``, ``C = Σ key²·h`` modulo a prime, where ``h`` hashes a shard's
+record count and checksum and ``key`` identifies the shard. The digest stays a few dozen bytes however
+many shards there are, and yet, when exactly one shard was rewritten, it names that shard: the
+differences satisfy ``ΔB = key·ΔA`` and ``ΔC = key²·ΔA``, so ``key = ΔB / ΔA``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from guideloom._core.errors import StateMismatchError
+from guideloom._sampling.epoch_order import MASK64
+
+__all__ = ["ShardSetDigest", "describe_shards", "over_recorded_shards", "parse_ranges", "recorded_shards"]
+
+PRIME = (1 << 61) - 1  # a Mersenne prime: every nonzero difference has an inverse
+_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+def _hash(key: int, record_count: int, checksum: int) -> int:
+    """A well-mixed nonzero number below PRIME for one shard's key, record count and checksum."""
+    x = (key * 0x9E3779B97F4A7C15 ^ record_count * 0xC2B2AE3D27D4EB4F ^ checksum) & MASK64
+    for multiplier in (0xBF58476D1CE4E5B9, 0x94D049BB133111EB):
+        x = ((x ^ (x >> 31)) * multiplier) & MASK64
+    return x % (PRIME - 1) + 1
+
+
+@dataclass(frozen=True)
+class ShardSetDigest:
+    """The three sums over ``(key, record_count, checksum)`` of a set of shards (see the module docstring)."""
+
+    a: int = 0
+    b: int = 0
+    c: int = 0
+
+    @classmethod
+    def of(cls, shards: Iterable[tuple[int, int, int]]) -> ShardSetDigest:
+        a = b = c = 0
+        for key, record_count, checksum in shards:
+            h = _hash(key, record_count, checksum)
+            a, b, c = (a + h) % PRIME, (b + key * h) % PRIME, (c + key * key % PRIME * h) % PRIME
+        return cls(a, b, c)
+
+    def to_text(self) -> str:
+        return f"{self.a:016x}.{self.b:016x}.{self.c:016x}"
+
+    @classmethod
+    def from_text(cls, text: object) -> ShardSetDigest:
+        """The digest a state recorded; StateMismatchError if it is not one."""
+        try:
+            assert isinstance(text, str)
+            a, b, c = (int(part, 16) for part in text.split("."))
+        except (AssertionError, ValueError):
+            raise StateMismatchError(f"the state's shard digest {text!r} is not one guideloom writes") from None
+        return cls(a, b, c)
+
+    def changed_key(self, now: ShardSetDigest) -> int | None:
+        """The key of the one shard whose contents differ between ``self`` (then) and ``now``, if exactly one does.
+
+        ``None`` when the digests agree, or when the differences are not those of a single shard.
+        """
+        da, db, dc = ((x - y) % PRIME for x, y in ((now.a, self.a), (now.b, self.b), (now.c, self.c)))
+        if da == 0:
+            return None
+        key = db * pow(da, PRIME - 2, PRIME) % PRIME
+        return key if key * key % PRIME * da % PRIME == dc else None
+
+
+def describe_shards(shard_ids: list[int]) -> str:
+    """Shard ids as ranges, e.g. ``0-2, 5, 7-9`` (short for the contiguous ids writers usually make)."""
+    ranges: list[str] = []
+    first = 0
+    for position, shard in enumerate(shard_ids):
+        if position + 1 == len(shard_ids) or shard_ids[position + 1] != shard + 1:
+            start = shard_ids[first]
+            ranges.append(str(start) if start == shard else f"{start}-{shard}")
+            first = position + 1
+    return ", ".join(ranges) or "none"
+
+
+def parse_ranges(text: object) -> list[tuple[int, int]]:
+    """The ``(first, last)`` ranges of a state's shard ids (``"0-2, 5"``); else StateMismatchError."""
+    if not isinstance(text, str):
+        raise StateMismatchError(f"the state's shard ranges must be a string, got {text!r}")
+    ranges: list[tuple[int, int]] = []
+    if text == "none":
+        return ranges
+    for part in filter(None, (piece.strip() for piece in text.split(","))):
+        match = _RANGE.match(part)
+        if match is None:
+            raise StateMismatchError(f"the state's shard ranges {text!r} are not ids like '0-9, 12'")
+        first, last = int(match[1]), int(match[2] or match[1])
+        if last < first or (ranges and first <= ranges[-1][1]):
+            raise StateMismatchError(f"the state's shard ranges {text!r} are not ascending ranges")
+        ranges.append((first, last))
+    return ranges
+
+
+def recorded_shards(ranges: list[tuple[int, int]], committed: list[int], storage: object) -> list[int]:
+    """The ids of ``ranges``, all of which must be among the ``committed`` shard ids of ``storage``.
+
+    A missing shard is a StateMismatchError naming it. Never builds more ids than are committed, so a
+    crafted state cannot make it allocate much.
+    """
+    ids = np.asarray(committed, np.int64)
+    chosen: list[int] = []
+    for first, last in ranges:
+        low, high = np.searchsorted(ids, [first, last + 1]).tolist()
+        if high - low != last - first + 1:
+            present = set(ids[low:high].tolist())
+            missing = next(shard for shard in range(first, last + 1) if shard not in present)
+            raise StateMismatchError(
+                f"shard {missing} of {storage}, which the state read, is missing: a checkpoint survives shards "
+                "being added, not removed"
+            )
+        chosen.extend(ids[low:high].tolist())
+    return chosen
+
+
+def over_recorded_shards(source: Any, recorded: dict[str, Any]) -> Any:
+    """``source`` (a storage's pinned shards) over the shards a state recorded, which must all be unchanged.
+
+    Shards committed since the state was taken are left out (they join at the next epoch); a recorded
+    shard that is missing or was rewritten is a StateMismatchError that names it.
+    """
+    where = f"the storage at {source.storage.location}"
+    ranges = parse_ranges(recorded.get("shards"))
+    if recorded.get("path") != source.storage.location:  # moved, or another storage: say which, not "removed"
+        try:
+            recorded_shards(ranges, source.shard_ids, where)
+        except StateMismatchError:
+            raise StateMismatchError(
+                f"the state was taken from another storage: it read shards {recorded.get('shards')} of the storage "
+                f"at {recorded.get('path')}, but {where} has shards {describe_shards(source.shard_ids)}"
+            ) from None
+    shards = recorded_shards(ranges, source.shard_ids, where)
+    then = source if shards == source.shard_ids else source.with_shards(shards)
+    if "digest" in recorded:
+        changed = ShardSetDigest.from_text(recorded["digest"]).changed_key(ShardSetDigest.of(then.shard_entries()))
+        if changed is not None:
+            raise StateMismatchError(f"shard {changed} of {where} changed since the state was taken (rewritten)")
+    if then.identity()["fingerprint"] != recorded.get("fingerprint"):
+        raise StateMismatchError(f"the state was taken from another storage: {then.difference(recorded)}")
+    return then

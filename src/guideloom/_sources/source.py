@@ -1,0 +1,174 @@
+"""Sample sources: what the loader reads, one sample index at a time, whatever the storage behind it.
+
+The loader consumes any :class:`SampleSource`; the sources over one storage (:class:`DocumentSource`,
+:class:`TokenWindowSource` and the document-aware windows) share :class:`PinnedShards`: a picklable
+snapshot of shards opened lazily in each process that uses it, so worker processes read exactly the
+shards the loader saw when it was created, whatever is committed meanwhile.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any, Generic, Protocol, Self, TypeVar
+
+import numpy as np
+
+from guideloom._core.errors import StateMismatchError
+from guideloom._shards.reader import StorageReader
+from guideloom._sources.recorded_shards import ShardSetDigest, describe_shards, over_recorded_shards
+
+ReaderT = TypeVar("ReaderT", bound=StorageReader[Any])
+ReaderT_co = TypeVar("ReaderT_co", bound=StorageReader[Any], covariant=True)
+
+
+class SampleSource(Protocol):
+    """What the loader needs of a source of samples (see ``docs/architecture.md``)."""
+
+    @property
+    def sample_count(self) -> int:
+        """Samples in one epoch of this source (the length of the epoch order)."""
+        ...
+
+    @property
+    def orders_itself(self) -> bool:
+        """False: the loader passes sample indices permuted by its EpochOrder; True: epoch positions unpermuted."""
+        ...
+
+    @property
+    def sample_bytes(self) -> int:
+        """> 0 when fetching many samples is a plain copy of this many bytes each (the loader then builds groups)."""
+        ...
+
+    def fetch(self, indices: np.ndarray, epoch: int) -> Any:
+        """The samples at these int64 indices (or positions) of epoch ``epoch``, in the form ``collate`` receives."""
+        ...
+
+    def default_collate(self, samples: Any) -> Any:
+        """The batch when the user gives no ``collate``."""
+        ...
+
+    def split_collated(self, batch: Any, sizes: list[int]) -> list[Any]:
+        """A batch built from several batches' samples, cut back into those batches."""
+        ...
+
+    def identity(self) -> dict[str, Any]:
+        """Small and JSON-serialisable: what a loader state records about this source."""
+        ...
+
+    def resumed(
+        self, recorded: dict[str, Any], *, epoch: int | None = None, position: int | None = None
+    ) -> SampleSource:
+        """The source serving the rest of a state's epoch, given the identity it recorded; else StateMismatchError.
+
+        ``epoch`` and ``position`` say where the state continues (a mixture's schedule may change from there).
+        """
+        ...
+
+    def prefetch(self, indices: np.ndarray, epoch: int) -> None:
+        """A hint: samples the loader will fetch soon, in order."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class _OpensReaders(Protocol[ReaderT_co]):
+    @property
+    def location(self) -> str: ...
+
+    def open_reader(self, shard_ids: list[int] | None = None) -> ReaderT_co: ...
+
+
+class PinnedShards(Generic[ReaderT]):
+    """The shards of a storage committed when a loader was made, opened lazily in each process."""
+
+    kind = ""
+
+    def __init__(self, storage: _OpensReaders[ReaderT], shard_ids: list[int]) -> None:
+        self.storage = storage
+        self.shard_ids = shard_ids
+        self._reader: ReaderT | None = None
+        self._reader_pid = -1
+        self._identity: dict[str, Any] | None = None  # the snapshot never changes: computed once
+
+    @property
+    def reader(self) -> ReaderT:
+        # A forked worker keeps using the mappings it inherited: they stay valid even if a shard file
+        # is deleted meanwhile. A spawned one gets no reader (see __getstate__) and opens the shards.
+        if self._reader is None:
+            self._reader = self.storage.open_reader(self.shard_ids)
+            self._reader_pid = os.getpid()
+        return self._reader
+
+    @property
+    def orders_itself(self) -> bool:
+        return False
+
+    def identity(self) -> dict[str, Any]:
+        if self._identity is None:
+            self._identity = {
+                "kind": self.kind,
+                "path": self.storage.location,
+                "shards": describe_shards(self.shard_ids),
+                "fingerprint": self.reader.fingerprint,  # shard ids, record counts and checksums
+                "digest": ShardSetDigest.of(self.shard_entries()).to_text(),  # names a shard rewritten since
+            }
+        return dict(self._identity)
+
+    def shard_entries(self) -> list[tuple[int, int, int]]:
+        """``(id, record count, checksum)`` of each shard: what a state's shard digest is made of."""
+        return [(shard.id, shard.record_count, shard.data_crc) for shard in self.reader.shards]
+
+    def with_shards(self, shard_ids: list[int]) -> Self:
+        """This source over other shards of its storage (those a state recorded); opens nothing yet.
+
+        A subclass that caches what it derives from its shards must drop those caches here.
+        """
+        clone = copy.copy(self)
+        clone.__dict__.update(self.__getstate__())
+        clone.shard_ids, clone._identity = list(shard_ids), None
+        return clone
+
+    def resumed(self, recorded: dict[str, Any], *, epoch: int | None = None, position: int | None = None) -> Self:
+        """The source for the rest of the state's epoch: ``self``, or this storage over the shards the state read
+        if shards were added since; StateMismatchError saying what differs otherwise (a missing or changed shard
+        is named)."""
+        mine = self.identity()
+        if not isinstance(recorded, dict):
+            raise StateMismatchError(f"the state's source must be a dict, got {type(recorded).__name__}")
+        if "kind" not in recorded:
+            raise StateMismatchError("the state's source records no 'kind': it is not from state_dict()")
+        if recorded.get("kind") != mine["kind"]:
+            raise StateMismatchError(f"the state was taken from {recorded.get('kind')!r}, this loader reads {self}")
+        for key, value in mine.items():
+            if key not in ("path", "shards", "fingerprint", "digest") and recorded.get(key) != value:
+                raise StateMismatchError(
+                    f"the state was taken with {key}={recorded.get(key)!r}, but this loader has {key}={value!r}"
+                )
+        if recorded.get("fingerprint") == mine["fingerprint"]:
+            return self
+        then: Self = over_recorded_shards(self, recorded)
+        return then
+
+    def difference(self, recorded: dict[str, Any]) -> str:
+        """In words, how the shards a state recorded differ from these (the same ids, with other contents)."""
+        return (
+            f"it read shards {recorded.get('shards')} of the storage at {recorded.get('path')}, and shards "
+            f"{describe_shards(self.shard_ids)} of the storage at {self.storage.location} hold other contents "
+            "(rewritten, or another storage)"
+        )
+
+    def prefetch(self, indices: np.ndarray, epoch: int) -> None:
+        """Shards of a remote storage that these records need are downloaded in the background (local: nothing)."""
+        self.reader.prefetch_records(indices)
+
+    def close(self) -> None:
+        if self._reader is not None and self._reader_pid == os.getpid():
+            self._reader.close()
+        self._reader = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_reader": None, "_reader_pid": -1}
+
+    def __repr__(self) -> str:
+        return f"{self.kind} of shards {describe_shards(self.shard_ids)} of the storage at {self.storage.location}"

@@ -1,0 +1,66 @@
+"""The source of plain token windows: sample ``k`` is ``stream[k*S:(k+1)*S]`` of a token storage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from guideloom._core.checks import check_sequence_length
+from guideloom._shards.reader import TokenReader
+from guideloom._sources.source import PinnedShards
+from guideloom._storage.storages import TokenStorage
+
+
+class TokenWindowSource(PinnedShards[TokenReader]):
+    """Sample ``k`` is ``stream[k*S:(k+1)*S]``; samples arrive stacked as an ``(n, S)`` array (int64 or int32)."""
+
+    kind = "token windows"
+    plain_windows = True  # samples are exactly the stream's windows (subclasses that add to them say False)
+
+    def __init__(
+        self, storage: TokenStorage, shard_ids: list[int], sequence_length: int, window_dtype: np.dtype[Any]
+    ) -> None:
+        super().__init__(storage, shard_ids)
+        self.sequence_length = check_sequence_length(sequence_length)
+        self.window_dtype = window_dtype
+        # Stored ids this dtype cannot hold all wrap to negative values (uint64 -> int64, uint32 -> int32).
+        self.ids_need_sign_check = storage.dtype.kind == "u" and storage.dtype.itemsize == window_dtype.itemsize
+
+    @property
+    def sample_count(self) -> int:
+        return self.reader.window_count(self.sequence_length)
+
+    @property
+    def sample_bytes(self) -> int:
+        return self.sequence_length * self.window_dtype.itemsize
+
+    def fetch(self, indices: np.ndarray, epoch: int) -> np.ndarray:
+        reader = self.reader
+        windows = np.empty((len(indices), self.sequence_length), self.window_dtype)
+        reader.read_windows(indices, self.sequence_length, out=windows)
+        self.check_ids(windows)
+        return windows
+
+    def check_ids(self, windows: np.ndarray) -> None:
+        """Refuse windows holding ids the window dtype cannot hold (they were cast to negative values)."""
+        if self.ids_need_sign_check and bool((windows < 0).any()):
+            raise ValueError(
+                f"the storage at {self.reader.location} holds {self.reader.dtype} token ids of "
+                f"2**{8 * self.window_dtype.itemsize - 1} or more, which do not fit the loader's "
+                f"{self.window_dtype} batches"
+            )
+
+    def default_collate(self, samples: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(samples)
+
+    def split_collated(self, batch: torch.Tensor, sizes: list[int]) -> list[Any]:
+        return list(torch.split(batch, sizes))
+
+    def identity(self) -> dict[str, Any]:
+        return {**super().identity(), "sequence_length": self.sequence_length}
+
+    def prefetch(self, indices: np.ndarray, epoch: int) -> None:
+        """Shards of a remote storage that these windows start in are downloaded in the background."""
+        self.reader.prefetch_tokens(np.asarray(indices, np.int64) * self.sequence_length)

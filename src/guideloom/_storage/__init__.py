@@ -1,0 +1,1 @@
+"""The storages users create (TokenStorage, DocumentStorage) and the bookkeeping of resumable writes."""

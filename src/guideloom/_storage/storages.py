@@ -1,0 +1,383 @@
+"""The two storages users create: DocumentStorage (whole records) and TokenStorage (token streams)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import numpy as np
+
+from guideloom._core.checks import check_number, check_path
+from guideloom._core.errors import (
+    CorruptStorageError,
+    FormatMismatchError,
+    StorageNotFoundError,
+    UntrustedFormatWarning,
+)
+from guideloom._remote.object_store import is_url
+from guideloom._remote.shard_cache import check_cache_arguments
+from guideloom._shards.files import CommitTarget, LocalShards, ShardSet, clean_incomplete
+from guideloom._shards.formats import DocumentPickleFormat, DocumentStorageFormat, format_identity
+from guideloom._shards.layout import (
+    HEADER_NAME,
+    INCOMPLETE_DIR,
+    SHARDS_DIR,
+    ShardFile,
+    ShardInfo,
+    StorageHeader,
+    committed_shard_ids,
+    fsync_directory,
+    incomplete_dir,
+    publish,
+    read_header,
+    shard_file_size,
+    verify_shards,
+)
+from guideloom._shards.reader import AsyncReader, DocumentReader, StorageReader, TokenReader
+from guideloom._shards.token_ids import TokenEncoder, TokenInput
+from guideloom._shards.writer import AsyncWriter, SyncWriter
+
+if TYPE_CHECKING:
+    from guideloom._remote.remote_files import RemoteFiles
+
+In = TypeVar("In")
+Out = TypeVar("Out")
+
+
+def local_path(path: object, name: str = "path") -> Path:
+    """A local storage's directory: ``path`` itself, or the path of a ``file://`` URL (``name``: the argument's)."""
+    if isinstance(path, str) and path.startswith("file://"):
+        path = path[len("file://") :]
+    return check_path(name, path)
+
+
+class StorageBase:
+    """What both storages share: where its files live, its header, verification and clean-up.
+
+    A local storage is a directory (``path``); a storage opened by URL keeps its objects on a
+    store and reads them through a local cache (``_remote``). ``location`` names either.
+    """
+
+    path: Path
+    location: str
+    _remote: RemoteFiles | None = None
+    _listed: dict[int, ShardInfo]
+
+    def _locate(
+        self,
+        path: object,
+        storage_options: object,
+        cache_dir: object,
+        cache_limit_bytes: object,
+    ) -> None:
+        """Set where the storage lives: a local directory, or an object store URL and its cache."""
+        cache_path, limit = check_cache_arguments(cache_dir, cache_limit_bytes)
+        self._listed = {}
+        if storage_options is not None and not isinstance(storage_options, dict):
+            raise TypeError(f"storage_options must be a dict, got {type(storage_options).__name__}")
+        if is_url(path):
+            assert isinstance(path, str)
+            from guideloom._remote.remote_files import RemoteFiles  # fsspec is imported only for URLs
+
+            self._remote = RemoteFiles(path, storage_options, cache_path, limit)
+            self.location = self._remote.url
+            return
+        if storage_options:
+            raise ValueError(f"storage_options apply to URLs only, but path is a local path: {path!r}")
+        self.path = local_path(path)  # cache_dir and cache_limit_bytes mean nothing here: read in place
+        self.location = str(self.path)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "path" and self.__dict__.get("_remote") is not None:
+            raise AttributeError(f"{self.location} is a storage on an object store: it has no local path")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _read_header(self) -> StorageHeader:
+        return read_header(self.path) if self._remote is None else self._remote.read_header()
+
+    def committed_shards(self) -> list[int]:
+        """Ids of the shards committed now, ascending (for a remote storage: from one listing)."""
+        if self._remote is None:
+            return committed_shard_ids(self.path)
+        infos = self._remote.list_shards(self.header_for_reading())
+        self._listed = {info.id: info for info in infos}
+        return [info.id for info in infos]
+
+    @property
+    def is_remote(self) -> bool:
+        """Whether the storage lives on an object store (read through a local cache)."""
+        return self._remote is not None
+
+    def listed_shard(self, shard: int) -> ShardInfo | None:
+        """A remote storage's listing entry of ``shard``, listed now; None if it is not committed."""
+        self.committed_shards()
+        return self._listed.get(shard)
+
+    def _shard_set(self, header: StorageHeader, shard_ids: list[int] | None) -> Path | ShardSet:
+        """What a reader of these shards (default: all committed now) reads through."""
+        if self._remote is None:
+            return LocalShards(self.path, header, shard_ids)
+        if shard_ids is None or any(shard not in self._listed for shard in shard_ids):
+            listed = self.committed_shards()
+            shard_ids = listed if shard_ids is None else shard_ids
+        missing = [shard for shard in shard_ids if shard not in self._listed]
+        if missing:
+            raise CorruptStorageError(f"shard {missing[0]} vanished: it is no longer listed at {self.location}")
+        return self._remote.shard_set(header, [self._listed[shard] for shard in shard_ids])
+
+    def incomplete_files_dir(self) -> Path:
+        """Where this machine's writers build shards before committing them (an object store's: in its cache)."""
+        target = self.commit_target()
+        return incomplete_dir(target) if isinstance(target, Path) else target.incomplete
+
+    def committed_shard_sizes(self) -> list[int]:
+        """The file size of every committed shard, from the listing (a vanished local file counts 0)."""
+        if self._remote is not None:
+            with self.open_reader() as reader:  # one listing: the sizes, nothing downloaded
+                return [info.size for info in reader.infos]
+        return [shard_file_size(self.path, shard) for shard in committed_shard_ids(self.path)]
+
+    def commit_target(self) -> Path | CommitTarget:
+        """Where a writer commits its shards: the local directory, or the object store."""
+        if self._remote is None:
+            return self.path
+        from guideloom._remote.remote_files import RemoteTarget
+
+        return RemoteTarget(self._remote)
+
+    def _expected_header(self) -> StorageHeader:
+        raise NotImplementedError
+
+    def _existing_header(self) -> StorageHeader | None:
+        """The header on disk (checked against ours), or None for a storage not yet written."""
+        try:
+            found = self._read_header()
+        except StorageNotFoundError:
+            return None
+        expected = self._expected_header()
+        if found != expected:
+            raise FormatMismatchError(
+                f"the storage at {self.location} holds {found.describe()}, but was opened as {expected.describe()}"
+            )
+        return found
+
+    def create(self) -> StorageHeader:
+        """Create the directory and header if needed; safe when writers race to do it."""
+        header = self._expected_header()
+        if self._remote is not None:
+            if self._existing_header() is None:
+                self._remote.create_header(header)
+                self._existing_header()  # if another writer created it first, it must match
+            return header
+        try:
+            for directory in (self.path, self.path / SHARDS_DIR, self.path / INCOMPLETE_DIR):
+                directory.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            files = [part for part in (self.path, *self.path.parents) if part.exists() and not part.is_dir()]
+            if not files:
+                raise
+            raise NotADirectoryError(f"cannot create a storage at {self.path}: {files[-1]} is a file") from None
+        if self._existing_header() is None:
+            temporary = self.path / INCOMPLETE_DIR / f"{HEADER_NAME}.{uuid.uuid4().hex}"
+            with open(temporary, "xb") as file:
+                file.write(header.to_json())
+                file.flush()
+                os.fsync(file.fileno())
+            if not publish(temporary, self.path / HEADER_NAME):
+                self._existing_header()  # another writer created it first: it must match
+            fsync_directory(self.path.parent)
+        return header
+
+    def open_reader(self, shard_ids: list[int] | None = None) -> StorageReader[Any]:
+        """A reader of the given shards (a loader's pinned snapshot), or of all committed now."""
+        raise NotImplementedError
+
+    def header_for_reading(self) -> StorageHeader:
+        """The header on disk, checked against this storage's; a missing storage is StorageNotFoundError."""
+        header = self._existing_header()
+        if header is None:
+            self._read_header()  # raises the precise StorageNotFoundError
+            raise AssertionError("unreachable")
+        return header
+
+    def verify(self, progress: Callable[[int], None] | None = None) -> list[str]:
+        """Recompute every committed shard's checksums; an empty list means all is well.
+
+        Each problem names its shard. ``progress`` is called with the bytes checked per shard.
+        """
+        header = self.header_for_reading()
+        if self._remote is not None:
+            return self._remote.verify(header, progress)
+        problems: list[str] = []
+        return verify_shards(self._each_shard(header, problems), progress, problems)
+
+    def _each_shard(self, header: StorageHeader, problems: list[str]) -> Iterator[ShardFile]:
+        """Each committed shard, opened in turn and closed after; one that cannot be opened is a problem."""
+        for shard_id in committed_shard_ids(self.path):
+            try:
+                shard = ShardFile(self.path, shard_id, header)
+            except (CorruptStorageError, FormatMismatchError) as error:
+                problems.append(str(error))  # a shard that cannot even be opened is one more problem
+                continue
+            try:
+                yield shard
+            finally:
+                shard.close()
+
+    def clean_leftovers(self, older_than: float = 3600.0) -> list[Path | str]:
+        """Delete files that dead writers left in ``incomplete/``, untouched for ``older_than`` seconds.
+
+        Files of live writers are younger than that as long as they keep appending. For a remote
+        storage also its unfinished uploads, stray markers and the cache's abandoned downloads.
+        """
+        older_than = check_number("older_than", older_than, minimum=0)
+        if self._remote is not None:
+            return list(self._remote.clean(older_than))
+        return list(clean_incomplete(self.path / INCOMPLETE_DIR, older_than))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.location!r})"
+
+
+class AnyFormatStorage(StorageBase):
+    """A storage opened without its format class: enough to inspect, verify and clean it (the command line)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None) -> None:
+        self._locate(path, storage_options, None, None)
+        self.header = self._read_header()
+
+    def _expected_header(self) -> StorageHeader:
+        return self.header
+
+    def open_reader(self, shard_ids: list[int] | None = None) -> StorageReader[object]:
+        return StorageReader(self._shard_set(self.header, shard_ids), self.header)
+
+
+_warned_paths: set[str] = set()
+
+
+def _warn_untrusted_once(storage: StorageBase) -> None:
+    """Warn once per storage and process that reading pickle runs the data's code."""
+    resolved = storage.location if storage._remote is not None else str(storage.path.resolve())
+    if resolved not in _warned_paths:
+        _warned_paths.add(resolved)
+        warnings.warn(
+            f"{storage.location} is a pickle storage: decoding pickle can run arbitrary code, so read only storages "
+            "you trust (JSON, MessagePack or your own format decode without running code)",
+            UntrustedFormatWarning,
+            stacklevel=4,
+        )
+
+
+class DocumentStorage(StorageBase, Generic[In, Out]):
+    """Whole records, each encoded by ``format`` and decoded as one sample."""
+
+    __module__ = "guideloom"  # its public home: reprs and pickles name it there
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        format: DocumentStorageFormat[In, Out],
+        *,
+        storage_options: dict[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit_bytes: int | None = None,
+    ) -> None:
+        """A storage at a local ``path`` or an fsspec URL (see docs/object-storage.md for the other arguments)."""
+        if isinstance(format, type):
+            raise TypeError(
+                f"format must be a format instance, got the class {format.__name__}: pass {format.__name__}()"
+            )
+        if not isinstance(format, DocumentStorageFormat):
+            raise TypeError(f"format must be a DocumentStorageFormat, got {type(format).__name__}")
+        format_identity(format)  # a name that cannot be recorded is refused before anything is written
+        self.format = format
+        self._locate(path, storage_options, cache_dir, cache_limit_bytes)
+        self._existing_header()
+
+    def _expected_header(self) -> StorageHeader:
+        return StorageHeader("documents", format=format_identity(self.format))
+
+    def encode(self, data: In) -> tuple[memoryview, int]:
+        """One record as the bytes a shard stores, and their count."""
+        encoded = self.format.pack(data)
+        if not isinstance(encoded, bytes | bytearray | memoryview):
+            raise TypeError(f"{type(self.format).__name__}.pack must return bytes, got {type(encoded).__name__}")
+        view = memoryview(encoded).cast("B")
+        return view, view.nbytes
+
+    def sync_writer(self) -> SyncWriter[In]:
+        """A writer; use it as ``with storage.sync_writer() as writer``."""
+        return SyncWriter(self.commit_target(), self.create(), self.encode)
+
+    def sync_reader(self) -> DocumentReader[Out]:
+        """A reader of the shards committed now; use it as ``with storage.sync_reader() as reader``."""
+        return self.open_reader()
+
+    def async_writer(self) -> AsyncWriter[In]:
+        return AsyncWriter(self.sync_writer())
+
+    def async_reader(self) -> AsyncReader[Out]:
+        return AsyncReader(self.sync_reader)
+
+    def open_reader(self, shard_ids: list[int] | None = None) -> DocumentReader[Out]:
+        header = self.header_for_reading()
+        if isinstance(self.format, DocumentPickleFormat):
+            _warn_untrusted_once(self)
+        return DocumentReader(self._shard_set(header, shard_ids), header, self.format)
+
+
+class TokenStorage(StorageBase):
+    """Documents of token ids, concatenated into one stream served as fixed windows."""
+
+    __module__ = "guideloom"  # its public home: reprs and pickles name it there
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        dtype: str | np.dtype[Any] | type | None = None,
+        *,
+        storage_options: dict[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit_bytes: int | None = None,
+    ) -> None:
+        """A storage at a local ``path`` or an fsspec URL (see docs/object-storage.md for the other arguments)."""
+        self._locate(path, storage_options, cache_dir, cache_limit_bytes)
+        recorded = None
+        with contextlib.suppress(StorageNotFoundError):
+            recorded = self._read_header()
+        if recorded is not None and recorded.kind != "tokens":
+            raise FormatMismatchError(f"the storage at {self.location} holds {recorded.describe()}, not tokens")
+        self.encoder = TokenEncoder(recorded.dtype if dtype is None and recorded is not None else dtype)
+        self.dtype = self.encoder.dtype
+        self._existing_header()
+
+    def _expected_header(self) -> StorageHeader:
+        return StorageHeader("tokens", dtype=self.dtype.name)
+
+    def encode(self, tokens: TokenInput) -> tuple[memoryview, int]:
+        """One document's ids as the bytes a shard stores, and their count; an id the dtype cannot hold is an error."""
+        return self.encoder(tokens)
+
+    def sync_writer(self) -> SyncWriter[TokenInput]:
+        """A writer; ``writer.append(shard, tokens)`` appends one document's token ids."""
+        return SyncWriter(self.commit_target(), self.create(), self.encoder)  # no extra call per append
+
+    def sync_reader(self) -> TokenReader:
+        """A reader of the shards committed now: documents by index and the token stream."""
+        return self.open_reader()
+
+    def async_writer(self) -> AsyncWriter[TokenInput]:
+        return AsyncWriter(self.sync_writer())
+
+    def async_reader(self) -> AsyncReader[np.ndarray]:
+        return AsyncReader(self.sync_reader)
+
+    def open_reader(self, shard_ids: list[int] | None = None) -> TokenReader:
+        header = self.header_for_reading()
+        return TokenReader(self._shard_set(header, shard_ids), header)

@@ -1,0 +1,1 @@
+"""Tests of private units, mirroring src/guideloom/_<subpackage>/."""
