@@ -2,7 +2,7 @@
 
 The loader's whole state is (epoch, position): ``position`` counts the epoch's
 positions consumed by all ranks together. Which samples a batch holds is a pure
-function of that state and the configuration (see ``_order``), so a state dict
+function of that state and the configuration (see ``_sampling.epoch_order``), so a state dict
 is a few integers, resuming costs O(1), and worker processes only ever change
 where the work runs, never what a batch holds.
 """

@@ -2,7 +2,7 @@
 
 Readers index shards by their :class:`ShardInfo` and open them through a :class:`ShardSet`; writers
 build shards in a local directory and hand them to a :class:`CommitTarget`. The local implementations
-here map the storage's own files and commit by hard link; the remote ones (``_remote_files``) download
+here map the storage's own files and commit by hard link; the remote ones (``_remote.remote_files``) download
 into a cache and commit by upload. Neither readers nor writers know which they have.
 """
 

@@ -1,7 +1,7 @@
 """Document-aware token sources: stream windows that say where documents start, and packed documents.
 
 Both serve batches as a dict of ``input_ids``, ``position_ids``, ``labels``,
-``cu_seqlens`` and ``max_seqlen`` (see ``_boundaries``). A user ``collate``
+``cu_seqlens`` and ``max_seqlen`` (see ``_windows.boundaries``). A user ``collate``
 receives the rows as a sequence of one-row dicts instead.
 """
 

@@ -60,7 +60,7 @@ class StorageBase:
     """What both storages share: where its files live, its header, verification and clean-up.
 
     A local storage is a directory (``path``); a storage opened by URL keeps its objects on a
-    store and reads them through a local cache (``_remote``). ``location`` names either.
+    store and reads them through a local cache (``_remote``, imported only for URLs). ``location`` names either.
     """
 
     path: Path
