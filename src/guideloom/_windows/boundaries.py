@@ -24,20 +24,11 @@ IGNORE_INDEX = -100
 LONG_PIECES = 1024  # tokens per document starting inside a row, on average, from which each gets its own copy
 
 
-@dataclass(frozen=True)
-class PieceRows:
-    """``n`` rows of ``S`` tokens and their pieces.
-
-    Row ``r`` holds ``piece_counts[r]`` document pieces (their lengths, row after row, in
-    ``piece_lengths``), followed by ``padding[r]`` padding tokens. ``loss_mask`` (bool, shaped like
-    ``input_ids``) marks the tokens that count toward the loss in rows of a masked storage; None: all do.
-    """
+class RowDicts:
+    """Rows as a sequence of one-row batch dicts, what a user ``collate`` receives: a subclass gives
+    ``input_ids``, ``take(rows)`` and ``batch()``."""
 
     input_ids: np.ndarray
-    piece_lengths: np.ndarray
-    piece_counts: np.ndarray
-    padding: np.ndarray
-    loss_mask: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -54,6 +45,28 @@ class PieceRows:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for row in range(len(self)):
             yield self[row]
+
+    def take(self, rows: np.ndarray) -> Any:
+        raise NotImplementedError
+
+    def batch(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class PieceRows(RowDicts):
+    """``n`` rows of ``S`` tokens and their pieces.
+
+    Row ``r`` holds ``piece_counts[r]`` document pieces (their lengths, row after row, in
+    ``piece_lengths``), followed by ``padding[r]`` padding tokens. ``loss_mask`` (bool, shaped like
+    ``input_ids``) marks the tokens that count toward the loss in rows of a masked storage; None: all do.
+    """
+
+    input_ids: np.ndarray
+    piece_lengths: np.ndarray
+    piece_counts: np.ndarray
+    padding: np.ndarray
+    loss_mask: np.ndarray | None = None
 
     def take(self, rows: np.ndarray) -> PieceRows:
         """The rows at these positions (int64), in that order."""

@@ -8,7 +8,6 @@ has no mask: all its tokens count.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
@@ -17,7 +16,7 @@ import numpy as np
 import torch
 
 from guideloom._shards.loss_masks import MaskedStream, unpack_bits, window_masks
-from guideloom._windows.boundaries import IGNORE_INDEX, concatenate_masks
+from guideloom._windows.boundaries import IGNORE_INDEX, RowDicts, concatenate_masks
 
 
 def masked_labels(input_ids: np.ndarray, loss_mask: np.ndarray | None) -> np.ndarray:
@@ -46,25 +45,11 @@ def fill_piece_masks(
 
 
 @dataclass(frozen=True)
-class LabeledWindows:
+class LabeledWindows(RowDicts):
     """Stream windows with their loss masks (None: every token counts); a sequence of one-row dicts."""
 
     input_ids: np.ndarray
     loss_mask: np.ndarray | None
-
-    def __len__(self) -> int:
-        return len(self.input_ids)
-
-    def __getitem__(self, row: int) -> dict[str, Any]:
-        """Row ``row`` as ``{"input_ids", "labels"}`` without the batch dimension (what a user collate sees)."""
-        if not -len(self) <= row < len(self):
-            raise IndexError(f"row {row} is out of range for {len(self)} rows")
-        batch = self.take(np.array([row % len(self)], np.int64)).batch()
-        return {key: value[0] for key, value in batch.items()}
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        for row in range(len(self)):
-            yield self[row]
 
     def take(self, rows: np.ndarray) -> LabeledWindows:
         return LabeledWindows(self.input_ids[rows], None if self.loss_mask is None else self.loss_mask[rows])
