@@ -23,6 +23,11 @@ def mask_size(token_count: int) -> int:
     return (token_count + 7) // 8
 
 
+def padded_mask_size(token_count: int) -> int:
+    """Bytes the mask of ``token_count`` tokens takes in a shard, with its padding to 8 bytes."""
+    return (mask_size(token_count) + 7) // 8 * 8
+
+
 def loss_mask_array(mask: object, length: int) -> np.ndarray:
     """A user's mask for ``length`` tokens as a 1-D bool array: bools or 0/1 integers, same length, or an error.
 
