@@ -19,13 +19,17 @@ from guideloom._shards.index import append_facts
 from guideloom._shards.layout import SHARDS_DIR, ShardInfo, shard_file_name, shard_size, shard_trailer
 
 
-def _write_shard(path: Path, storage: TokenStorage | DocumentStorage[Any, Any], shard: int, data: bytes, offsets: list[int]) -> ShardInfo:
+def _write_shard(
+    path: Path, storage: TokenStorage | DocumentStorage[Any, Any], shard: int, data: bytes, offsets: list[int]
+) -> ShardInfo:
     header = storage.create()
     data_crc = zlib.crc32(data)
     (path / SHARDS_DIR / shard_file_name(shard)).write_bytes(
         data + shard_trailer(shard, offsets, len(data), data_crc, header)
     )
-    return ShardInfo(shard, len(offsets) - 1, len(data) // header.element_size, data_crc, shard_size(len(offsets) - 1, len(data)))
+    return ShardInfo(
+        shard, len(offsets) - 1, len(data) // header.element_size, data_crc, shard_size(len(offsets) - 1, len(data))
+    )
 
 
 def token_shards(

@@ -43,7 +43,11 @@ def rank_main(rank: int, port: int, paths: list[str], out: str) -> None:
                 TokenStorage(paths[rank]), device="cpu", local_batch_size=2, sequence_length=4, shuffle=True
             ) as loader:
                 state = loader.state_dict()
-                outcome = {"batches": len(loader), "shards": state["source"]["shards"], "first": next(iter(loader)).tolist()}
+                outcome = {
+                    "batches": len(loader),
+                    "shards": state["source"]["shards"],
+                    "first": next(iter(loader)).tolist(),
+                }
         except StorageNotFoundError as error:
             outcome = {"error": str(error)}
         (folder / f"rank{rank}.json").write_text(json.dumps(outcome))
@@ -59,7 +63,11 @@ def write_shards(path: Path, shards: range) -> None:
 
 def launch(paths: list[Path], out: Path, between: Any = None) -> list[dict[str, Any]]:
     context = mp.start_processes(
-        rank_main, args=(free_port(), [str(path) for path in paths], str(out)), nprocs=2, join=False, start_method="spawn"
+        rank_main,
+        args=(free_port(), [str(path) for path in paths], str(out)),
+        nprocs=2,
+        join=False,
+        start_method="spawn",
     )
     wait_for(out / "opening")
     time.sleep(2)  # rank 0 lists its few shards meanwhile, then waits for rank 1 in the broadcast
