@@ -107,3 +107,12 @@ def test_shards_committed_later_are_not_seen_by_an_open_reader(tmp_path: Path) -
         assert len(reader) == 6
     with storage.sync_reader() as reader:
         assert len(reader) == 7 and reader.read(6).tolist() == list(range(5))
+
+
+def test_crafted_names_beside_the_shards_leave_the_listing_sorted_and_exact(tmp_path: Path) -> None:
+    storage = token_shards(tmp_path / "tokens", 12)
+    expected = batches(storage)
+    shards = tmp_path / "tokens" / "shards"
+    for name in ("00000000000\u0661.shard", "000000000003.shard.tmp", "x" * 18):
+        (shards / name).write_bytes((shards / "000000000003.shard").read_bytes())
+    assert batches(storage) == expected
