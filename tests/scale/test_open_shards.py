@@ -48,8 +48,10 @@ def test_a_shuffled_epoch_with_workers_reads_ten_thousand_shards_under_ulimit_10
 import json, os
 import numpy as np
 from guideloom import StatefulDataLoader, TokenStorage
+# A collate of its own makes the loader use worker processes (plain windows would use a thread).
 with StatefulDataLoader.from_storage(
-    TokenStorage(sys.argv[1]), device="cpu", local_batch_size=50, sequence_length=16, shuffle=True, num_workers=2
+    TokenStorage(sys.argv[1]), np.stack, device="cpu", local_batch_size=50, sequence_length=16,
+    shuffle=True, num_workers=2,
 ) as loader:
     firsts = [int(token) for batch in loader for token in batch[:, 0].tolist()]
     descriptors = len(os.listdir("/proc/self/fd"))
