@@ -21,6 +21,7 @@ import torch.distributed
 
 from guideloom._core.checks import check_bool, check_callable, check_int, check_number
 from guideloom._loading.devices import check_device
+from guideloom._loading.job_snapshot import in_job
 from guideloom._loading.make_source import make_source
 from guideloom._loading.state import OrderSettings, build_state, check_state
 from guideloom._loading.transport import Batcher, Transport, make_transport
@@ -223,6 +224,7 @@ class StatefulDataLoader:
             long_documents=long_documents,
             shuffle=shuffle,
             seed=seed,
+            one_snapshot_per_job=in_job(rank, world_size),
         )
         return cls(
             source,

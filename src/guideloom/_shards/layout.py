@@ -33,6 +33,7 @@ import numpy as np
 
 from guideloom._core.checks import check_int
 from guideloom._core.errors import CorruptStorageError, FormatMismatchError, StorageNotFoundError
+from guideloom._shards.limits import RESOURCE_ERRNOS, out_of_resources
 from guideloom._shards.loss_masks import LOSS_MASK_FLAG, mask_size, padded_mask_size
 
 LAYOUT_VERSION = 1
@@ -300,6 +301,8 @@ class ShardFile:
         except FileNotFoundError:
             raise CorruptStorageError(f"shard {shard} vanished: {self.path} is missing") from None
         except OSError as error:
+            if error.errno in RESOURCE_ERRNOS:
+                raise out_of_resources(error, shard, self.path) from None
             raise CorruptStorageError(f"shard {shard} cannot be opened ({self.path}): {error}") from None
         try:
             status = os.fstat(descriptor)
@@ -311,6 +314,8 @@ class ShardFile:
             try:
                 self._mapping: mmap.mmap | None = mmap.mmap(descriptor, size, access=mmap.ACCESS_READ)
             except OSError as error:
+                if error.errno in RESOURCE_ERRNOS:
+                    raise out_of_resources(error, shard, self.path) from None
                 raise CorruptStorageError(f"shard {shard} cannot be mapped ({self.path}): {error}") from None
         finally:
             os.close(descriptor)
