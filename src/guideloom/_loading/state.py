@@ -26,7 +26,7 @@ LOCAL_BATCH_SIZE = "local_batch_size"  # this and the next two are recorded for 
 WORLD_SIZE = "world_size"
 DROP_LAST = "drop_last"
 SOURCE = "source"  # the source's identity(): what it read, in words a user can compare
-NEXT_BATCH = "next_batch"  # {"samples": n, "digest": hex} of the next global batch's first n samples
+NEXT_BATCH = "next_batch"  # a digest of the next global batch's first sample (hex)
 
 # Version 1 recorded the source as these two keys instead of SOURCE.
 V1_STORAGE = "storage"  # the fingerprint of the storage's contents
@@ -54,7 +54,7 @@ class Resume:
 
 
 def build_state(
-    settings: OrderSettings, source: SampleSource, epoch: int, position: int, next_batch: dict[str, Any]
+    settings: OrderSettings, source: SampleSource, epoch: int, position: int, next_batch: str
 ) -> dict[str, Any]:
     """The state dict: small, JSON-serialisable and equal on every rank."""
     return {
