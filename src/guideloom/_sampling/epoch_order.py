@@ -45,8 +45,8 @@ def mix_array(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     return x
 
 
-def _fmix64(x: int) -> int:
-    """`mix_array` of one Python int."""
+def fmix_int(x: int) -> int:
+    """`mix_array` (Murmur3 fmix64) of one 64-bit Python int."""
     x ^= x >> 33
     x = (x * 0xFF51AFD7ED558CCD) & MASK64
     x ^= x >> 33
@@ -141,7 +141,7 @@ class EpochOrder:
         while True:  # cycle walking, as `indices` does
             left, right = x >> half_bits, x & half_mask
             for key in self._keys:
-                right, left = left ^ (_fmix64(right ^ int(key)) & half_mask), right
+                right, left = left ^ (fmix_int(right ^ int(key)) & half_mask), right
             x = (left << half_bits) | right
             if x < self.sample_count:
                 return x

@@ -17,7 +17,7 @@ from math import isqrt
 import numpy as np
 import numpy.typing as npt
 
-from guideloom._sampling.epoch_order import MASK64, ROUNDS, mix_array, round_keys
+from guideloom._sampling.epoch_order import ROUNDS, fmix_int, mix_array, round_keys
 
 __all__ = ["pass_domain", "permute_many"]
 
@@ -147,16 +147,7 @@ def _scalar_feistel(x: int, rows: int, columns: int, keys: list[int]) -> int:
     left, right = divmod(x, columns)
     left_radix, right_radix = rows, columns
     for key in keys:
-        hashed = _fmix_int(right ^ key)
+        hashed = fmix_int(right ^ key)
         left, right = right, (left + (((hashed >> 32) * left_radix) >> 32)) % left_radix
         left_radix, right_radix = right_radix, left_radix
     return left * columns + right
-
-
-def _fmix_int(x: int) -> int:
-    """`mix_array` (Murmur3 fmix64) of one 64-bit Python int."""
-    x ^= x >> 33
-    x = (x * 0xFF51AFD7ED558CCD) & MASK64
-    x ^= x >> 33
-    x = (x * 0xC4CEB9FE1A85EC53) & MASK64
-    return x ^ (x >> 33)
