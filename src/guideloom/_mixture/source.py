@@ -197,6 +197,7 @@ class MixtureSource:
                 "block_size": self.mixture.block_size,
                 "samples_per_epoch": self._sample_count,
                 "storages": [source.storage.location for source in self.components],  # as components
+                "component_kind": first["kind"],  # how the components cut samples (the window mode)
             }
         return dict(self._identity)
 
