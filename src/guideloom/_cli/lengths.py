@@ -84,7 +84,7 @@ class Lengths:
         for row in [header, *table]:
             lines.append("  " + "  ".join(value.rjust(width) for value, width in zip(row, widths, strict=False)))
             if len(row) > 4:
-                lines[-1] += "  " + row[4]
+                lines[-1] = f"{lines[-1]}  {row[4]}".rstrip()
         return lines
 
     def plot(self, path: Path, title: str) -> None:
