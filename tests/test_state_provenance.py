@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 import guideloom._sampling.epoch_order as epoch_order
@@ -147,3 +148,16 @@ def test_one_sample_of_an_order_is_the_same_in_plain_integers() -> None:
         order = epoch_order.EpochOrder(count, shuffle=True, seed=-3, epoch=2)
         positions = [0, 1, count - 1, count, 3 * count + 2, 12_345]
         assert [order.sample_at_one(position) for position in positions] == order.sample_at(positions).tolist()
+
+
+def test_a_few_positions_of_component_passes_are_the_same_in_plain_integers() -> None:
+    from guideloom._sampling.passes import permute_many
+
+    rng = np.random.default_rng(1)
+    for _ in range(100):
+        counts = [int(rng.integers(1, 10 ** int(rng.integers(1, 7)))) for _ in range(3)]
+        orders = rng.integers(0, 3, 5)
+        positions = np.array([int(rng.integers(0, counts[order])) for order in orders], np.int64)
+        arguments = (counts, [11, -5, 2**40], [0, 3, 7])
+        vectorised = permute_many(np.tile(positions, 4), np.tile(orders, 4), *arguments)[:5]  # 20 > a handful
+        assert permute_many(positions, orders, *arguments).tolist() == vectorised.tolist()

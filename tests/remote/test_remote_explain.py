@@ -28,5 +28,7 @@ def test_explain_opens_the_url_the_state_names(
         (tmp_path / "state.json").write_text(json.dumps(loader.state_dict()))
         expected = loader.explain(3)
     options = json.dumps(s3_server.options)
-    assert main(["explain", str(tmp_path / "state.json"), "--batches", "3", "--json", "--storage-options", options]) == 0
+    assert (
+        main(["explain", str(tmp_path / "state.json"), "--batches", "3", "--json", "--storage-options", options]) == 0
+    )
     assert json.loads(capsys.readouterr().out) == expected

@@ -55,6 +55,16 @@ def permute_many(
 ) -> npt.NDArray[np.int64]:
     """The sample at each position of its order ``o`` (from ``orders``): pass ``epochs[o]`` of a component
     of ``counts[o]`` samples keyed by ``seeds[o]``, a bijection of ``[0, counts[o])``, in one vectorised pass."""
+    if len(positions) <= _SCALAR_WALKS:  # a handful (a state's digest): cheaper in plain Python than vectorised
+        found = []
+        for position, order in zip(positions.tolist(), orders.tolist(), strict=True):
+            rows, columns = pass_domain(counts[order])
+            order_keys = round_keys(seeds[order], epochs[order])
+            value = _scalar_feistel(position, rows, columns, order_keys)
+            while value >= counts[order]:
+                value = _scalar_feistel(value, rows, columns, order_keys)
+            found.append(value)
+        return np.array(found, np.int64)
     domains = np.array([pass_domain(count) for count in counts], np.uint64).reshape(len(counts), 2)
     rows, columns = domains[orders, 0], domains[orders, 1]
     keys = np.array([round_keys(seed, epoch) for seed, epoch in zip(seeds, epochs, strict=True)], np.uint64)
