@@ -219,3 +219,18 @@ def test_inspect_lengths_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         "",
         "guideloom inspect: error: --plot draws the histogram of --lengths: add --lengths\n",
     )
+
+
+def test_a_version_2_state_of_one_storage_is_explained_and_of_a_mixture_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state, saved = saved_state("packed", tmp_path / "one")
+    _, expected, _ = run(capsys, "explain", saved, "--json")
+    older = {key: value for key, value in state.items() if key != "next_batch"} | {"guideloom_loader_state": 2}
+    saved.write_text(json.dumps(older))
+    assert run(capsys, "explain", saved, "--json") == (0, expected, "")
+    state, saved = saved_state("mixture-windows", tmp_path / "mixture")
+    source = {key: value for key, value in state["source"].items() if key != "storages"}
+    saved.write_text(json.dumps({**state, "guideloom_loader_state": 2, "source": source}))
+    status, _, err = run(capsys, "explain", saved)
+    assert status == 2 and "names no storage of its mixture's components: it was taken by guideloom 0.2" in err
