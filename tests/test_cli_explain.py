@@ -234,3 +234,13 @@ def test_a_version_2_state_of_one_storage_is_explained_and_of_a_mixture_refused(
     saved.write_text(json.dumps({**state, "guideloom_loader_state": 2, "source": source}))
     status, _, err = run(capsys, "explain", saved)
     assert status == 2 and "names no storage of its mixture's components: it was taken by guideloom 0.2" in err
+
+
+def test_explain_rebuilds_packing_that_truncates_long_documents(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state, saved = saved_state("packed", tmp_path, long_documents="truncate")
+    with open_loader("packed", tmp_path, rank=0, world_size=2, local_batch_size=2, long_documents="truncate") as loader:
+        loader.load_state_dict(state)
+        expected = loader.explain(4)
+    assert json.loads(run(capsys, "explain", saved, "--batches", 4, "--rank", 0, "--json")[1]) == expected

@@ -167,3 +167,11 @@ def test_explain_arguments_are_checked(tmp_path: Path, arguments: dict[str, Any]
         with pytest.raises(error) as caught:
             loader.explain(**arguments)
     assert str(caught.value) == message
+
+
+@pytest.mark.parametrize("long_documents", ["truncate", "drop"])
+def test_explain_follows_what_packing_keeps_of_long_documents(tmp_path: Path, long_documents: str) -> None:
+    with open_loader("packed", tmp_path, long_documents=long_documents) as loader:
+        explained = loader.explain(len(loader))
+        assert all(piece["start"] == 0 for batch in explained for s in batch["samples"] for piece in s["pieces"])
+        assert_next_batches_explained(loader, "packed", tmp_path, len(loader) + 1)
