@@ -8,6 +8,7 @@ a grown storage's), the sources describe their samples from their indexes (``des
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -99,14 +100,16 @@ def next_batch(source: SampleSource, settings: OrderSettings, epoch: int, positi
     It depends on the order only, not on this rank or on how many ranks share the batch, so an elastic
     resume finds the same one. At an epoch's end it is the next epoch's first sample as this source would
     serve it (a storage grown since joins only then, and is left out). One sample, located in plain integer
-    arithmetic, keeps ``state_dict()`` cheap at every step, and tells another order apart all the same.
+    arithmetic and keyed by what the source knows without opening a shard (``sample_keys``), keeps
+    ``state_dict()`` cheap at every step and free of downloads, and tells another order apart all the same.
     """
     if plan_of(settings, source, position).batch_count == 0:
         epoch, position = epoch + 1, 0
     index = position
     if settings.shuffle and not source.orders_itself:
         index = EpochOrder(source.sample_count, shuffle=True, seed=settings.seed, epoch=epoch).sample_at_one(position)
-    return source.describe(np.array([index % source.sample_count], np.int64), epoch).digest()
+    keys = source.sample_keys(np.array([index % source.sample_count], np.int64), epoch)
+    return hashlib.blake2b(np.ascontiguousarray(keys, "<i8").tobytes(), digest_size=8).hexdigest()
 
 
 class DigestCache:

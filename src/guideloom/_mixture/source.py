@@ -137,6 +137,16 @@ class MixtureSource:
         described: SamplePieces = _interleave(parts, components) if parts else SamplePieces.of([], [], [], [], [])
         return described.named(self.mixture.names)
 
+    def sample_keys(self, indices: np.ndarray, epoch: int) -> np.ndarray:
+        """Each sample's component and its keys there, sample after sample."""
+        positions = np.asarray(indices, np.int64) % self._sample_count
+        components, samples = self.order.locate(epoch * self._sample_count + positions)
+        keys = [
+            np.concatenate([[k], self.components[k].sample_keys(samples[i : i + 1], epoch)])
+            for i, k in enumerate(components.tolist())
+        ]
+        return np.concatenate(keys).astype(np.int64) if keys else np.empty(0, np.int64)
+
     def _mixed_windows(self) -> MixedWindows:
         """The components' current readers, read as one (a closed or forked source opens new readers)."""
         readers = [source.reader for source in self.components]

@@ -2,20 +2,28 @@
 
 Every function here reads record counts, token counts and the document offsets stored in each
 shard's index, never a token or a record's bytes, and costs O(samples + pieces) whatever the size
-of the storage. `SamplePieces` holds the answer as flat arrays (cheap to hash for a state's digest)
-and turns it into the dicts `StatefulDataLoader.explain` returns.
+of the storage. `SamplePieces` holds the answer as flat arrays and turns it into the dicts
+`StatefulDataLoader.explain` returns. The ``*_keys`` functions identify samples for a state's digest
+from what needs no shard opened (shard ids, counts, a packing), so taking a state downloads nothing.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import Any
 
 import numpy as np
 
-__all__ = ["SamplePieces", "packed_pieces", "record_pieces", "window_pieces"]
+__all__ = [
+    "SamplePieces",
+    "packed_keys",
+    "packed_pieces",
+    "record_keys",
+    "record_pieces",
+    "window_keys",
+    "window_pieces",
+]
 
 WHOLE_RECORD = -1  # a stop that means "to the record's end": a document storage's records are whole samples
 NO_COMPONENT = -1
@@ -106,13 +114,6 @@ class SamplePieces:
             for k, (first, last) in zip(self.components.tolist(), pairwise(bounds), strict=True)
         ]
 
-    def digest(self) -> str:
-        """16 hex digits over every field: what a state records of the samples it stands before."""
-        hashed = hashlib.blake2b(digest_size=8)
-        for array in (self.piece_counts, self.components, self.shards, self.records, self.starts, self.stops):
-            hashed.update(np.ascontiguousarray(array, "<i8").tobytes())
-        return hashed.hexdigest()
-
 
 def record_pieces(reader: Any, indices: np.ndarray) -> SamplePieces:
     """Records at these global indices of ``reader``, each a whole sample (a document storage's samples)."""
@@ -187,3 +188,38 @@ def packed_pieces(packed: Any, reader: Any, indices: np.ndarray) -> SamplePieces
             column.append(value)
         counts.append(last - first)
     return SamplePieces.of(counts, *(_joined(column) for column in columns))
+
+
+# --- keys: what a state's next-batch digest hashes, from what a source knows without opening a shard ---------
+
+
+def record_keys(reader: Any, indices: np.ndarray) -> np.ndarray:
+    """``(shard id, record)`` of each record at these global indices, flat."""
+    indices = np.asarray(indices, np.int64)
+    positions = np.searchsorted(reader.record_starts, indices, side="right") - 1
+    shards = [reader.infos[position].id for position in positions.tolist()]
+    return np.stack([np.asarray(shards, np.int64), indices - reader.record_starts[positions]], 1).reshape(-1)
+
+
+def window_keys(reader: Any, window_starts: np.ndarray) -> np.ndarray:
+    """``(shard id, token offset in it)`` where each window starts, flat."""
+    starts = np.asarray(window_starts, np.int64)
+    positions = np.searchsorted(reader.token_starts, starts, side="right") - 1
+    shards = [reader.infos[position].id for position in positions.tolist()]
+    return np.stack([np.asarray(shards, np.int64), starts - reader.token_starts[positions]], 1).reshape(-1)
+
+
+def packed_keys(packed: Any, reader: Any, indices: np.ndarray) -> np.ndarray:
+    """Each packed row's shard id, piece count, and its pieces' token offsets and lengths in the shard, flat."""
+    indices = np.asarray(indices, np.int64)
+    positions = np.searchsorted(packed.row_bases, indices, side="right") - 1
+    keys: list[np.ndarray] = []
+    for position, row in zip(positions.tolist(), (indices - packed.row_bases[positions]).tolist(), strict=True):
+        packing = packed.packings[position]
+        first, last = int(packing.row_starts[row]), int(packing.row_starts[row + 1])
+        keys.append(np.array([reader.infos[position].id, last - first], np.int64))
+        keys += [
+            np.asarray(packing.piece_starts[first:last], np.int64),
+            np.asarray(packing.piece_lengths[first:last], np.int64),
+        ]
+    return _joined(keys)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from guideloom._core.checks import check_bool, check_choice, check_int
-from guideloom._sources.describe import SamplePieces, packed_pieces
+from guideloom._sources.describe import SamplePieces, packed_keys, packed_pieces
 from guideloom._sources.labeled_windows import LabeledWindowSource
 from guideloom._sources.token_windows import TokenWindowSource
 from guideloom._storage.storages import TokenStorage
@@ -95,6 +95,9 @@ class PackedRowSource(TokenWindowSource):
 
     def describe(self, indices: np.ndarray, epoch: int) -> SamplePieces:
         return packed_pieces(self.packed, self.reader, indices)
+
+    def sample_keys(self, indices: np.ndarray, epoch: int) -> np.ndarray:
+        return packed_keys(self.packed, self.reader, indices)
 
     def default_collate(self, samples: PieceRows) -> dict[str, Any]:  # type: ignore[override]
         return samples.batch()

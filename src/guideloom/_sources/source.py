@@ -52,6 +52,11 @@ class SampleSource(Protocol):
         """
         ...
 
+    def sample_keys(self, indices: np.ndarray, epoch: int) -> np.ndarray:
+        """int64 numbers that identify these samples (where in which shard they start, how they are cut),
+        from what the source knows without opening a shard: a state's next-batch digest hashes them."""
+        ...
+
     def default_collate(self, samples: Any) -> Any:
         """The batch when the user gives no ``collate``."""
         ...

@@ -9,7 +9,7 @@ import torch
 
 from guideloom._core.checks import check_sequence_length
 from guideloom._shards.reader import TokenReader
-from guideloom._sources.describe import SamplePieces, window_pieces
+from guideloom._sources.describe import SamplePieces, window_keys, window_pieces
 from guideloom._sources.source import PinnedShards
 from guideloom._storage.storages import TokenStorage
 
@@ -55,6 +55,9 @@ class TokenWindowSource(PinnedShards[TokenReader]):
 
     def describe(self, indices: np.ndarray, epoch: int) -> SamplePieces:
         return window_pieces(self.reader, np.asarray(indices, np.int64) * self.sequence_length, self.sequence_length)
+
+    def sample_keys(self, indices: np.ndarray, epoch: int) -> np.ndarray:
+        return window_keys(self.reader, np.asarray(indices, np.int64) * self.sequence_length)
 
     def default_collate(self, samples: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(samples)
