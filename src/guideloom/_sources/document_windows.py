@@ -14,6 +14,7 @@ import numpy as np
 
 from guideloom._core.checks import check_bool, check_choice, check_int
 from guideloom._shards.index import ShardTable
+from guideloom._sources.describe import SamplePieces, packed_keys, packed_pieces
 from guideloom._sources.labeled_windows import LabeledWindowSource
 from guideloom._sources.token_windows import TokenWindowSource
 from guideloom._storage.storages import TokenStorage
@@ -83,6 +84,12 @@ class PackedRowSource(TokenWindowSource):
         )
         self.check_ids(rows.input_ids)
         return rows
+
+    def describe(self, indices: np.ndarray, epoch: int) -> SamplePieces:
+        return packed_pieces(self.packed, self.reader, indices)
+
+    def sample_keys(self, indices: np.ndarray, epoch: int) -> np.ndarray:
+        return packed_keys(self.packed, self.reader, indices)
 
     def default_collate(self, samples: PieceRows) -> dict[str, Any]:  # type: ignore[override]
         return samples.batch()

@@ -17,6 +17,7 @@ import numpy as np
 from guideloom._core.errors import StateMismatchError
 from guideloom._shards.index import ShardTable
 from guideloom._shards.reader import StorageReader
+from guideloom._sources.describe import SamplePieces
 from guideloom._sources.recorded_shards import ShardSetDigest, describe_shards, over_recorded_shards
 
 ReaderT = TypeVar("ReaderT", bound=StorageReader[Any])
@@ -43,6 +44,18 @@ class SampleSource(Protocol):
 
     def fetch(self, indices: np.ndarray, epoch: int) -> Any:
         """The samples at these int64 indices (or positions) of epoch ``epoch``, in the form ``collate`` receives."""
+        ...
+
+    def describe(self, indices: np.ndarray, epoch: int) -> SamplePieces:
+        """What the samples at these indices (or positions) are made of: records, shards and token offsets.
+
+        Read from indexes only (record counts, document offsets), never from the samples' data.
+        """
+        ...
+
+    def sample_keys(self, indices: np.ndarray, epoch: int) -> np.ndarray:
+        """int64 numbers that identify these samples (where in which shard they start, how they are cut),
+        from what the source knows without opening a shard: a state's next-batch digest hashes them."""
         ...
 
     def default_collate(self, samples: Any) -> Any:

@@ -10,6 +10,7 @@ import torch
 from guideloom._core.checks import check_sequence_length
 from guideloom._shards.index import ShardTable
 from guideloom._shards.reader import TokenReader
+from guideloom._sources.describe import SamplePieces, window_keys, window_pieces
 from guideloom._sources.source import PinnedShards
 from guideloom._storage.storages import TokenStorage
 
@@ -52,6 +53,12 @@ class TokenWindowSource(PinnedShards[TokenReader]):
                 f"2**{8 * self.window_dtype.itemsize - 1} or more, which do not fit the loader's "
                 f"{self.window_dtype} batches"
             )
+
+    def describe(self, indices: np.ndarray, epoch: int) -> SamplePieces:
+        return window_pieces(self.reader, np.asarray(indices, np.int64) * self.sequence_length, self.sequence_length)
+
+    def sample_keys(self, indices: np.ndarray, epoch: int) -> np.ndarray:
+        return window_keys(self.reader, np.asarray(indices, np.int64) * self.sequence_length)
 
     def default_collate(self, samples: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(samples)
