@@ -176,7 +176,7 @@ def packed_pieces(packed: Any, reader: Any, indices: np.ndarray) -> SamplePieces
     counts: list[int] = []
     columns: list[list[np.ndarray]] = [[], [], [], []]
     for position, row in zip(positions.tolist(), local_rows, strict=True):
-        packing = packed.packings[position]
+        packing = packed.packing(reader, position)
         first, last = int(packing.row_starts[row]), int(packing.row_starts[row + 1])
         starts = np.asarray(packing.piece_starts[first:last], np.int64)
         offsets = reader.shard(position).offsets
@@ -215,7 +215,7 @@ def packed_keys(packed: Any, reader: Any, indices: np.ndarray) -> np.ndarray:
     positions = np.searchsorted(packed.row_bases, indices, side="right") - 1
     keys: list[np.ndarray] = []
     for position, row in zip(positions.tolist(), (indices - packed.row_bases[positions]).tolist(), strict=True):
-        packing = packed.packings[position]
+        packing = packed.packing(reader, position)
         first, last = int(packing.row_starts[row]), int(packing.row_starts[row + 1])
         keys.append(np.array([reader.infos[position].id, last - first], np.int64))
         keys += [
