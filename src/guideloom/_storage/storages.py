@@ -118,6 +118,11 @@ class StorageBase:
         self.committed_shards()
         return self._listed.get(shard)
 
+    def listed_shards(self) -> dict[int, ShardInfo]:
+        """A remote storage's listing entries by shard id, from one listing now."""
+        self.committed_shards()
+        return dict(self._listed)
+
     def _shard_set(self, header: StorageHeader, shard_ids: list[int] | None) -> Path | ShardSet:
         """What a reader of these shards (default: all committed now) reads through."""
         if self._remote is None:
