@@ -4,7 +4,7 @@ A worker asks for its first group once it has loaded the tokenizer (the first re
 
 Each worker has two pipes of its own (jobs in, events out), so a worker killed at any instant holds no
 lock the others need; its death is seen through its process sentinel. The first failure cancels the
-others: the parent sends each busy worker a stop message, which :func:`tokenize_file` notices between
+others: the parent sends each busy worker a stop message, which :func:`tokenize_group` notices between
 batches (it polls the job pipe), so their shards in progress are not committed.
 """
 
