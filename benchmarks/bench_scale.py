@@ -450,7 +450,7 @@ def main() -> int:
     parser.add_argument("--data", type=Path, default=HERE / ".data" / "scale", help="generated storages, kept")
     parser.add_argument("--peer-python", default=str(HERE.parent / ".venv-bench" / "bin" / "python"))
     parser.add_argument("--timeout", type=float, default=1200)
-    parser.add_argument("--parts", default="shards,documents,remote")
+    parser.add_argument("--parts", default="shards,documents,remote", help="or 'generate': only make the storages")
     parser.add_argument("--measure", help=argparse.SUPPRESS)
     parser.add_argument("--generate", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--rank-child", help=argparse.SUPPRESS)
@@ -490,6 +490,13 @@ def main() -> int:
             marker.touch()
         return path
 
+    if "generate" in parts:  # only make the storages that later runs measure
+        for count in shard_counts:
+            for library in ("guideloom", *PEERS):
+                storage(library, count)
+        for count in document_counts:
+            storage("documents", count)
+        return 0
     if "shards" in parts:
         print("shards:", flush=True)
         for count in shard_counts:

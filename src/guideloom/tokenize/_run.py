@@ -14,7 +14,7 @@ from guideloom._core.checks import check_bool, check_path
 from guideloom._core.text import plural
 from guideloom._remote.object_store import is_url
 from guideloom._storage.storages import local_path
-from guideloom.tokenize._groups import DEFAULT_SHARD_SIZE, shard_range
+from guideloom.tokenize._groups import DEFAULT_SHARD_SIZE, SHARDS_PER_GROUP
 from guideloom.tokenize._plan import PYTHON_NAMES, TokenizePlan, plan_run
 from guideloom.tokenize._pool import run_pool
 from guideloom.tokenize._shard import Cancelled, GroupResult, tokenize_group
@@ -80,14 +80,13 @@ def _progress_bar(total: int, enabled: bool) -> Any:
 
 def _committed_by_run(plan: TokenizePlan, results: dict[int, GroupResult]) -> int:
     """How many shards this run committed: counted in the storage, since a failed group reports none."""
-    if not plan.jobs:
-        return 0
+    groups = {job.group for job in plan.jobs}
     try:
-        start, stop = shard_range(plan.jobs)
-        committed = [shard for shard in plan.settings.storage().committed_shards() if start <= shard < stop]
+        listed = plan.settings.storage().committed_shards()
     except Exception:  # the storage cannot be listed now: what the finished groups reported
         return sum(len(result.shards) for result in results.values())
-    return len(committed) - sum(job.resume.shards for job in plan.jobs)
+    ours = sum(1 for shard in listed if shard // SHARDS_PER_GROUP in groups)
+    return ours - sum(job.resume.shards for job in plan.jobs)
 
 
 def _note_committed(error: BaseException, plan: TokenizePlan, results: dict[int, GroupResult]) -> None:
