@@ -1,9 +1,10 @@
 """One group of input files into its shards: the unit of work of every executor (this process, workers, Ray).
 
 :func:`tokenize_group` is a plain function of picklable arguments (plus the loaded tokenizer), so any
-executor can run it. It reads the group's documents in order (:func:`text_batches`), encodes each batch
-and hands the token arrays to :class:`GroupShards`, which commits each shard once it is full and the
-last one at the end. Raising commits nothing of the shard in progress; shards committed before stay.
+executor can run it. It reads the group's documents in order (:func:`group_batches`), encodes each
+batch (:class:`TextDocuments`) and hands the token arrays to :class:`GroupShards`, which commits each
+shard once it is full and the last one at the end. Raising commits nothing of the shard in progress;
+shards committed before stay.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 
 from guideloom._storage.storages import TokenStorage
 from guideloom.tokenize._groups import GroupJob, GroupProgress, group_progress, shard_contents
-from guideloom.tokenize._inputs import iter_documents
+from guideloom.tokenize._inputs import InputFile, iter_documents
 from guideloom.tokenize._plan import TokenizeSettings
 from guideloom.tokenize._tokenizer import encode, load_tokenizer
 
@@ -90,49 +91,63 @@ class GroupShards:
             self._result.shards.append(self.shard)
 
 
-def text_batches(
-    job: GroupJob,
-    text_field: str,
-    result: GroupResult,
-    report: Callable[[int], object] = _ignore,
-    skip: int = 0,
-) -> Iterator[list[str]]:
-    """The group's documents in order, in batches; the first ``skip`` are read and left out.
+class TextDocuments:
+    """What :func:`tokenize_group` reads and writes for text: documents, their ids and the end-of-text id."""
+
+    def __init__(self, tokenizer: Any, settings: TokenizeSettings) -> None:
+        self.tokenizer = tokenizer
+        self.text_field = settings.text_field
+        self.eos = [] if settings.eos_id is None else [settings.eos_id]
+        self.dtype = np.dtype(settings.dtype)
+
+    def documents(self, file: InputFile) -> Iterator[tuple[str, int, int]]:
+        """``(document, its size in characters, input bytes read so far)`` for each document of ``file``."""
+        for text, position in iter_documents(file, self.text_field):
+            yield text, len(text), position
+
+    def encode(self, file: InputFile, texts: list[str]) -> Iterator[tuple[np.ndarray, None]]:
+        """Each text's ids, then the end-of-text id (if any), as an array of the storage's dtype; no mask."""
+        del file
+        for ids in encode(self.tokenizer, texts):
+            array = np.empty(len(ids) + len(self.eos), self.dtype)
+            array[: len(ids)] = ids
+            array[len(ids) :] = self.eos
+            yield array, None
+
+
+def document_kind(settings: TokenizeSettings, tokenizer: Any) -> TextDocuments:
+    """How the run's inputs become documents."""
+    return TextDocuments(tokenizer, settings)
+
+
+def group_batches(
+    job: GroupJob, kind: TextDocuments, result: GroupResult, report: Callable[[int], object] = _ignore, skip: int = 0
+) -> Iterator[tuple[InputFile, list[Any]]]:
+    """The group's documents in order, in batches of one file's; the first ``skip`` are read and left out.
 
     ``report(n)`` is called with the input bytes read since its last call; the group's files without
     documents go to ``result.empty_files``.
     """
-    texts: list[str] = []
-    characters = 0
     for file in job.files:
-        reported = documents = 0
-        for text, position in iter_documents(file, text_field):
+        batch: list[Any] = []
+        characters = reported = documents = 0
+        for document, size, position in kind.documents(file):
             documents += 1
             if skip:
                 skip -= 1
                 continue
-            texts.append(text)
-            characters += len(text)
-            if len(texts) >= BATCH_DOCUMENTS or characters >= BATCH_CHARACTERS:
-                yield texts
-                texts, characters = [], 0
+            batch.append(document)
+            characters += size
+            if len(batch) >= BATCH_DOCUMENTS or characters >= BATCH_CHARACTERS:
+                yield file, batch
+                batch, characters = [], 0
                 report(position - reported)
                 reported = position
+        if batch:
+            yield file, batch
         report(file.size - reported)
         if not documents:
             result.empty_files.append(file.path)
-    if texts:
-        yield texts
-
-
-def token_arrays(tokenizer: Any, texts: list[str], eos_id: int | None, dtype: np.dtype[Any]) -> Iterator[np.ndarray]:
-    """Each text's ids, then the end-of-text id (if any), as an array of the storage's dtype."""
-    eos = [] if eos_id is None else [eos_id]
-    for ids in encode(tokenizer, texts):
-        array = np.empty(len(ids) + len(eos), dtype)
-        array[: len(ids)] = ids
-        array[len(ids) :] = eos
-        yield array
 
 
 def tokenize_group(
@@ -151,13 +166,16 @@ def tokenize_group(
     if cancelled():
         raise Cancelled
     result = GroupResult()
-    dtype = np.dtype(settings.dtype)
+    kind = document_kind(settings, tokenizer)
     with GroupShards(settings.storage(), job, result, start=resume.shards) as shards:
-        for texts in text_batches(job, settings.text_field, result, report, skip=resume.documents):
+        for file, batch in group_batches(job, kind, result, report, skip=resume.documents):
             if cancelled():
                 raise Cancelled
-            for tokens in token_arrays(tokenizer, texts, settings.eos_id, dtype):
-                shards.append(tokens)
+            for tokens, mask in kind.encode(file, batch):
+                if mask is None:
+                    shards.append(tokens)
+                else:
+                    shards.append(tokens, loss_mask=mask)
     return result
 
 
