@@ -360,9 +360,12 @@ def table(results: dict[str, Any]) -> str:
         "| descriptors | mappings | anonymous MB |"
     )
     rule = "---:|---:|---:|---:|---:|---:|---:|"
+    limits = results.get("machine", {})
     lines = [
         f"Shards of {SHARD_TOKENS:,} uint32 tokens, shuffled ({BATCH}, {SEQUENCE}) batches, main process; "
-        "descriptors, mappings and anonymous memory: what the loader holds after its first batch.",
+        "descriptors, mappings and anonymous memory: what the loader holds after its first batch. "
+        f"{limits.get('cpus')} CPUs (shared), open files limit {limits.get('open_files_limit')}, "
+        f"vm.max_map_count {limits.get('max_map_count')}.",
         "",
         f"| shards | library {heading} resume: library / guideloom |",
         f"|---:|---|{rule}---:|",
@@ -444,6 +447,21 @@ def chart(results: dict[str, Any], path: Path) -> None:
 # ----------------------------------------------------------------------------- orchestration
 
 
+def machine() -> dict[str, Any]:
+    """What bounds the rows: CPUs, the descriptor limit the children inherit, the kernel's mapping limit."""
+    import platform
+    import resource
+
+    with open("/proc/sys/vm/max_map_count") as limit:
+        max_map_count = int(limit.read())
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "open_files_limit": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+        "max_map_count": max_map_count,
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="10^2 and 10^3 shards, 10^5 and 10^6 documents")
@@ -474,6 +492,13 @@ def main() -> int:
     parts = set(arguments.parts.split(","))
     data = arguments.data
     results: dict[str, Any] = {"shard_counts": shard_counts, "shards": [], "documents": [], "remote": []}
+    results["machine"] = machine()
+    earlier = RESULTS / "scale.json"
+    if earlier.exists() and parts != {"shards", "documents", "remote"}:  # a partial run keeps the other parts
+        kept = json.loads(earlier.read_text())
+        results.update({part: kept.get(part, []) for part in ("shards", "documents", "remote") if part not in parts})
+        if "shards" not in parts:
+            results["shard_counts"] = kept.get("shard_counts", shard_counts)
 
     def python_for(library: str) -> str:
         return sys.executable if library in ("guideloom", "documents") else arguments.peer_python
