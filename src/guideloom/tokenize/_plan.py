@@ -7,6 +7,7 @@ earlier run finished.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -183,7 +184,7 @@ def plan_run(
     if not text_field:
         raise ValueError(f"{names.text_field} must be a non-empty string, got {text_field!r}")
     paths = expand_inputs(inputs)
-    duplicates = sorted({str(p) for p in paths if paths.count(p) > 1})
+    duplicates = sorted(str(path) for path, count in Counter(paths).items() if count > 1)  # 10^5 files: no count()
     if duplicates:
         raise ValueError(f"inputs name the same file more than once: {', '.join(duplicates)}")
     files = [describe_input(path, text_field) for path in paths]
