@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from guideloom._core.checks import check_sequence_length
+from guideloom._loading.job_snapshot import job_snapshot
 from guideloom._mixture.mixture import Mixture
 from guideloom._mixture.source import MixtureSource
 from guideloom._sources.document_windows import check_window_modes, window_source
@@ -23,18 +24,25 @@ def make_source(
     document_boundaries: bool = False,
     pack_documents: bool = False,
     pad_id: int = 0,
+    long_documents: str | None = None,
     shuffle: bool = False,
     seed: int = 0,
     component: str | None = None,
+    labels: bool = False,
+    one_snapshot_per_job: bool = False,
 ) -> SampleSource:
     """The source for the shards of ``storage`` committed now, checking the arguments fit its kind.
 
-    ``document_boundaries`` / ``pack_documents`` (with ``pad_id``) choose a document-aware window mode.
+    ``document_boundaries`` / ``pack_documents`` (with ``pad_id`` and ``long_documents``) choose a
+    document-aware window mode; ``labels`` gives plain windows labels as a masked storage's have (a
+    mixture's components get them when one of them is masked).
     A `Mixture` gets one source per component, made here as for that storage alone, blended in its order
     (``shuffle`` and ``seed`` key the components' passes and the blocks' slot order); ``component`` names
-    such a component in the error of a storage with no sample.
+    such a component in the error of a storage with no sample. ``one_snapshot_per_job``: rank 0 lists each
+    storage and broadcasts the list (every rank of the initialised process group must be making its loader).
     """
     if isinstance(storage, Mixture):
+        masked = any(isinstance(member, TokenStorage) and member.loss_mask for member in storage.components.values())
         parts = [
             make_source(
                 member,
@@ -43,14 +51,17 @@ def make_source(
                 document_boundaries=document_boundaries,
                 pack_documents=pack_documents,
                 pad_id=pad_id,
+                long_documents=long_documents,
                 component=name,
+                labels=masked,
+                one_snapshot_per_job=one_snapshot_per_job,
             )
             for name, member in storage.components.items()
         ]
         return MixtureSource(storage, parts, shuffle=shuffle, seed=seed)
     if not isinstance(storage, DocumentStorage | TokenStorage):  # before the arguments that depend on its kind
         raise TypeError(f"storage must be a DocumentStorage, TokenStorage or Mixture, got {type(storage).__name__}")
-    check_window_modes(storage, document_boundaries, pack_documents, pad_id)
+    check_window_modes(storage, document_boundaries, pack_documents, pad_id, long_documents)
     if window_dtype is not None and not isinstance(storage, TokenStorage):
         raise ValueError("window_dtype must be omitted for a DocumentStorage: it applies to token windows")
     if window_dtype is not None and not isinstance(window_dtype, torch.dtype):
@@ -62,15 +73,23 @@ def make_source(
     if isinstance(storage, DocumentStorage) and sequence_length is not None:
         raise ValueError("sequence_length must be omitted for a DocumentStorage: each record is one sample")
     storage.header_for_reading()  # a missing storage is StorageNotFoundError here, not at the first batch
-    shard_ids = storage.committed_shards()
+    snapshot = job_snapshot(storage) if one_snapshot_per_job else storage.snapshot()
     if isinstance(storage, DocumentStorage):
-        return _not_empty(DocumentSource(storage, shard_ids), " (empty storage)", component)
+        return _not_empty(DocumentSource(storage, snapshot), " (empty storage)", component)
     sequence_length = check_sequence_length(sequence_length)
     window_numpy_dtype = np.dtype(np.int32 if window_dtype == torch.int32 else np.int64)
     if window_numpy_dtype == np.int32 and storage.dtype.itemsize == 8:
         raise ValueError(f"window_dtype=torch.int32 cannot hold the {storage.dtype} ids of {storage.location}")
     source = window_source(
-        storage, shard_ids, sequence_length, window_numpy_dtype, document_boundaries, pack_documents, pad_id
+        storage,
+        snapshot,
+        sequence_length,
+        window_numpy_dtype,
+        document_boundaries,
+        pack_documents,
+        pad_id,
+        long_documents,
+        labels,
     )
     tokens = source.reader.token_count
     why = f": sequence_length={sequence_length} is longer than its {tokens} tokens" if tokens else " (empty storage)"

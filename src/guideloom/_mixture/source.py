@@ -191,10 +191,11 @@ class MixtureSource:
         return dict(self._identity)
 
     def _digest(self) -> ShardSetDigest:
-        return ShardSetDigest.of(
-            ((k << _KEY_BITS) + shard, records, checksum)
-            for k, source in enumerate(self.components)
-            for shard, records, checksum in source.shard_entries()
+        entries = [source.shard_entries() for source in self.components]
+        return ShardSetDigest.of_arrays(
+            np.concatenate([(k << _KEY_BITS) + ids.astype(np.uint64) for k, (ids, _, _) in enumerate(entries)]),
+            np.concatenate([records for _, records, _ in entries]),
+            np.concatenate([checksums for _, _, checksums in entries]),
         )
 
     def resumed(self, recorded: dict[str, Any], *, epoch: int | None = None, position: int | None = None) -> Any:

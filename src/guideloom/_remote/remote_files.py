@@ -30,6 +30,7 @@ from guideloom._core.errors import CorruptStorageError, FormatMismatchError, Sto
 from guideloom._remote.object_store import ObjectStore
 from guideloom._remote.shard_cache import CacheLease, ShardCache
 from guideloom._shards.files import clean_incomplete
+from guideloom._shards.index import ShardTable
 from guideloom._shards.layout import (
     FOOTER,
     FOOTER_MAGIC,
@@ -93,7 +94,7 @@ class RemoteFiles:
                 continue
             shard, records, elements = int(match.group(1)), int(match.group(2)), int(match.group(3))
             info = ShardInfo(shard, records, elements, int(match.group(4), 16), sizes[shard])
-            if shard_size(records, elements * header.element_size) == info.size:
+            if shard_size(records, elements * header.element_size, header) == info.size:
                 infos[shard] = info
         for shard, size in sizes.items():
             if shard not in infos:
@@ -110,12 +111,12 @@ class RemoteFiles:
         magic, _, _, footer_shard, records, data_size, data_crc, _, _, footer_crc = FOOTER.unpack(raw)
         if magic != FOOTER_MAGIC or zlib.crc32(raw[: FOOTER.size - 12]) != footer_crc or footer_shard != shard:
             raise CorruptStorageError(f"shard {shard} has a damaged footer ({name})")
-        if shard_size(records, data_size) != size or data_size % header.element_size:
+        if shard_size(records, data_size, header) != size or data_size % header.element_size:
             raise CorruptStorageError(f"shard {shard} has inconsistent sizes ({name}): object truncated?")
         return ShardInfo(shard, records, data_size // header.element_size, data_crc, size)
 
-    def shard_set(self, header: StorageHeader, infos: list[ShardInfo]) -> RemoteShards:
-        return RemoteShards(self, header, infos)
+    def shard_set(self, header: StorageHeader, infos: ShardTable, max_open: int) -> RemoteShards:
+        return RemoteShards(self, header, infos, max_open)
 
     def clean(self, older_than: float) -> list[str]:
         """Remove what dead writers left: local files being built or downloaded, unfinished uploads, stray markers."""
@@ -212,7 +213,7 @@ def check_download(part: Path, info: ShardInfo, header: StorageHeader, name: str
 class RemoteShards:
     """A reader's snapshot of a remote storage: shards downloaded on first use, prefetched in the background."""
 
-    def __init__(self, files: RemoteFiles, header: StorageHeader, infos: list[ShardInfo]) -> None:
+    def __init__(self, files: RemoteFiles, header: StorageHeader, infos: ShardTable, max_open: int) -> None:
         self.files = files
         self.header = header
         self.infos = infos
@@ -222,9 +223,10 @@ class RemoteShards:
         self._prefetcher_pid = -1
         self._queued: set[int] = set()
         limit = files.cache.limit_bytes
-        largest = max((info.size for info in infos), default=1)
+        largest = int(infos.rows["size"].max()) if len(infos) else 1
         # Room for the shards a reader holds plus the one being downloaded, so the limit holds with one reader.
-        self.max_open: int | None = None if limit is None else max(1, limit // max(largest, 1) - 1)
+        self._room: int | None = None if limit is None else max(1, limit // max(largest, 1) - 1)
+        self.max_open = max_open if self._room is None else min(max_open, self._room)
 
     def open(self, position: int) -> ShardFile:
         info = self.infos[position]
@@ -255,7 +257,7 @@ class RemoteShards:
             self._queued = set()
         # Without a cache limit every shard the epoch needs is fetched, in the order it needs them;
         # with one, only as many as fit next to those a reader holds.
-        limit = len(positions) if self.max_open is None else max(0, self.max_open - 1)
+        limit = len(positions) if self._room is None else max(0, self._room - 1)
         for position in positions[:limit]:
             if position in self._queued or position in self._leases:
                 continue

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from guideloom._core.checks import check_sequence_length
+from guideloom._shards.index import ShardTable
 from guideloom._shards.reader import TokenReader
 from guideloom._sources.source import PinnedShards
 from guideloom._storage.storages import TokenStorage
@@ -20,9 +21,9 @@ class TokenWindowSource(PinnedShards[TokenReader]):
     plain_windows = True  # samples are exactly the stream's windows (subclasses that add to them say False)
 
     def __init__(
-        self, storage: TokenStorage, shard_ids: list[int], sequence_length: int, window_dtype: np.dtype[Any]
+        self, storage: TokenStorage, snapshot: ShardTable, sequence_length: int, window_dtype: np.dtype[Any]
     ) -> None:
-        super().__init__(storage, shard_ids)
+        super().__init__(storage, snapshot)
         self.sequence_length = check_sequence_length(sequence_length)
         self.window_dtype = window_dtype
         # Stored ids this dtype cannot hold all wrap to negative values (uint64 -> int64, uint32 -> int32).

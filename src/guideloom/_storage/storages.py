@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 
-from guideloom._core.checks import check_number, check_path
+from guideloom._core.checks import check_bool, check_int, check_number, check_path
 from guideloom._core.errors import (
     CorruptStorageError,
     FormatMismatchError,
@@ -21,8 +21,9 @@ from guideloom._core.errors import (
 )
 from guideloom._remote.object_store import is_url
 from guideloom._remote.shard_cache import check_cache_arguments
-from guideloom._shards.files import CommitTarget, LocalShards, ShardSet, clean_incomplete
+from guideloom._shards.files import CommitTarget, ShardSet, clean_incomplete
 from guideloom._shards.formats import DocumentPickleFormat, DocumentStorageFormat, format_identity
+from guideloom._shards.index import ShardTable, local_snapshot
 from guideloom._shards.layout import (
     HEADER_NAME,
     INCOMPLETE_DIR,
@@ -41,6 +42,7 @@ from guideloom._shards.layout import (
 from guideloom._shards.reader import AsyncReader, DocumentReader, StorageReader, TokenReader
 from guideloom._shards.token_ids import TokenEncoder, TokenInput
 from guideloom._shards.writer import AsyncWriter, SyncWriter
+from guideloom._storage.snapshots import DEFAULT_MAX_OPEN_SHARDS, local_shard_set, selected
 
 if TYPE_CHECKING:
     from guideloom._remote.remote_files import RemoteFiles
@@ -74,9 +76,11 @@ class StorageBase:
         storage_options: object,
         cache_dir: object,
         cache_limit_bytes: object,
+        max_open_shards: object = DEFAULT_MAX_OPEN_SHARDS,
     ) -> None:
         """Set where the storage lives: a local directory, or an object store URL and its cache."""
         cache_path, limit = check_cache_arguments(cache_dir, cache_limit_bytes)
+        self.max_open_shards = check_int("max_open_shards", max_open_shards, minimum=1)
         self._listed = {}
         if storage_options is not None and not isinstance(storage_options, dict):
             raise TypeError(f"storage_options must be a dict, got {type(storage_options).__name__}")
@@ -118,22 +122,25 @@ class StorageBase:
         self.committed_shards()
         return self._listed.get(shard)
 
-    def listed_shards(self) -> dict[int, ShardInfo]:
-        """A remote storage's listing entries by shard id, from one listing now."""
-        self.committed_shards()
-        return dict(self._listed)
-
-    def _shard_set(self, header: StorageHeader, shard_ids: list[int] | None) -> Path | ShardSet:
-        """What a reader of these shards (default: all committed now) reads through."""
+    def snapshot(self) -> ShardTable:
+        """The shards committed now and their facts: one listing (and, locally, the shard index)."""
+        header = self.header_for_reading()
         if self._remote is None:
-            return LocalShards(self.path, header, shard_ids)
-        if shard_ids is None or any(shard not in self._listed for shard in shard_ids):
-            listed = self.committed_shards()
-            shard_ids = listed if shard_ids is None else shard_ids
-        missing = [shard for shard in shard_ids if shard not in self._listed]
-        if missing:
-            raise CorruptStorageError(f"shard {missing[0]} vanished: it is no longer listed at {self.location}")
-        return self._remote.shard_set(header, [self._listed[shard] for shard in shard_ids])
+            return local_snapshot(self.path, header)
+        infos = self._remote.list_shards(header)
+        self._listed = {info.id: info for info in infos}
+        return ShardTable.of(infos)
+
+    def _shard_set(self, header: StorageHeader, shards: list[int] | ShardTable | None) -> ShardSet:
+        """What a reader of these shards (a snapshot, ids, or all committed now) reads through."""
+        if self._remote is None:
+            return local_shard_set(self.path, header, shards, self.max_open_shards)
+        if not isinstance(shards, ShardTable):
+            if shards is None or any(shard not in self._listed for shard in shards):
+                self.snapshot()
+            listed = ShardTable.of(self._listed[shard] for shard in sorted(self._listed))
+            shards = selected(listed, shards, self.location)
+        return self._remote.shard_set(header, shards, self.max_open_shards)
 
     def incomplete_files_dir(self) -> Path:
         """Where this machine's writers build shards before committing them (an object store's: in its cache)."""
@@ -198,8 +205,8 @@ class StorageBase:
             fsync_directory(self.path.parent)
         return header
 
-    def open_reader(self, shard_ids: list[int] | None = None) -> StorageReader[Any]:
-        """A reader of the given shards (a loader's pinned snapshot), or of all committed now."""
+    def open_reader(self, shard_ids: list[int] | ShardTable | None = None) -> StorageReader[Any]:
+        """A reader of the given shards (a loader's pinned snapshot, or their ids), or of all committed now."""
         raise NotImplementedError
 
     def header_for_reading(self) -> StorageHeader:
@@ -259,7 +266,7 @@ class AnyFormatStorage(StorageBase):
     def _expected_header(self) -> StorageHeader:
         return self.header
 
-    def open_reader(self, shard_ids: list[int] | None = None) -> StorageReader[object]:
+    def open_reader(self, shard_ids: list[int] | ShardTable | None = None) -> StorageReader[object]:
         return StorageReader(self._shard_set(self.header, shard_ids), self.header)
 
 
@@ -292,6 +299,7 @@ class DocumentStorage(StorageBase, Generic[In, Out]):
         storage_options: dict[str, Any] | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit_bytes: int | None = None,
+        max_open_shards: int = DEFAULT_MAX_OPEN_SHARDS,
     ) -> None:
         """A storage at a local ``path`` or an fsspec URL (see docs/object-storage.md for the other arguments)."""
         if isinstance(format, type):
@@ -302,7 +310,7 @@ class DocumentStorage(StorageBase, Generic[In, Out]):
             raise TypeError(f"format must be a DocumentStorageFormat, got {type(format).__name__}")
         format_identity(format)  # a name that cannot be recorded is refused before anything is written
         self.format = format
-        self._locate(path, storage_options, cache_dir, cache_limit_bytes)
+        self._locate(path, storage_options, cache_dir, cache_limit_bytes, max_open_shards)
         self._existing_header()
 
     def _expected_header(self) -> StorageHeader:
@@ -330,7 +338,7 @@ class DocumentStorage(StorageBase, Generic[In, Out]):
     def async_reader(self) -> AsyncReader[Out]:
         return AsyncReader(self.sync_reader)
 
-    def open_reader(self, shard_ids: list[int] | None = None) -> DocumentReader[Out]:
+    def open_reader(self, shard_ids: list[int] | ShardTable | None = None) -> DocumentReader[Out]:
         header = self.header_for_reading()
         if isinstance(self.format, DocumentPickleFormat):
             _warn_untrusted_once(self)
@@ -347,12 +355,20 @@ class TokenStorage(StorageBase):
         path: str | os.PathLike[str],
         dtype: str | np.dtype[Any] | type | None = None,
         *,
+        loss_mask: bool | None = None,
         storage_options: dict[str, Any] | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit_bytes: int | None = None,
+        max_open_shards: int = DEFAULT_MAX_OPEN_SHARDS,
     ) -> None:
-        """A storage at a local ``path`` or an fsspec URL (see docs/object-storage.md for the other arguments)."""
-        self._locate(path, storage_options, cache_dir, cache_limit_bytes)
+        """A storage at a local ``path`` or an fsspec URL (see docs/object-storage.md for the other arguments).
+
+        ``loss_mask=True`` creates a masked storage (a loss mask bit per token, docs/tokens.md); None opens an
+        existing storage as recorded and makes a new one unmasked.
+        """
+        if loss_mask is not None:
+            check_bool("loss_mask", loss_mask)
+        self._locate(path, storage_options, cache_dir, cache_limit_bytes, max_open_shards)
         recorded = None
         with contextlib.suppress(StorageNotFoundError):
             recorded = self._read_header()
@@ -360,17 +376,18 @@ class TokenStorage(StorageBase):
             raise FormatMismatchError(f"the storage at {self.location} holds {recorded.describe()}, not tokens")
         self.encoder = TokenEncoder(recorded.dtype if dtype is None and recorded is not None else dtype)
         self.dtype = self.encoder.dtype
+        self.loss_mask = bool(recorded.loss_mask if loss_mask is None and recorded is not None else loss_mask)
         self._existing_header()
 
     def _expected_header(self) -> StorageHeader:
-        return StorageHeader("tokens", dtype=self.dtype.name)
+        return StorageHeader("tokens", dtype=self.dtype.name, loss_mask=self.loss_mask)
 
     def encode(self, tokens: TokenInput) -> tuple[memoryview, int]:
         """One document's ids as the bytes a shard stores, and their count; an id the dtype cannot hold is an error."""
         return self.encoder(tokens)
 
     def sync_writer(self) -> SyncWriter[TokenInput]:
-        """A writer; ``writer.append(shard, tokens)`` appends one document's token ids."""
+        """A writer; ``writer.append(shard, tokens)`` appends one document's token ids (``loss_mask=`` its mask)."""
         return SyncWriter(self.commit_target(), self.create(), self.encoder)  # no extra call per append
 
     def sync_reader(self) -> TokenReader:
@@ -383,6 +400,6 @@ class TokenStorage(StorageBase):
     def async_reader(self) -> AsyncReader[np.ndarray]:
         return AsyncReader(self.sync_reader)
 
-    def open_reader(self, shard_ids: list[int] | None = None) -> TokenReader:
+    def open_reader(self, shard_ids: list[int] | ShardTable | None = None) -> TokenReader:
         header = self.header_for_reading()
         return TokenReader(self._shard_set(header, shard_ids), header)

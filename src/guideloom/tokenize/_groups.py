@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from guideloom._shards.layout import MAX_SHARD_ID, StorageHeader
-from guideloom._storage.resumable_write import ShardContents, committed_digest
+from guideloom._storage.resumable_write import ShardContents
 from guideloom._storage.storages import StorageBase
 from guideloom.tokenize._inputs import InputFile
 
@@ -108,13 +108,11 @@ def group_files(files: Iterable[InputFile], shard_size: int) -> list[tuple[Input
 
 
 def shard_contents(storage: StorageBase, header: StorageHeader) -> Callable[[int], ShardContents | None]:
-    """Look up committed shards' contents: from their footers, or from one listing of a remote storage."""
-    if not storage.is_remote:
-        return lambda shard: committed_digest(storage, header, shard)
-    listed = storage.listed_shards()
+    """Look up committed shards' contents, from one snapshot of the storage (its listing and shard index)."""
+    facts = {info.id: info for info in storage.snapshot()}
     return lambda shard: (
         None
-        if (info := listed.get(shard)) is None
+        if (info := facts.get(shard)) is None
         else ShardContents(info.record_count, info.element_count * header.element_size, info.data_crc)
     )
 
