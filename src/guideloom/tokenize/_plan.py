@@ -1,12 +1,14 @@
 """Planning a tokenize run: everything that can be checked is checked here, before anything is written.
 
-The plan holds the jobs (input ``i`` of the sorted inputs becomes shard ``i``), the settings every worker
-needs, and the shards skipped because a previous run committed them.
+The plan holds the jobs (the sorted inputs cut into groups of consecutive files, see ``_groups``), the
+settings every worker needs, what earlier runs committed of each group, and the inputs of the groups an
+earlier run finished.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,18 @@ from guideloom._core.errors import ShardExistsError, StorageNotFoundError
 from guideloom._remote.object_store import is_url
 from guideloom._shards.layout import TOKEN_DTYPES, holds_storage, is_unfinished_storage
 from guideloom._storage.storages import TokenStorage
-from guideloom.tokenize._inputs import InputFile, describe_input, expand_inputs
+from guideloom.tokenize._groups import (
+    DEFAULT_SHARD_SIZE,
+    MAX_GROUPS,
+    SHARDS_PER_GROUP,
+    GroupJob,
+    group_files,
+    group_paths,
+    group_progress,
+    parse_shard_size,
+    shard_contents,
+)
+from guideloom.tokenize._inputs import describe_input, expand_inputs
 from guideloom.tokenize._tokenizer import check_tokenizer_path, find_eos_id, load_tokenizer
 
 
@@ -32,10 +45,19 @@ class OptionNames:
     workers: str
     ray: str
     storage_options: str
+    shard_size: str
 
 
 PYTHON_NAMES = OptionNames(
-    "skip_existing=True", "eos_token", "text_field", "dtype", "tokenizer_path", "workers", "ray", "storage_options"
+    "skip_existing=True",
+    "eos_token",
+    "text_field",
+    "dtype",
+    "tokenizer_path",
+    "workers",
+    "ray",
+    "storage_options",
+    "shard_size",
 )
 CLI_NAMES = OptionNames(
     "--skip-existing",
@@ -46,23 +68,8 @@ CLI_NAMES = OptionNames(
     "--workers",
     "--ray",
     "--storage-options",
+    "--shard-size",
 )
-
-
-@dataclass(frozen=True)
-class FileJob:
-    """One input file and the shard it becomes."""
-
-    shard: int
-    file: InputFile
-
-    @property
-    def path(self) -> Path:
-        return self.file.path
-
-    @property
-    def size(self) -> int:
-        return self.file.size
 
 
 @dataclass(frozen=True)
@@ -83,11 +90,11 @@ class TokenizeSettings:
 
 @dataclass(frozen=True)
 class TokenizePlan:
-    """A checked run: the jobs to do, the settings, the loaded tokenizer and the inputs already committed."""
+    """A checked run: the groups to write, the settings, the loaded tokenizer and the inputs already committed."""
 
     settings: TokenizeSettings
-    jobs: list[FileJob]
-    skipped: list[Path]
+    jobs: list[GroupJob]
+    skipped: list[Path]  #: inputs of the groups an earlier run finished
     tokenizer: Any
     names: OptionNames
 
@@ -134,6 +141,29 @@ def _existing_dtype(output: Path | str, storage_options: dict[str, Any] | None, 
     return storage.dtype.name
 
 
+def _with_progress(
+    jobs: list[GroupJob], storage: TokenStorage, committed: set[int], skip_existing: bool, names: OptionNames
+) -> list[GroupJob]:
+    """``jobs`` with what the storage's ``committed`` shards hold of each; ShardExistsError unless ``skip_existing``."""
+    ours = sorted(shard for shard in committed if shard // SHARDS_PER_GROUP < len(jobs))
+    if not ours:
+        return jobs
+    if not skip_existing:
+        first = jobs[ours[0] // SHARDS_PER_GROUP]
+        raise ShardExistsError(
+            f"{storage.location} already holds {len(ours)} of the shards to write (first: shard {ours[0]} for "
+            f"{first.describe()}); write to a new directory, or pass {names.skip_existing} to finish an "
+            "interrupted run with the same inputs and options"
+        )
+    header = storage.header_for_reading()
+    contents = shard_contents(storage, header)
+    started = {shard // SHARDS_PER_GROUP for shard in ours}
+    return [
+        replace(job, resume=group_progress(job, header, contents, committed)) if job.group in started else job
+        for job in jobs
+    ]
+
+
 def plan_run(
     inputs: Any,
     output: Path | str,
@@ -144,21 +174,30 @@ def plan_run(
     dtype: object = None,
     eos_token: str | None = "auto",
     skip_existing: bool = False,
+    shard_size: object = DEFAULT_SHARD_SIZE,
     names: OptionNames = PYTHON_NAMES,
 ) -> TokenizePlan:
-    """Check the inputs, the tokenizer and the output, and assign shards; raises before anything is written."""
+    """Check the inputs, the tokenizer and the output, and group the inputs; raises before anything is written."""
+    shard_size = parse_shard_size(shard_size, names.shard_size)
     if not isinstance(text_field, str):
         raise TypeError(f"{names.text_field} must be a str, got {type(text_field).__name__}")
     if not text_field:
         raise ValueError(f"{names.text_field} must be a non-empty string, got {text_field!r}")
     paths = expand_inputs(inputs)
-    duplicates = sorted({str(p) for p in paths if paths.count(p) > 1})
+    duplicates = sorted(str(path) for path, count in Counter(paths).items() if count > 1)  # 10^5 files: no count()
     if duplicates:
         raise ValueError(f"inputs name the same file more than once: {', '.join(duplicates)}")
-    jobs = [FileJob(shard, describe_input(path, text_field)) for shard, path in enumerate(paths)]
-    if all(job.size == 0 for job in jobs):
-        files = "the input file is" if len(jobs) == 1 else f"all {len(jobs)} input files are"
-        raise ValueError(f"the inputs hold no documents: {files} empty")
+    files = [describe_input(path, text_field) for path in paths]
+    if all(file.size == 0 for file in files):
+        which = "the input file is" if len(files) == 1 else f"all {len(files)} input files are"
+        raise ValueError(f"the inputs hold no documents: {which} empty")
+    groups = group_files(files, shard_size)
+    if len(groups) > MAX_GROUPS:
+        raise ValueError(
+            f"{names.shard_size} {shard_size} cuts the inputs into {len(groups):,} groups of files; at most "
+            f"{MAX_GROUPS:,} fit the shard ids: give a larger {names.shard_size}"
+        )
+    jobs = [GroupJob(group, group_files_of, shard_size) for group, group_files_of in enumerate(groups)]
     check_tokenizer_path(tokenizer_path, names.tokenizer)
     tokenizer = load_tokenizer(tokenizer_path)
     existing = _existing_dtype(output, storage_options, names)
@@ -166,19 +205,14 @@ def plan_run(
     # an existing storage of another kind or dtype fails here, before writing
     storage = TokenStorage(output, chosen, storage_options=storage_options)
     committed = set(storage.committed_shards()) if existing is not None else set()
-    skipped = [job for job in jobs if job.shard in committed]
-    if skipped and not skip_existing:
-        raise ShardExistsError(
-            f"{output} already holds {len(skipped)} of the shards to write (first: shard {skipped[0].shard} for "
-            f"{skipped[0].path}); write to a new directory, or pass {names.skip_existing} to finish an "
-            "interrupted run with the same inputs"
-        )
+    if committed:
+        jobs = _with_progress(jobs, storage, committed, skip_existing, names)
     eos_id = find_eos_id(tokenizer, eos_token, names.eos_token)
     settings = TokenizeSettings(output, tokenizer_path, text_field, chosen, eos_id, storage_options)
     return TokenizePlan(
         settings=settings,
-        jobs=[job for job in jobs if job.shard not in committed],
-        skipped=[job.path for job in skipped],
+        jobs=[job for job in jobs if not job.resume.finished],
+        skipped=group_paths(job for job in jobs if job.resume.finished),
         tokenizer=tokenizer,
         names=names,
     )
