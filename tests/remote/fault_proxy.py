@@ -32,7 +32,16 @@ _ANSWERED = {
     "too_many": (429, "TooManyRequests", "Too many requests."),  # an S3-compatible store's throttling
     "internal": (500, "InternalError", "We encountered an internal error. Please try again."),
 }
-_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "trailer", "upgrade", "expect"}
+_HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "upgrade",
+    "expect",
+}
 CHUNK = 1 << 20
 
 

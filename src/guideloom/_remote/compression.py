@@ -1,0 +1,117 @@
+"""Compressed shard objects: one zstd frame of the shard's data and index, then its 64-byte footer as it is.
+
+The footer stays plain so that a listing whose marker is missing can still index the shard from one
+small ranged read, as for an uncompressed object. A download is decompressed as it streams into the
+cache's temporary file, which then holds the plain shard, byte for byte the writer's local file, and
+is checked against that shard's checksums before it becomes visible.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import IO, Any
+
+from guideloom._core.errors import FormatMismatchError
+from guideloom._shards.layout import COMPRESSIONS, FOOTER, StorageHeader
+
+DEFAULT_LEVEL = 3
+_CHUNK = 4 << 20
+
+
+class DamagedDownload(Exception):
+    """A downloaded object that cannot be decoded: counted as a failed check, downloaded again."""
+
+
+def check_compression(compression: object, level: object, location: str, remote: object) -> tuple[str | None, int]:
+    """Validate the storages' ``compression`` and ``compression_level``; a local path refuses compression.
+
+    A local storage's shards are mapped in place, so compressing them would cost a decompressed copy
+    of each: ``remote`` is the storage's object store (None for a local path).
+    """
+    if compression is not None and not isinstance(compression, str):
+        raise TypeError(f"compression must be a str or None, got {type(compression).__name__}")
+    if compression is not None and compression not in COMPRESSIONS:
+        raise ValueError(f"compression must be one of {COMPRESSIONS} or None, got {compression!r}")
+    if isinstance(level, bool) or not isinstance(level, int):
+        raise TypeError(f"compression_level must be an int, got {type(level).__name__}")
+    if not 1 <= level <= 22:
+        raise ValueError(f"compression_level must be from 1 to 22 (zstd's levels), got {level}")
+    if compression is not None and remote is None:
+        raise ValueError(
+            f"compression applies to storages on object stores (a URL), but path is a local path: {location!r} "
+            "(local shards are mapped in place, uncompressed)"
+        )
+    return compression, level
+
+
+def recorded_compression(header: StorageHeader, location: str, remote: object) -> str | None:
+    """The compression a storage's header records; a local copy of a compressed storage's objects is refused."""
+    if header.compression is not None and remote is None:
+        raise FormatMismatchError(
+            f"the storage at {location} records compression {header.compression!r}: its shards are compressed "
+            "objects of an object store, read through the store's URL"
+        )
+    return header.compression
+
+
+def _zstandard() -> Any:
+    try:
+        import zstandard
+    except ImportError:  # pragma: no cover - depends on the installed extras
+        raise ImportError("compression='zstd' needs zstandard: pip install 'guideloom[remote]'") from None
+    return zstandard
+
+
+def compress_shard(source: Path, destination: Path, level: int) -> None:
+    """Write the object of a compressed shard: a zstd frame of everything but the footer, then the footer."""
+    zstandard = _zstandard()
+    size = source.stat().st_size
+    compressor = zstandard.ZstdCompressor(level=level)
+    with open(source, "rb") as plain, open(destination, "wb") as packed:
+        compressor.copy_stream(plain, packed, read_size=_CHUNK, write_size=_CHUNK, size=size - FOOTER.size)
+        plain.seek(size - FOOTER.size)
+        packed.write(plain.read())
+
+
+class ShardDecoder:
+    """Decompresses a compressed shard object's bytes, as they arrive, into the plain shard in ``file``."""
+
+    def __init__(self, file: IO[bytes]) -> None:
+        self._file = file
+        self._decompressor = _zstandard().ZstdDecompressor().decompressobj()
+        self._footer = b""
+
+    def write(self, chunk: bytes) -> None:
+        if self._decompressor.eof:
+            self._footer += chunk
+        else:
+            try:
+                self._file.write(self._decompressor.decompress(chunk))
+            except Exception as error:  # zstandard.ZstdError: not a frame, or a damaged one
+                raise DamagedDownload(f"it is not a valid zstd frame ({error})") from None
+            if self._decompressor.eof:
+                self._footer += self._decompressor.unused_data
+        if len(self._footer) > FOOTER.size:
+            raise DamagedDownload(f"more than {FOOTER.size} bytes follow its zstd frame")
+
+    def finish(self) -> None:
+        """Append the footer; an object whose frame or footer is incomplete is damaged."""
+        if not self._decompressor.eof or len(self._footer) != FOOTER.size:
+            raise DamagedDownload("its zstd frame or its footer is incomplete")
+        self._file.write(self._footer)
+
+
+def upload_source(shard: Path, compression: str | None, level: int) -> Path:
+    """The file to upload for a shard: the shard itself, or its compressed object next to it."""
+    if compression is None:
+        return shard
+    packed = shard.with_name(f"{shard.name}.zst")
+    try:
+        compress_shard(shard, packed, level)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(packed)
+        raise
+    return packed
