@@ -23,14 +23,16 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-FAULTS = ("slow_down", "too_many", "internal", "reset_before", "reset_after", "short_body", "delay")
+FAULTS = ("slow_down", "too_many", "internal", "forbidden", "reset_before", "reset_after", "short_body", "delay")
 _ANSWERED = {
     "slow_down": (503, "SlowDown", "Please reduce your request rate."),
     "too_many": (429, "TooManyRequests", "Too many requests."),  # an S3-compatible store's throttling
     "internal": (500, "InternalError", "We encountered an internal error. Please try again."),
+    "forbidden": (403, "AccessDenied", "Access Denied"),
 }
 _HOP_BY_HOP = {
     "connection",
@@ -56,6 +58,7 @@ class FaultProxy:
         port: int = 0,
         delay_s: float = 0.05,
         max_in_a_row: int = 2,
+        applies: Callable[[str, str], bool] | None = None,
     ) -> None:
         unknown = set(rates) - set(FAULTS)
         if unknown:
@@ -65,6 +68,8 @@ class FaultProxy:
         self.seed = seed
         self.delay_s = delay_s
         self.max_in_a_row = max_in_a_row
+        self.applies = applies  # (method, path) -> whether faults may hit this request; None: all
+        self.delivered: Counter[tuple[str, str]] = Counter()  # responses relayed whole with a 2xx status
         self.injected: Counter[str] = Counter()
         self.forwarded = 0
         self._seen: Counter[str] = Counter()
@@ -94,6 +99,8 @@ class FaultProxy:
     def choose(self, method: str, target: str) -> str | None:
         """The fault this request meets (None: forwarded as it is)."""
         line = f"{method} {target}"
+        if self.applies is not None and not self.applies(method, target):
+            return None
         with self._lock:
             occurrence = self._seen[line]
             self._seen[line] += 1
@@ -185,6 +192,9 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Length", str(size))
             self.end_headers()
             if not has_body:
+                if response.status < 300:
+                    with proxy._lock:
+                        proxy.delivered[(self.command, self.path)] += 1
                 return
             limit = size // 2 if cut_short else size
             sent = 0
@@ -198,6 +208,9 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
                 response.read()  # drain, so the upstream connection can be reused
                 self.wfile.flush()
                 self._reset()
+            elif response.status < 300:
+                with proxy._lock:
+                    proxy.delivered[(self.command, self.path)] += 1
 
         def _handle(self) -> None:
             body = self._body()

@@ -176,9 +176,10 @@ class ObjectStore:
     def create(self, name: str, source: bytes | Path) -> bool:
         """Create the object from bytes or a local file unless it exists; True if this call created it.
 
-        A retry that finds the object created counts as this call's when the object is this call's
-        own (its earlier attempt landed, the answer was lost): the same size and the same last bytes,
-        a shard's footer with its checksums (the whole object for bytes).
+        An object found existing (412) counts as created by this call when it holds this call's bytes:
+        an earlier attempt landed and its answer was lost (our retry, or the HTTP client's own resend
+        of a PUT on a dropped kept-alive connection, which aiohttp does once). Compared: the size and
+        the last bytes, a shard's footer with its checksums (the whole object for bytes).
         """
         doing = f"creating {self.name_of(name)}"
         try:
@@ -195,12 +196,12 @@ class ObjectStore:
                 created = self._create_in_parts(doing, bucket, key, source)
             else:
 
-                def put(attempt: int) -> bool | None:
+                def put(_: int) -> bool | None:
                     try:
                         with open(source, "rb") if isinstance(source, Path) else contextlib.nullcontext(source) as body:
                             self.fs.call_s3("put_object", Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")
-                    except FileExistsError:  # s3fs's translation of 412 Precondition Failed
-                        return False if attempt == 1 else None
+                    except FileExistsError:  # s3fs's translation of 412 Precondition Failed: whose object?
+                        return None
                     return True
 
                 created = self._call(doing, put)
@@ -248,7 +249,7 @@ class ObjectStore:
                         IfNoneMatch="*",
                     )
                 except FileExistsError:  # 412: the key exists (another writer's, or our earlier attempt's)
-                    return False if attempt == 1 else None
+                    return None
                 except FileNotFoundError:  # NoSuchUpload on a retry: our earlier attempt completed it
                     if attempt == 1:
                         raise
