@@ -86,8 +86,12 @@ def main() -> None:
         client.create_bucket(Bucket=BUCKET)
         size = arguments.megabytes << 20
         client.put_object(Bucket=BUCKET, Key="big.shard", Body=os.urandom(size))
+
+        def put_empty(index: int) -> None:
+            client.put_object(Bucket=BUCKET, Key=f"many/{index:012d}.shard", Body=b"")
+
         with ThreadPoolExecutor(16) as pool:
-            list(pool.map(lambda i: client.put_object(Bucket=BUCKET, Key=f"many/{i:012d}.shard", Body=b""), range(arguments.objects)))
+            list(pool.map(put_empty, range(arguments.objects)))
         s3fs_store, object_store = _s3fs(endpoint), _obstore(endpoint)
         target = work / "download"
 

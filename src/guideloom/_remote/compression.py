@@ -70,8 +70,11 @@ def compress_shard(source: Path, destination: Path, level: int) -> None:
     size = source.stat().st_size
     compressor = zstandard.ZstdCompressor(level=level)
     with open(source, "rb") as plain, open(destination, "wb") as packed:
-        compressor.copy_stream(plain, packed, read_size=_CHUNK, write_size=_CHUNK, size=size - FOOTER.size)
-        plain.seek(size - FOOTER.size)
+        remaining = size - FOOTER.size
+        with compressor.stream_writer(packed, size=remaining, write_size=_CHUNK, closefd=False) as frame:
+            while remaining and (chunk := plain.read(min(_CHUNK, remaining))):
+                frame.write(chunk)
+                remaining -= len(chunk)
         packed.write(plain.read())
 
 

@@ -276,7 +276,8 @@ class RemoteShards:
         # Without a cache limit every shard the epoch needs is fetched, in the order it needs them;
         # with one, only as many as fit next to those a reader holds.
         limit = len(positions) if self._room is None else max(0, self._room - 1)
-        for position in positions[:limit]:
+        # A hint may reach past the last shard (packed rows counted as windows): those are no shard's.
+        for position in [position for position in positions if 0 <= position < len(self.infos)][:limit]:
             if position in self._queued or position in self._leases:
                 continue
             if self.files.cache.path_for(self.infos[position]).exists():
