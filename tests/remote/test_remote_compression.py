@@ -131,3 +131,19 @@ def test_a_damaged_compressed_object_is_downloaded_three_times_then_named(
         assert reader.read(0).size  # the other shards are fine
     assert list((tmp_path / "r").rglob("*.part")) == []
     assert [problem.startswith("shard 1") for problem in storage.verify()] == [True]
+
+
+@pytest.mark.parametrize("dtype", ["uint16", "uint32"])
+def test_shards_of_several_shuffle_blocks_come_back_whole(
+    s3_url: str, s3_server: S3Server, tmp_path: Path, dtype: str
+) -> None:
+    documents = [np.arange(start, start + 700_000, dtype=np.int64) % 60_000 for start in range(0, 2_100_000, 700_000)]
+    storage = TokenStorage(
+        s3_url, dtype, storage_options=s3_server.options, cache_dir=tmp_path / "w", compression="zstd"
+    )
+    with storage.sync_writer() as writer:
+        for tokens in documents:
+            writer.append(0, tokens)  # one shard of 4 or 8 MB: several 1 MiB blocks of data
+    reader_storage = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "r")
+    with reader_storage.sync_reader() as reader:
+        assert [reader.read(i).tolist() for i in range(3)] == [tokens.tolist() for tokens in documents]

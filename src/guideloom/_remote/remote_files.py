@@ -23,8 +23,9 @@ import threading
 import uuid
 import zlib
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from guideloom._core.errors import CorruptStorageError, FormatMismatchError, StorageNotFoundError
 from guideloom._remote.compression import DEFAULT_LEVEL, DamagedDownload, ShardDecoder, upload_source
@@ -75,15 +76,19 @@ class RemoteFiles:
         self.incomplete = self.directory / "incomplete"
         self.compression: str | None = None  # what writers upload (the header's, set by the storage)
         self.compression_level = DEFAULT_LEVEL
+        self.element_size = 1  # the header's, once read or created
 
     def read_header(self) -> StorageHeader:
         raw = self.store.read(HEADER_NAME)
         if raw is None:
             raise StorageNotFoundError(f"no storage at {self.url}: {HEADER_NAME} is missing")
-        return parse_header(raw, f"{self.url}/{HEADER_NAME}")
+        header = parse_header(raw, f"{self.url}/{HEADER_NAME}")
+        self.element_size = header.element_size
+        return header
 
     def create_header(self, header: StorageHeader) -> None:
         """Create the header once; a header already there is left as it is (the caller checks it)."""
+        self.element_size = header.element_size
         self.store.create(HEADER_NAME, header.to_json())
 
     def list_shards(self, header: StorageHeader) -> list[ShardInfo]:
@@ -145,7 +150,7 @@ class RemoteFiles:
         for info in self.list_shards(header):
             name = f"{SHARDS_DIR}/{shard_file_name(info.id)}"
             try:
-                self.store.download(name, part, decoder_for(header))
+                self.store.download(name, part, decoder_for(header, info))
                 problem = check_download(part, info, header, f"{self.url}/{name}")
             except DamagedDownload as error:
                 problem = f"shard {info.id}: {self.url}/{name} is damaged: {error}"
@@ -168,7 +173,7 @@ class RemoteFiles:
 
         def download(part: Path) -> None:
             try:
-                self.store.download(object_name, part, decoder_for(header))
+                self.store.download(object_name, part, decoder_for(header, info))
             except FileNotFoundError:
                 raise CorruptStorageError(
                     f"shard {info.id} vanished: {self.url}/{object_name} was deleted from the store after this "
@@ -193,7 +198,8 @@ class RemoteTarget:
         return self.files.store.exists(f"{SHARDS_DIR}/{shard_file_name(shard)}")
 
     def publish(self, temporary: Path, info: ShardInfo) -> bool:
-        source = upload_source(temporary, self.files.compression, self.files.compression_level)
+        files = self.files
+        source = upload_source(temporary, files.compression, files.compression_level, files.element_size)
         try:
             if not self.files.store.create(f"{SHARDS_DIR}/{shard_file_name(info.id)}", source):
                 return False
@@ -208,9 +214,9 @@ class RemoteTarget:
         return f"{self.files.url}/{SHARDS_DIR}/{shard_file_name(shard)}"
 
 
-def decoder_for(header: StorageHeader) -> type[ShardDecoder] | None:
+def decoder_for(header: StorageHeader, info: ShardInfo) -> Callable[[IO[bytes]], ShardDecoder] | None:
     """How a downloaded object becomes the plain shard: decompressed, or written as it is."""
-    return None if header.compression is None else ShardDecoder
+    return None if header.compression is None else partial(ShardDecoder, info=info, element_size=header.element_size)
 
 
 def check_download(part: Path, info: ShardInfo, header: StorageHeader, name: str) -> str | None:
