@@ -29,6 +29,7 @@ sys.path.insert(0, str(BENCHMARKS))  # the peers' adapters and the main benchmar
 from run import records, token_documents  # noqa: E402
 
 SEQUENCE, BATCH, DOCUMENT_BATCH = 2048, 8, 32
+OPENED: list[Any] = []  # the guideloom storage read, for its retry count
 TOKENS_PER_RECORD = 275  # the mean length of run.records
 
 
@@ -118,6 +119,7 @@ def _epochs(library: str, source: str, cache: str, endpoint: str, corpus: str) -
             storage = TokenStorage(source, storage_options={"endpoint_url": endpoint}, cache_dir=cache)
         else:
             storage = TokenStorage(source)
+        OPENED.append(storage)
         loader = StatefulDataLoader.from_storage(
             storage, device="cpu", local_batch_size=BATCH, sequence_length=SEQUENCE, shuffle=True, drop_last=True
         )
@@ -215,6 +217,7 @@ def read(library: str, source: str, cache: str, endpoint: str, epochs: int, corp
                     "tokens": tokens,
                     "get_requests": after["get_requests"] - before["get_requests"],
                     "get_bytes": after["get_bytes"] - before["get_bytes"],
+                    "retries": sum(storage.retry_count for storage in OPENED),
                 }
             ),
             flush=True,
