@@ -147,3 +147,17 @@ def test_shards_of_several_shuffle_blocks_come_back_whole(
     reader_storage = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "r")
     with reader_storage.sync_reader() as reader:
         assert [reader.read(i).tolist() for i in range(3)] == [tokens.tolist() for tokens in documents]
+
+
+def test_a_masked_storage_compresses_with_its_masks(s3_url: str, s3_server: S3Server, tmp_path: Path) -> None:
+    storage = TokenStorage(
+        s3_url, loss_mask=True, storage_options=s3_server.options, cache_dir=tmp_path / "w", compression="zstd"
+    )
+    documents = [np.arange(start, start + 500, dtype=np.uint32) for start in range(0, 3000, 500)]
+    masks = [np.arange(500) % (index + 2) == 0 for index in range(len(documents))]
+    with storage.sync_writer() as writer:
+        for tokens, mask in zip(documents, masks, strict=True):
+            writer.append(0, tokens, loss_mask=mask)
+    with TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "r").sync_reader() as reader:
+        assert [reader.read(i).tolist() for i in range(len(reader))] == [tokens.tolist() for tokens in documents]
+        assert [reader.loss_mask(i).tolist() for i in range(len(reader))] == [mask.tolist() for mask in masks]

@@ -67,15 +67,22 @@ def _zstandard() -> Any:
     return zstandard
 
 
-def shuffle_plan(record_count: int, data_size: int, element_size: int) -> list[tuple[int, int]]:
+def shuffle_plan(record_count: int, data_size: int, element_size: int, body_size: int) -> list[tuple[int, int]]:
     """The blocks of a plain shard (all but its footer) as compressed: (bytes, element width) each.
 
     Within a block, the bytes are regrouped by their position in the element (all first bytes, then
     all second bytes, ...), as Blosc's shuffle does: the high bytes of token ids and of offsets are
-    mostly zero, and zstd then stores them almost for free. Data, padding and index are blocks of
-    their own, at most SHUFFLE_BLOCK bytes.
+    mostly zero, and zstd then stores them almost for free. Data, padding, index and what follows
+    (a masked storage's loss mask bits) up to ``body_size`` (the shard without its footer) are
+    blocks of their own, at most SHUFFLE_BLOCK bytes.
     """
-    regions = [(data_size, element_size), (padded(data_size) - data_size, 1), (8 * (record_count + 1), 8)]
+    index_end = padded(data_size) + 8 * (record_count + 1)
+    regions = [
+        (data_size, element_size),
+        (padded(data_size) - data_size, 1),
+        (8 * (record_count + 1), 8),
+        (body_size - index_end, 1),
+    ]
     return [
         (min(SHUFFLE_BLOCK, length - start), width)
         for length, width in regions
@@ -101,7 +108,7 @@ def compress_shard(source: Path, destination: Path, level: int, element_size: in
         record_count, data_size = FOOTER.unpack(footer)[4:6]
         plain.seek(0)
         with compressor.stream_writer(packed, size=size - FOOTER.size, write_size=_CHUNK, closefd=False) as frame:
-            for length, width in shuffle_plan(record_count, data_size, element_size):
+            for length, width in shuffle_plan(record_count, data_size, element_size, size - FOOTER.size):
                 frame.write(_regroup(plain.read(length), width, forward=True))
         packed.write(footer)
 
@@ -116,7 +123,8 @@ class ShardDecoder:
         self._file = file
         self._decompressor = _zstandard().ZstdDecompressor().decompressobj()
         self._footer = b""
-        self._plan = shuffle_plan(info.record_count, info.element_count * element_size, element_size)[::-1]
+        data_size = info.element_count * element_size
+        self._plan = shuffle_plan(info.record_count, data_size, element_size, info.size - FOOTER.size)[::-1]
         self._pending = bytearray()
 
     def write(self, chunk: bytes) -> None:
