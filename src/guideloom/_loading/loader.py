@@ -21,6 +21,7 @@ import torch.distributed
 
 from guideloom._core.checks import check_bool, check_callable, check_int, check_number
 from guideloom._loading.devices import check_device
+from guideloom._loading.epoch_iterator import EpochIterator
 from guideloom._loading.explain import DigestCache, Place, check_next_batch, explain_batches, skipped
 from guideloom._loading.job_snapshot import in_job
 from guideloom._loading.make_source import make_source
@@ -262,7 +263,7 @@ class StatefulDataLoader:
             self._start_next_epoch()
             self.position = 0
         self._generation += 1
-        return self._epoch_segment(self._generation)
+        return EpochIterator(self._epoch_segment(self._generation))
 
     def _start_next_epoch(self) -> None:
         self.epoch += 1

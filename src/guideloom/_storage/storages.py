@@ -19,6 +19,7 @@ from guideloom._core.errors import (
     StorageNotFoundError,
     UntrustedFormatWarning,
 )
+from guideloom._remote.compression import DEFAULT_LEVEL, check_compression, recorded_compression
 from guideloom._remote.object_store import is_url
 from guideloom._remote.shard_cache import check_cache_arguments
 from guideloom._shards.files import CommitTarget, ShardSet, clean_incomplete
@@ -69,6 +70,8 @@ class StorageBase:
     location: str
     _remote: RemoteFiles | None = None
     _listed: dict[int, ShardInfo]
+    compression: str | None = None  # of the shard objects on a store: requested, else as recorded
+    _requested_compression: str | None = None
 
     def _locate(
         self,
@@ -95,6 +98,21 @@ class StorageBase:
             raise ValueError(f"storage_options apply to URLs only, but path is a local path: {path!r}")
         self.path = local_path(path)  # cache_dir and cache_limit_bytes mean nothing here: read in place
         self.location = str(self.path)
+
+    def _choose_compression(self, compression: object, level: object) -> None:
+        self._requested_compression, level = check_compression(compression, level, self.location, self._remote)
+        self._use_compression(self._requested_compression, level)
+
+    def _use_compression(self, compression: str | None, level: int | None = None) -> None:
+        self.compression = compression
+        if self._remote is not None:
+            self._remote.compression = compression
+            self._remote.compression_level = self._remote.compression_level if level is None else level
+
+    @property
+    def retry_count(self) -> int:
+        """Requests to the object store that this process retried for this storage (each also logged)."""
+        return 0 if self._remote is None else self._remote.store.retrying.count
 
     def __getattr__(self, name: str) -> Any:
         if name == "path" and self.__dict__.get("_remote") is not None:
@@ -171,6 +189,8 @@ class StorageBase:
             found = self._read_header()
         except StorageNotFoundError:
             return None
+        if self._requested_compression is None:  # compression=None opens a storage as recorded
+            self._use_compression(recorded_compression(found, self.location, self._remote))
         expected = self._expected_header()
         if found != expected:
             raise FormatMismatchError(
@@ -300,6 +320,8 @@ class DocumentStorage(StorageBase, Generic[In, Out]):
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit_bytes: int | None = None,
         max_open_shards: int = DEFAULT_MAX_OPEN_SHARDS,
+        compression: str | None = None,
+        compression_level: int = DEFAULT_LEVEL,
     ) -> None:
         """A storage at a local ``path`` or an fsspec URL (see docs/object-storage.md for the other arguments)."""
         if isinstance(format, type):
@@ -311,10 +333,11 @@ class DocumentStorage(StorageBase, Generic[In, Out]):
         format_identity(format)  # a name that cannot be recorded is refused before anything is written
         self.format = format
         self._locate(path, storage_options, cache_dir, cache_limit_bytes, max_open_shards)
+        self._choose_compression(compression, compression_level)
         self._existing_header()
 
     def _expected_header(self) -> StorageHeader:
-        return StorageHeader("documents", format=format_identity(self.format))
+        return StorageHeader("documents", format=format_identity(self.format), compression=self.compression)
 
     def encode(self, data: In) -> tuple[memoryview, int]:
         """One record as the bytes a shard stores, and their count."""
@@ -360,6 +383,8 @@ class TokenStorage(StorageBase):
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit_bytes: int | None = None,
         max_open_shards: int = DEFAULT_MAX_OPEN_SHARDS,
+        compression: str | None = None,
+        compression_level: int = DEFAULT_LEVEL,
     ) -> None:
         """A storage at a local ``path`` or an fsspec URL (see docs/object-storage.md for the other arguments).
 
@@ -369,6 +394,7 @@ class TokenStorage(StorageBase):
         if loss_mask is not None:
             check_bool("loss_mask", loss_mask)
         self._locate(path, storage_options, cache_dir, cache_limit_bytes, max_open_shards)
+        self._choose_compression(compression, compression_level)
         recorded = None
         with contextlib.suppress(StorageNotFoundError):
             recorded = self._read_header()
@@ -380,7 +406,7 @@ class TokenStorage(StorageBase):
         self._existing_header()
 
     def _expected_header(self) -> StorageHeader:
-        return StorageHeader("tokens", dtype=self.dtype.name, loss_mask=self.loss_mask)
+        return StorageHeader("tokens", dtype=self.dtype.name, loss_mask=self.loss_mask, compression=self.compression)
 
     def encode(self, tokens: TokenInput) -> tuple[memoryview, int]:
         """One document's ids as the bytes a shard stores, and their count; an id the dtype cannot hold is an error."""
