@@ -39,6 +39,7 @@ class TokenizeSummary:
     skipped_files: tuple[Path, ...] = ()  #: inputs whose shard already existed (``skip_existing``)
     processes: int = 0  #: worker processes started (0: the calling process did the work)
     ray_tasks: int = 0  #: Ray tasks run (``ray=``): one per input file
+    train_on: str | None = None  #: conversations (``chat=True``): what the loss mask marks; None: text
 
     @property
     def tokens_per_second(self) -> float:
@@ -56,7 +57,10 @@ class TokenizeSummary:
             f"{plural(self.tokens, 'token')} ({self.dtype}) in {self.seconds:.1f} s = "
             f"{self.tokens_per_second:,.0f} tokens/s {where}",
         ]
-        if self.eos_id is None:
+        if self.train_on is not None:
+            marked = "the assistant's turns" if self.train_on == "assistant" else "every token"
+            lines.append(f"one conversation per document, as its chat template renders it; loss mask: {marked}")
+        elif self.eos_id is None:
             lines.append("no end-of-text id appended")
         if self.empty_files:
             lines.append(f"{plural(len(self.empty_files), 'input file')} held no documents (no shard)")
@@ -153,6 +157,7 @@ def execute(
         seconds=time.perf_counter() - started,
         dtype=plan.settings.dtype,
         eos_id=plan.settings.eos_id,
+        train_on=plan.settings.train_on,
         shards=tuple(sorted(shard for shard, (count, _) in results.items() if count)),
         empty_files=tuple(job.path for job in jobs if results.get(job.shard, (1, 0))[0] == 0),
         skipped_files=tuple(plan.skipped),
@@ -174,6 +179,8 @@ def tokenize_files(
     skip_existing: bool = False,
     progress: bool = True,
     ray: bool | str = False,
+    chat: bool = False,
+    train_on: str = "assistant",
 ) -> TokenizeSummary:
     """Tokenize ``inputs`` into the TokenStorage at ``output``, one shard per input file (see ``guideloom.tokenize``).
 
@@ -185,12 +192,18 @@ def tokenize_files(
     (8 MiB), where starting processes costs more than it saves. ``ray=True`` (or a cluster address) runs
     one Ray task per file instead (needs the ``ray`` extra; excludes ``workers``). The result is the same
     storage either way.
+
+    ``chat=True`` reads conversations instead of text: rows of JSONL or Parquet files with a ``messages``
+    field, rendered with the chat template of the Hugging Face tokenizer directory ``tokenizer_path``, into
+    a masked token storage whose mask marks the assistant's turns (``train_on="assistant"``) or every
+    token (``train_on="all"``); needs the ``chat`` extra (see docs/conversations.md).
     """
     started = time.perf_counter()
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ValueError(f"{PYTHON_NAMES.workers} must be a positive int, got {workers!r}")
     skip_existing = check_bool("skip_existing", skip_existing)
     progress = check_bool("progress", progress)
+    chat = check_bool("chat", chat)
     plan = plan_run(
         inputs,
         output if isinstance(output, str) and is_url(output) else local_path(output, "output"),
@@ -200,5 +213,6 @@ def tokenize_files(
         dtype=dtype,
         eos_token=eos_token,
         skip_existing=skip_existing,
+        train_on=train_on if chat else None,
     )
     return execute(plan, workers, progress, started, ray)

@@ -11,16 +11,17 @@ import contextlib
 import os
 import pickle
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from guideloom._storage.resumable_write import committed_digest
-from guideloom.tokenize._inputs import iter_documents
+from guideloom.tokenize._chat import ChatDocuments
+from guideloom.tokenize._inputs import InputFile, iter_documents
 from guideloom.tokenize._plan import FileJob, TokenizeSettings
-from guideloom.tokenize._tokenizer import encode, load_tokenizer
+from guideloom.tokenize._tokenizer import encode
 
 BATCH_DOCUMENTS = 512
 BATCH_CHARACTERS = 4 << 20
@@ -36,6 +37,35 @@ def _never() -> bool:
 
 def _ignore(count: int) -> None:
     del count
+
+
+class TextDocuments:
+    """What :func:`tokenize_file` reads and writes for text: documents, their ids and the end-of-text id."""
+
+    def __init__(self, tokenizer: Any, settings: TokenizeSettings) -> None:
+        self.tokenizer = tokenizer
+        self.text_field = settings.text_field
+        self.eos = [] if settings.eos_id is None else [settings.eos_id]
+        self.dtype = np.dtype(settings.dtype)
+
+    def documents(self, file: InputFile) -> Iterator[tuple[str, int, int]]:
+        for text, position in iter_documents(file, self.text_field):
+            yield text, len(text), position
+
+    def encode(self, file: InputFile, texts: list[str]) -> Iterator[tuple[np.ndarray, None]]:
+        del file
+        for ids in encode(self.tokenizer, texts):
+            array = np.empty(len(ids) + len(self.eos), self.dtype)
+            array[: len(ids)] = ids
+            array[len(ids) :] = self.eos
+            yield array, None
+
+
+def document_kind(settings: TokenizeSettings, tokenizer: Any) -> TextDocuments | ChatDocuments:
+    """How the run's inputs become documents: text, or conversations (``settings.train_on``)."""
+    if settings.train_on is None:
+        return TextDocuments(tokenizer, settings)
+    return ChatDocuments(tokenizer, settings.train_on, np.dtype(settings.dtype))
 
 
 def tokenize_file(
@@ -54,12 +84,11 @@ def tokenize_file(
     if cancelled():
         raise Cancelled
     storage = settings.storage()
+    kind = document_kind(settings, tokenizer)
     documents = tokens = 0
     reported = 0
-    texts: list[str] = []
+    batch: list[Any] = []
     characters = 0
-    eos = [] if settings.eos_id is None else [settings.eos_id]
-    dtype = np.dtype(settings.dtype)
     with contextlib.ExitStack() as stack:
         writer = None
 
@@ -67,26 +96,26 @@ def tokenize_file(
             nonlocal writer, documents, tokens, reported, characters
             if cancelled():
                 raise Cancelled
-            if texts:
+            if batch:
                 if writer is None:  # created lazily: an input without documents creates nothing
                     writer = stack.enter_context(storage.sync_writer())
-                for ids in encode(tokenizer, texts):
-                    array = np.empty(len(ids) + len(eos), dtype)
-                    array[: len(ids)] = ids
-                    array[len(ids) :] = eos
-                    writer.append(job.shard, array)
+                for array, mask in kind.encode(job.file, batch):
+                    if mask is None:
+                        writer.append(job.shard, array)
+                    else:
+                        writer.append(job.shard, array, loss_mask=mask)
                     tokens += array.size
-                documents += len(texts)
-                texts.clear()
+                documents += len(batch)
+                batch.clear()
                 characters = 0
             report(position - reported)
             reported = position
 
         position = 0
-        for text, position in iter_documents(job.file, settings.text_field):
-            texts.append(text)
-            characters += len(text)
-            if len(texts) >= BATCH_DOCUMENTS or characters >= BATCH_CHARACTERS:
+        for document, size, position in kind.documents(job.file):
+            batch.append(document)
+            characters += size
+            if len(batch) >= BATCH_DOCUMENTS or characters >= BATCH_CHARACTERS:
                 flush(position)
         flush(max(position, job.size))
     return documents, tokens
@@ -119,7 +148,7 @@ def tokenize_job(job: FileJob, settings: TokenizeSettings) -> tuple[str, Any, st
             return "done", (found.records, found.data_size // header.element_size), None
         tokenizer = _loaded_tokenizers.get(settings.tokenizer_path)
         if tokenizer is None:
-            tokenizer = _loaded_tokenizers[settings.tokenizer_path] = load_tokenizer(settings.tokenizer_path)
+            tokenizer = _loaded_tokenizers[settings.tokenizer_path] = settings.load_tokenizer()
         return "done", tokenize_file(job, settings, tokenizer), None
     except Exception as error:
         return "failed", picklable(error), traceback.format_exc()
