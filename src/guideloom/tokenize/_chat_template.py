@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -145,48 +145,92 @@ class ChatEncoder:
 
     def _prefix_masks(self, conversations: Sequence[Messages]) -> list[EncodedConversation]:
         """Split each conversation into turns by tokenizing the renderings of its growing prefixes."""
-        texts: list[str] = []
-        # per conversation: (its full rendering, [(assistant k, before k, before k with the prompt, through k)])
-        layout: list[tuple[int, list[tuple[int, int, int | None, int]]]] = []
-        for index, messages in enumerate(conversations):
-            try:
-                full = len(texts)
-                texts.append(self._render(messages))
-                turns = []
-                for k, message in enumerate(messages):
-                    if message["role"] != "assistant":
-                        continue
-                    before = prompt = None
-                    if k:
-                        before = len(texts)
-                        texts.append(self._render(messages[:k]))
-                        prompt = len(texts)
-                        texts.append(self._render(messages[:k], add_generation_prompt=True))
-                    through = len(texts)
-                    texts.append(self._render(messages[: k + 1]))
-                    turns.append((k, -1 if before is None else before, prompt, through))
-            except Exception as error:
-                raise TurnSplitError(index, f"the chat template fails on these messages: {error}") from None
-            layout.append((full, turns))
-        tokens = self._tokenize(texts)
-        encoded = []
-        for index, (full, turns) in enumerate(layout):
-            ids = tokens[full]
-            mask = np.zeros(len(ids), np.uint8)
-            for k, before, prompt, through in turns:
-                start = 0 if before < 0 else len(tokens[before])
-                end = len(tokens[through])
-                for piece, what in ((before, f"messages[:{k}]"), (through, f"messages[:{k + 1}]")):
-                    if piece >= 0 and not _is_prefix(tokens[piece], ids):
-                        raise TurnSplitError(
-                            index,
-                            f"the conversation cannot be split into turns: the template's rendering of {what} "
-                            "is not a prefix of the whole conversation's (a template that renders earlier turns "
-                            "differently once later ones follow); use a template with {% generation %} blocks, "
-                            "or train on every token (--train-on all, train_on='all')",
-                        )
-                if prompt is not None and start <= len(tokens[prompt]) <= end and _is_prefix(tokens[prompt], ids):
-                    start = len(tokens[prompt])  # the assistant header, added by the generation prompt, is not learned
-                mask[start:end] = 1
-            encoded.append(EncodedConversation(ids, mask))
-        return encoded
+        texts = _Texts()
+        splits = [self._split(index, messages, texts) for index, messages in enumerate(conversations)]
+        texts.tokenize(self._tokenize)
+        for split in splits:  # where the generation prompt is of no use: the prefix without it, tokenized now
+            for turn in split.turns:
+                if turn.prompt is not None and not texts.usable_prompt(turn, split.full):
+                    turn.prompt = None
+                    turn.before = texts.add(turn.before_text)
+        texts.tokenize(self._tokenize)
+        return [texts.encoded(split) for split in splits]
+
+    def _split(self, index: int, messages: Messages, texts: _Texts) -> _Split:
+        """The renderings a conversation's turns are told apart by, registered with ``texts``."""
+        try:
+            full = self._render(messages)
+            turns = []
+            for k, message in enumerate(messages):
+                if message["role"] != "assistant":
+                    continue
+                turn = _Turn(index, k, texts.add(self._render(messages[: k + 1])))
+                if k:
+                    turn.before_text = self._render(messages[:k])
+                    prompted = self._render(messages[:k], add_generation_prompt=True)
+                    if prompted != turn.before_text and prompted.startswith(turn.before_text):
+                        turn.prompt = texts.add(prompted)
+                    else:  # the template adds no generation prompt (or an odd one): the turn starts after m[:k]
+                        turn.before = texts.add(turn.before_text)
+                turns.append(turn)
+        except Exception as error:
+            raise TurnSplitError(index, f"the chat template fails on these messages: {error}") from None
+        return _Split(index, texts.add(full), turns)
+
+
+@dataclass
+class _Turn:
+    """One assistant turn: the ids in :class:`_Texts` of the renderings around it (-1: none)."""
+
+    conversation: int
+    message: int
+    through: int  # messages[: message + 1]
+    before: int = -1  # messages[:message], when it is needed
+    prompt: int | None = None  # messages[:message] with the generation prompt, while it may serve
+    before_text: str = ""
+
+
+@dataclass
+class _Split:
+    conversation: int
+    full: int
+    turns: list[_Turn]
+
+
+class _Texts:
+    """The distinct renderings of a batch, tokenized together (a rendering met twice is tokenized once)."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+        self.tokens: list[list[int]] = []
+
+    def add(self, text: str) -> int:
+        return self.ids.setdefault(text, len(self.ids))
+
+    def tokenize(self, tokenize: Callable[[list[str]], list[list[int]]]) -> None:
+        self.tokens.extend(tokenize(list(self.ids)[len(self.tokens) :]))
+
+    def usable_prompt(self, turn: _Turn, full: int) -> bool:
+        prompt = self.tokens[turn.prompt]  # type: ignore[index]
+        return len(prompt) <= len(self.tokens[turn.through]) and _is_prefix(prompt, self.tokens[full])
+
+    def encoded(self, split: _Split) -> EncodedConversation:
+        """The conversation's tokens and its mask, or a TurnSplitError where a rendering is not a prefix."""
+        ids = self.tokens[split.full]
+        mask = np.zeros(len(ids), np.uint8)
+        for turn in split.turns:
+            for piece, what in (
+                (turn.before, f"messages[:{turn.message}]"),
+                (turn.through, f"messages[:{turn.message + 1}]"),
+            ):
+                if piece >= 0 and not _is_prefix(self.tokens[piece], ids):
+                    raise TurnSplitError(
+                        split.conversation,
+                        f"the conversation cannot be split into turns: the template's rendering of {what} is not "
+                        "a prefix of the whole conversation's (a template that renders earlier turns differently "
+                        "once later ones follow); use a template with {% generation %} blocks, or train on every "
+                        "token (--train-on all, train_on='all')",
+                    )
+            start = turn.before if turn.prompt is None else turn.prompt
+            mask[0 if start < 0 else len(self.tokens[start]) : len(self.tokens[turn.through])] = 1
+        return EncodedConversation(ids, mask)
