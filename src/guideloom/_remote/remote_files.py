@@ -93,7 +93,7 @@ class RemoteFiles:
                 continue
             shard, records, elements = int(match.group(1)), int(match.group(2)), int(match.group(3))
             info = ShardInfo(shard, records, elements, int(match.group(4), 16), sizes[shard])
-            if shard_size(records, elements * header.element_size) == info.size:
+            if shard_size(records, elements * header.element_size, header) == info.size:
                 infos[shard] = info
         for shard, size in sizes.items():
             if shard not in infos:
@@ -110,7 +110,7 @@ class RemoteFiles:
         magic, _, _, footer_shard, records, data_size, data_crc, _, _, footer_crc = FOOTER.unpack(raw)
         if magic != FOOTER_MAGIC or zlib.crc32(raw[: FOOTER.size - 12]) != footer_crc or footer_shard != shard:
             raise CorruptStorageError(f"shard {shard} has a damaged footer ({name})")
-        if shard_size(records, data_size) != size or data_size % header.element_size:
+        if shard_size(records, data_size, header) != size or data_size % header.element_size:
             raise CorruptStorageError(f"shard {shard} has inconsistent sizes ({name}): object truncated?")
         return ShardInfo(shard, records, data_size // header.element_size, data_crc, size)
 

@@ -33,6 +33,7 @@ import numpy as np
 
 from guideloom._core.checks import check_int
 from guideloom._core.errors import CorruptStorageError, FormatMismatchError, StorageNotFoundError
+from guideloom._shards.loss_masks import LOSS_MASK_FLAG, mask_size
 
 LAYOUT_VERSION = 1
 HEADER_NAME = "guideloom.json"
@@ -63,9 +64,17 @@ class ShardInfo:
     size: int
 
 
-def shard_size(record_count: int, data_size: int) -> int:
-    """Bytes of a shard file with these counts (data, padding, offsets, footer)."""
-    return padded(data_size) + 8 * (record_count + 1) + FOOTER.size
+def shard_size(record_count: int, data_size: int, header: StorageHeader | None = None) -> int:
+    """Bytes of a shard file with these counts (data, padding, offsets, the loss mask of a masked ``header``'s
+    shard, footer)."""
+    return padded(data_size) + 8 * (record_count + 1) + mask_bytes(data_size, header) + FOOTER.size
+
+
+def mask_bytes(data_size: int, header: StorageHeader | None) -> int:
+    """Bytes a shard of ``data_size`` data bytes gives its loss mask, padding included (0 if unmasked)."""
+    if header is None or not header.loss_mask:
+        return 0
+    return padded(mask_size(data_size // header.element_size))
 
 
 @dataclass(frozen=True)
@@ -76,6 +85,7 @@ class StorageHeader:
     format: str | None = None
     dtype: str | None = None
     layout_version: int = LAYOUT_VERSION
+    loss_mask: bool = False  # tokens only: a mask bit per token beside the tokens (absent from 0.2 headers)
 
     def to_json(self) -> bytes:
         fields: dict[str, Any] = {"layout_version": self.layout_version, "kind": self.kind}
@@ -83,6 +93,8 @@ class StorageHeader:
             fields["format"] = self.format
         if self.dtype is not None:
             fields["dtype"] = self.dtype
+        if self.loss_mask:
+            fields["loss_mask"] = True
         return json.dumps(fields, sort_keys=True).encode() + b"\n"
 
     @property
@@ -95,7 +107,14 @@ class StorageHeader:
         return 1 if self.dtype is None else np.dtype(self.dtype).itemsize
 
     def describe(self) -> str:
-        return f"{self.kind} with format {self.format!r}" if self.dtype is None else f"tokens of {self.dtype}"
+        if self.dtype is None:
+            return f"{self.kind} with format {self.format!r}"
+        return f"tokens of {self.dtype}{' with a loss mask' if self.loss_mask else ' without a loss mask'}"
+
+    @property
+    def footer_flags(self) -> int:
+        """The footer flags of this storage's shards."""
+        return LOSS_MASK_FLAG if self.loss_mask else 0
 
 
 def shard_file_name(shard: int) -> str:
@@ -146,10 +165,11 @@ def parse_header(raw: bytes, header_path: str) -> StorageHeader:
             f"{header_path} has layout version {version!r}; this guideloom reads version {LAYOUT_VERSION}"
         )
     kind, document_format, dtype = fields.get("kind"), fields.get("format"), fields.get("dtype")
-    if kind == "documents" and isinstance(document_format, str) and dtype is None:
+    loss_mask = fields.get("loss_mask", False)
+    if kind == "documents" and isinstance(document_format, str) and dtype is None and "loss_mask" not in fields:
         return StorageHeader(kind, format=document_format)
-    if kind == "tokens" and dtype in TOKEN_DTYPES and document_format is None:
-        return StorageHeader(kind, dtype=dtype)
+    if kind == "tokens" and dtype in TOKEN_DTYPES and document_format is None and loss_mask in (True, False):
+        return StorageHeader(kind, dtype=dtype, loss_mask=loss_mask is True)
     raise CorruptStorageError(f"{header_path} describes no valid storage: {fields!r}")
 
 
@@ -222,14 +242,19 @@ def committed_shard_ids(path: Path) -> list[int]:
     return sorted(int(match.group(1)) for name in names if (match := _SHARD_NAME.fullmatch(name)))
 
 
-def shard_trailer(shard: int, offsets: list[int], data_size: int, data_crc: int, header: StorageHeader) -> bytes:
-    """What a writer appends after a shard's data: padding to 8 bytes, the record offsets, the footer.
+def shard_trailer(
+    shard: int, offsets: list[int], data_size: int, data_crc: int, header: StorageHeader, loss_mask: bytes = b""
+) -> bytes:
+    """What a writer appends after a shard's data: padding to 8 bytes, the record offsets, the packed loss mask
+    of a masked storage (padded to 8 bytes), the footer.
 
-    ``ShardFile`` reads it back; ``offsets`` are the ``record_count + 1`` element offsets of the records.
+    ``ShardFile`` reads it back; ``offsets`` are the ``record_count + 1`` element offsets of the records;
+    ``data_crc`` covers the data and then ``loss_mask``.
     """
     index = np.asarray(offsets, dtype="<u8").tobytes()
     footer = _pack_footer(shard, len(offsets) - 1, data_size, data_crc, zlib.crc32(index), header)
-    return bytes(padded(data_size) - data_size) + index + footer
+    mask = loss_mask + bytes(padded(len(loss_mask)) - len(loss_mask))
+    return bytes(padded(data_size) - data_size) + index + mask + footer
 
 
 def _pack_footer(
@@ -238,7 +263,7 @@ def _pack_footer(
     body = FOOTER.pack(
         FOOTER_MAGIC,
         LAYOUT_VERSION,
-        0,
+        header.footer_flags,
         shard,
         record_count,
         data_size,
@@ -306,13 +331,17 @@ class ShardFile:
         if version != LAYOUT_VERSION:
             self.close()
             raise FormatMismatchError(f"shard {shard} has layout version {version}, expected {LAYOUT_VERSION}")
-        if flags != 0:
+        if flags & ~LOSS_MASK_FLAG:
             self.close()
             raise FormatMismatchError(f"shard {shard} uses footer flags {flags:#x} this guideloom does not know")
+        if flags != header.footer_flags:
+            self.close()
+            holds = "holds a loss mask" if flags else "holds no loss mask"
+            raise FormatMismatchError(f"shard {shard} {holds}, unlike its storage's header ({self.path})")
         if header_crc != header.checksum:
             self.close()
             raise FormatMismatchError(f"shard {shard} was written for another storage header ({self.path})")
-        expected = shard_size(record_count, data_size)
+        expected = shard_size(record_count, data_size, header)
         if footer_shard != shard or expected != size or data_size % header.element_size:
             self.close()
             raise CorruptStorageError(f"shard {shard} has inconsistent sizes ({self.path}): file truncated?")
@@ -323,6 +352,13 @@ class ShardFile:
         self.element_count = self.data_size // header.element_size
         self.view = memoryview(self._mapping)
         self.offsets = np.frombuffer(self._mapping, "<u8", self.record_count + 1, padded(data_size))
+        self.mask_start = padded(data_size) + 8 * (self.record_count + 1)
+        # The packed loss mask of a masked storage's shard (uint8, little bit order), else None.
+        self.mask_bits: np.ndarray | None = (
+            np.frombuffer(self._mapping, np.uint8, mask_size(self.element_count), self.mask_start)
+            if header.loss_mask
+            else None
+        )
         # Indexing a memoryview gives Python ints several times faster than NumPy scalars do.
         index_bytes = self.view[padded(data_size) : padded(data_size) + 8 * (self.record_count + 1)]
         self._record_offsets = (
@@ -348,8 +384,14 @@ class ShardFile:
     def verify(self) -> str | None:
         """Recompute the checksums; the problem found, or None."""
         data_crc = zlib.crc32(self.view[: self.data_size])
+        if self.mask_bits is not None:  # the data checksum goes on over the packed mask
+            data_crc = zlib.crc32(self.view[self.mask_start : self.mask_start + len(self.mask_bits)], data_crc)
+            mask_end = self.mask_start + len(self.mask_bits)
+            if any(self.view[mask_end : len(self.view) - FOOTER.size]):
+                return f"shard {self.id}: padding after the loss mask is not zero ({self.path})"
         if data_crc != self.data_crc:
-            return f"shard {self.id}: data checksum mismatch ({self.path})"
+            what = "data checksum" if self.mask_bits is None else "data or loss mask checksum"
+            return f"shard {self.id}: {what} mismatch ({self.path})"
         index_start = padded(self.data_size)
         if any(self.view[self.data_size : index_start]):
             return f"shard {self.id}: padding after the data is not zero ({self.path})"
@@ -363,6 +405,7 @@ class ShardFile:
     def close(self) -> None:
         """Release the mapping; if the user still holds views into it, it goes when they do."""
         self.offsets = np.empty(0, "<u8")
+        self.mask_bits = None
         record_offsets, self._record_offsets = getattr(self, "_record_offsets", None), memoryview(b"").cast("Q")
         if record_offsets is not None:
             record_offsets.release()

@@ -21,6 +21,7 @@ from guideloom._core.checks import check_int, check_sequence_length
 from guideloom._shards.files import LocalShards, ShardSet, first_positions
 from guideloom._shards.formats import DocumentStorageFormat
 from guideloom._shards.layout import ShardFile, StorageHeader, verify_shards
+from guideloom._shards.loss_masks import unpack_bits
 
 Out = TypeVar("Out")
 R = TypeVar("R", bound="StorageReader[Any]")
@@ -263,6 +264,24 @@ class TokenReader(StorageReader[np.ndarray]):
         start, stop = self.shard(position).record_bounds(record)
         return tokens[start:stop]
 
+    def loss_mask(self, index: int) -> np.ndarray:
+        """Document ``index``'s loss mask: a bool array as long as its tokens (unpacked from the stored bits)."""
+        self.check_open()
+        if not self.header.loss_mask:
+            raise ValueError(
+                f"loss_mask: the storage at {self.location} has no loss mask (it was created without loss_mask=True)"
+            )
+        position, record = self.locate(index)
+        start, stop = self.shard(position).record_bounds(record)
+        return unpack_bits(self.shard_mask_bits(position), start, stop)
+
+    def shard_mask_bits(self, position: int) -> np.ndarray:
+        """The packed loss mask of the reader's shard at ``position`` (uint8, little bit order; mapped)."""
+        bits = self.shard(position).mask_bits
+        if bits is None:
+            raise ValueError(f"loss_mask: the storage at {self.location} has no loss mask")
+        return bits
+
     def read_tokens(self, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
         """Tokens ``stream[start:stop]``, copied into ``out`` (cast to its dtype) or a new array."""
         self.check_open()
@@ -318,6 +337,13 @@ class AsyncReader(Generic[Out]):
     async def __aiter__(self) -> AsyncIterator[Out]:
         for index in range(len(self)):
             yield await self.read(index)
+
+    async def loss_mask(self, index: int) -> np.ndarray:
+        """Document ``index``'s loss mask (a masked token storage's reader only)."""
+        reader = self._sync()
+        if not isinstance(reader, TokenReader):
+            raise ValueError("loss_mask applies to the reader of a TokenStorage created with loss_mask=True")
+        return await asyncio.to_thread(reader.loss_mask, index)
 
     async def verify(self) -> list[str]:
         return await asyncio.to_thread(self._sync().verify)

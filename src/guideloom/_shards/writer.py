@@ -35,6 +35,7 @@ from guideloom._shards.layout import (
     shard_size,
     shard_trailer,
 )
+from guideloom._shards.loss_masks import MaskBits, loss_mask_array
 
 In = TypeVar("In")
 MAX_OPEN_FILES = 64
@@ -86,7 +87,7 @@ class _ShardInProgress:
     it to disk while appends go on, so committing has only the last chunk left to do.
     """
 
-    def __init__(self, shard: int, path: Path, background: _Background) -> None:
+    def __init__(self, shard: int, path: Path, background: _Background, masked: bool = False) -> None:
         self.shard = shard
         self.path = path
         self.file: IO[bytes] | None = open(path, "xb", buffering=WRITE_BUFFER)
@@ -95,8 +96,10 @@ class _ShardInProgress:
         self.data_crc = 0  # of the data before ``handed_off``, once ``pending`` is done
         self.handed_off = 0
         self.pending: deque[Future[None]] = deque()
+        self.header: StorageHeader | None = None  # the header it was finished under
         self.failure: BaseException | None = None  # a background failure: the shard can never be committed
         self._background = background
+        self.mask_bits = MaskBits() if masked else None  # the loss mask of a masked storage's shard
 
     def write(self, payload: memoryview, element_count: int) -> None:
         if self.file is None:
@@ -143,7 +146,10 @@ class _ShardInProgress:
         if self.data_size > self.handed_off:
             self.data_crc = _file_checksum(self.path, self.handed_off, self.data_size, self.data_crc, sync=False)
             self.handed_off = self.data_size
-        self.file.write(shard_trailer(self.shard, self.offsets, self.data_size, self.data_crc, header))
+        mask = b"" if self.mask_bits is None else self.mask_bits.finish()
+        self.data_crc = zlib.crc32(mask, self.data_crc)  # the data checksum covers the mask after the data
+        self.header = header
+        self.file.write(shard_trailer(self.shard, self.offsets, self.data_size, self.data_crc, header, mask))
         self.file.flush()
         os.fsync(self.file.fileno())
         self.file.close()
@@ -152,7 +158,8 @@ class _ShardInProgress:
     def info(self) -> ShardInfo:
         """The finished shard's counts and checksum, as readers index it."""
         records = len(self.offsets) - 1
-        return ShardInfo(self.shard, records, self.offsets[-1], self.data_crc, shard_size(records, self.data_size))
+        size = shard_size(records, self.data_size, self.header)
+        return ShardInfo(self.shard, records, self.offsets[-1], self.data_crc, size)
 
     def abort(self) -> None:
         for future in self.pending:
@@ -187,10 +194,13 @@ class SyncWriter(Generic[In]):
         self._last: _ShardInProgress | None = None  # the shard appended to last, while it is open
         self._closed = False
 
-    def append(self, shard: int, data: In) -> None:
-        """Append one sample to ``shard`` (created on first use)."""
+    def append(self, shard: int, data: In, loss_mask: object = None) -> None:
+        """Append one sample to ``shard`` (created on first use); a masked token storage's takes its ``loss_mask``."""
         if self._closed:
             raise ValueError("this writer is closed")
+        if loss_mask is not None or self._header.loss_mask:
+            self._append_masked(shard, data, loss_mask)
+            return
         last = self._last
         if last is not None and type(shard) is int and shard == last.shard and last.file is not None:
             payload, element_count = self._encode(data)  # appending to the same shard again: the fast path
@@ -200,6 +210,23 @@ class SyncWriter(Generic[In]):
         payload, element_count = self._encode(data)
         self._last = self._shard(shard)
         self._last.write(payload, element_count)
+
+    def _append_masked(self, shard: int, data: In, loss_mask: object) -> None:
+        """Append a document and its loss mask, both checked before anything is written."""
+        if not self._header.loss_mask:
+            raise ValueError(
+                f"loss_mask was given, but this storage holds {self._header.describe()}: only a TokenStorage "
+                "created with loss_mask=True takes one"
+            )
+        if loss_mask is None:
+            raise ValueError("loss_mask is required: this storage was created with loss_mask=True (one per token)")
+        shard = check_shard_id(shard)
+        payload, element_count = self._encode(data)
+        mask = loss_mask_array(loss_mask, element_count)
+        in_progress = self._last = self._shard(shard)
+        in_progress.write(payload, element_count)
+        assert in_progress.mask_bits is not None
+        in_progress.mask_bits.append(mask)
 
     def commit(self, shard: int) -> None:
         """Commit ``shard`` now: it becomes visible to new readers and immutable."""
@@ -253,7 +280,7 @@ class SyncWriter(Generic[In]):
             )
         self._make_room()
         temporary = self._target.incomplete / f"{shard_file_name(shard)}.{self._token}"
-        in_progress = _ShardInProgress(shard, temporary, self._background)
+        in_progress = _ShardInProgress(shard, temporary, self._background, self._header.loss_mask)
         self._open[shard] = in_progress
         return in_progress
 
@@ -283,8 +310,8 @@ class AsyncWriter(Generic[In]):
     def __init__(self, writer: SyncWriter[In]) -> None:
         self._writer = writer
 
-    async def append(self, shard: int, data: In) -> None:
-        await asyncio.to_thread(self._writer.append, shard, data)
+    async def append(self, shard: int, data: In, loss_mask: object = None) -> None:
+        await asyncio.to_thread(self._writer.append, shard, data, loss_mask)
 
     async def commit(self, shard: int) -> None:
         await asyncio.to_thread(self._writer.commit, shard)

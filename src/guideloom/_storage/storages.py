@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 
-from guideloom._core.checks import check_number, check_path
+from guideloom._core.checks import check_bool, check_number, check_path
 from guideloom._core.errors import (
     CorruptStorageError,
     FormatMismatchError,
@@ -342,11 +342,18 @@ class TokenStorage(StorageBase):
         path: str | os.PathLike[str],
         dtype: str | np.dtype[Any] | type | None = None,
         *,
+        loss_mask: bool | None = None,
         storage_options: dict[str, Any] | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit_bytes: int | None = None,
     ) -> None:
-        """A storage at a local ``path`` or an fsspec URL (see docs/object-storage.md for the other arguments)."""
+        """A storage at a local ``path`` or an fsspec URL (see docs/object-storage.md for the other arguments).
+
+        ``loss_mask=True`` creates a masked storage (a loss mask bit per token, docs/tokens.md); None opens an
+        existing storage as recorded and makes a new one unmasked.
+        """
+        if loss_mask is not None:
+            check_bool("loss_mask", loss_mask)
         self._locate(path, storage_options, cache_dir, cache_limit_bytes)
         recorded = None
         with contextlib.suppress(StorageNotFoundError):
@@ -355,17 +362,18 @@ class TokenStorage(StorageBase):
             raise FormatMismatchError(f"the storage at {self.location} holds {recorded.describe()}, not tokens")
         self.encoder = TokenEncoder(recorded.dtype if dtype is None and recorded is not None else dtype)
         self.dtype = self.encoder.dtype
+        self.loss_mask = bool(recorded.loss_mask if loss_mask is None and recorded is not None else loss_mask)
         self._existing_header()
 
     def _expected_header(self) -> StorageHeader:
-        return StorageHeader("tokens", dtype=self.dtype.name)
+        return StorageHeader("tokens", dtype=self.dtype.name, loss_mask=self.loss_mask)
 
     def encode(self, tokens: TokenInput) -> tuple[memoryview, int]:
         """One document's ids as the bytes a shard stores, and their count; an id the dtype cannot hold is an error."""
         return self.encoder(tokens)
 
     def sync_writer(self) -> SyncWriter[TokenInput]:
-        """A writer; ``writer.append(shard, tokens)`` appends one document's token ids."""
+        """A writer; ``writer.append(shard, tokens)`` appends one document's token ids (``loss_mask=`` its mask)."""
         return SyncWriter(self.commit_target(), self.create(), self.encoder)  # no extra call per append
 
     def sync_reader(self) -> TokenReader:
