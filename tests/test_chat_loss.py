@@ -9,7 +9,6 @@ and unpacked, with labels built from transformers' own assistant mask; with the 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,7 +20,7 @@ from guideloom.tokenize import tokenize_files
 from tests.chat_tokenizers import GENERATION_TEMPLATE, PLAIN_TEMPLATE, conversation, make_chat_tokenizer
 
 CONVERSATIONS = [conversation(number, turns=1 + number % 4, system=number % 3 != 0) for number in range(14)]
-SEQUENCE_LENGTH = 96
+SEQUENCE_LENGTH = 192
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +97,7 @@ def test_packed_masked_loss_is_the_sum_of_each_conversations_assistant_loss(setu
 @pytest.mark.parametrize("long_documents", ["truncate", "drop"])
 def test_long_conversations_truncated_or_dropped(setup: Any, long_documents: str) -> None:
     storage, model, references = setup
-    cut = 48
+    cut = 96
     lengths = np.array([len(tokens) for tokens, _ in references])
     assert (lengths > cut).any() and (lengths <= cut).any()
     with StatefulDataLoader.from_storage(

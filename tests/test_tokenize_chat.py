@@ -139,7 +139,7 @@ def test_a_template_error_names_the_parquet_row(tmp_path: Path, tokenizers: dict
     ("messages", "problem"),
     [
         ("hello", "field 'messages' holds str, not a list of messages"),
-        ([], "field 'messages' is an empty list"),
+        ([], "field 'messages' is an empty list: a conversation needs messages"),
         ([{"role": "user"}], "message 1 has no 'content', not a string"),
         ([{"role": "user", "content": "Hi"}, {"role": 3, "content": "x"}], "message 2 has a int 'role', not a string"),
         ([{"role": "user", "content": None}], "message 1 has a null 'content', not a string"),
@@ -212,7 +212,7 @@ def test_cli(tmp_path: Path, tokenizers: dict[str, Path], capsys: pytest.Capture
     out = capsys.readouterr().out
     assert f"{len(CONVERSATIONS)} documents" in out and "loss mask: the assistant's turns" in out
     assert stored(output) == reference(tokenizers["generation"], CONVERSATIONS)
-    arguments[4] = str(tmp_path / "all")
+    arguments[3] = str(tmp_path / "all")
     assert cli([*arguments, "--train-on", "all"]) == 0
     assert "loss mask: every token" in capsys.readouterr().out
 
