@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from guideloom import CorruptStorageError, DocumentJsonFormat, DocumentStorage, FormatMismatchError, TokenStorage
+from guideloom._cli import main
 from tests import helpers
 
 DOCUMENTS = [[5, 6, 7], [], [8, 9, 10, 11, 12, 13, 14, 15, 16], [17]]
@@ -256,3 +257,29 @@ def test_a_writer_left_by_an_exception_commits_no_mask(tmp_path: Path) -> None:
         writer.append(0, [1, 2], loss_mask=[1, 0])
         raise RuntimeError("preprocessing failed")
     assert storage.committed_shards() == []
+
+
+def test_inspect_shows_the_share_of_counted_tokens(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_masked(tmp_path / "sft", shards=(0, 1))
+    assert main(["inspect", str(tmp_path / "sft")]) == 0
+    assert "loss mask:  yes, 18 of 26 tokens count toward the loss (69.2%)" in capsys.readouterr().out
+
+
+def test_inspect_of_an_unmasked_storage_says_nothing_of_masks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    storage = TokenStorage(tmp_path / "plain")
+    with storage.sync_writer() as writer:
+        writer.append(0, [1, 2])
+    assert main(["inspect", str(tmp_path / "plain")]) == 0
+    assert "loss mask" not in capsys.readouterr().out
+
+
+def test_the_verify_command_fails_on_a_flipped_mask_bit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_masked(tmp_path / "sft")
+    file = helpers.shard_file(tmp_path / "sft", 0)
+    data = bytearray(file.read_bytes())
+    data[32 + 8 * 5] ^= 1  # 13 uint16 tokens padded to 32 bytes, 5 offsets, then the mask
+    file.write_bytes(bytes(data))
+    assert main(["verify", str(tmp_path / "sft")]) == 1
+    assert "CORRUPT shard 0: data or loss mask checksum mismatch" in capsys.readouterr().out

@@ -375,3 +375,34 @@ def test_a_missing_column_is_named(ray_cluster: str, storage_path: Path) -> None
     with pytest.raises(Exception, match=r"column 'text' is not in the rows, whose columns are \['id', 'tokens'\]"):
         token_dataset(100).write_datasink(StorageDatasink(TokenStorage(storage_path), column="text"))
     assert committed(storage_path) == []
+
+
+def masked_rows(batch: pa.Table) -> pa.Table:
+    """Row ``i``'s document as in :func:`token_rows`, with a mask counting its odd positions."""
+    table = token_rows(batch)
+    lengths = batch["id"].to_numpy() % 7
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    positions = np.arange(int(offsets[-1])) - np.repeat(offsets[:-1], lengths)
+    return table.append_column("mask", pa.LargeListArray.from_arrays(offsets, positions % 2 == 1))
+
+
+def test_a_masked_storage_takes_its_masks_from_a_column(ray_cluster: str, storage_path: Path) -> None:
+    storage = TokenStorage(storage_path, loss_mask=True)
+    dataset = ray.data.range(2_000, override_num_blocks=4).map_batches(masked_rows, batch_format="pyarrow")
+    dataset.write_datasink(StorageDatasink(storage, column="tokens", loss_mask_column="mask", write_id="sft"))
+    assert_exact(storage_path, rows=2_000)
+    with TokenStorage(storage_path).sync_reader() as reader:
+        assert [reader.loss_mask(i).tolist() for i in range(len(reader))] == [
+            [position % 2 == 1 for position in range(i % 7)] for i in range(2_000)
+        ]
+    assert storage.verify() == []
+    before = committed(storage_path)  # the same named write again checks the shards, masks included
+    dataset.write_datasink(StorageDatasink(storage, column="tokens", loss_mask_column="mask", write_id="sft"))
+    assert committed(storage_path) == before
+
+
+def test_mask_columns_are_refused_where_they_do_not_apply(storage_path: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="loss_mask_column"):
+        StorageDatasink(TokenStorage(tmp_path / "masked", loss_mask=True), column="tokens")
+    with pytest.raises(ValueError, match="loss_mask_column applies"):
+        StorageDatasink(TokenStorage(storage_path), column="tokens", loss_mask_column="mask")

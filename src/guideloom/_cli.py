@@ -24,6 +24,8 @@ from guideloom import __version__
 from guideloom._core.errors import GuideloomError
 from guideloom._core.text import plural
 from guideloom._remote.object_store import is_url, parse_storage_options
+from guideloom._shards.loss_masks import counted_tokens, describe_counted
+from guideloom._shards.reader import StorageReader
 from guideloom._storage.storages import AnyFormatStorage, local_path
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -77,6 +79,8 @@ def _prepare_inspect(arguments: argparse.Namespace) -> Run:
         fields.append((unit, f"{len(reader):,}"))
         if header.kind == "tokens":
             fields.append(("tokens", f"{sum(shard.element_count for shard in shards):,}"))
+        if header.loss_mask:
+            fields.append(("loss mask", _loss_mask_summary(reader, remote=is_url(arguments.path))))
         fields.append(("bytes", f"{sum(shard.size for shard in shards):,}"))
         files, size = (0, 0) if is_url(arguments.path) else _leftovers(storage)
         if files:
@@ -103,6 +107,19 @@ def _prepare_inspect(arguments: argparse.Namespace) -> Run:
         return EXIT_OK
 
     return run
+
+
+def _loss_mask_summary(reader: StorageReader[object], remote: bool) -> str:
+    """How many tokens of a masked storage count toward the loss (read from the masks: an eighth of a byte
+    per token); on an object store only that it is masked, since counting would download every shard."""
+    if remote:
+        return "yes (the share of counted tokens is not computed on an object store: it downloads every shard)"
+    tokens = sum(info.element_count for info in reader.infos)
+    counted = 0
+    for position in range(len(reader.infos)):  # one shard at a time: a reader keeps only so many open
+        bits = reader.shard(position).mask_bits
+        counted += 0 if bits is None else counted_tokens(bits)
+    return f"yes, {describe_counted(counted, tokens)}"
 
 
 def _prepare_verify(arguments: argparse.Namespace) -> Run:

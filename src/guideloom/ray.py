@@ -10,6 +10,7 @@ rows and writes nothing. See docs/preprocessing.md for retries, lost tasks and r
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,7 @@ from ray.data.block import Block, BlockAccessor
 
 from guideloom._core.errors import ShardExistsError, UnfinishedWriteError
 from guideloom._shards.layout import check_shard_id
+from guideloom._shards.loss_masks import MaskBits, loss_mask_array
 from guideloom._shards.writer import SyncWriter
 from guideloom._storage.resumable_write import (
     ShardContents,
@@ -49,15 +51,37 @@ class StorageDatasink(Datasink[TaskResult]):
     record in the storage's format. Each write task writes one shard; ``write_id`` names the write
     so that running it again after a crash of the driver finishes it instead of writing it twice.
     After the write, ``shards`` lists the shards holding its rows and ``records`` counts them.
+    A masked token storage (``loss_mask=True``) takes each document's mask from ``loss_mask_column``
+    (bools or 0/1, one per token); ``column`` must then name the tokens.
     """
 
-    def __init__(self, storage: Storage, column: str | None = None, *, write_id: str | None = None) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        column: str | None = None,
+        *,
+        write_id: str | None = None,
+        loss_mask_column: str | None = None,
+    ) -> None:
         if not isinstance(storage, TokenStorage | DocumentStorage):
             raise TypeError(f"storage must be a TokenStorage or DocumentStorage, got {type(storage).__name__}")
         if column is not None and not isinstance(column, str):
             raise TypeError(f"column must be a str or None, got {type(column).__name__}")
+        if loss_mask_column is not None and not isinstance(loss_mask_column, str):
+            raise TypeError(f"loss_mask_column must be a str or None, got {type(loss_mask_column).__name__}")
+        masked = isinstance(storage, TokenStorage) and storage.loss_mask
+        if masked and (loss_mask_column is None or column is None):
+            raise ValueError(
+                f"{storage} is a masked token storage: give column= (the token ids) and loss_mask_column= "
+                "(each document's loss mask)"
+            )
+        if not masked and loss_mask_column is not None:
+            raise ValueError(
+                f"loss_mask_column applies to a TokenStorage created with loss_mask=True, not to {storage}"
+            )
         self.storage: Storage = storage
         self.column = column
+        self.loss_mask_column = loss_mask_column
         self.write_id = check_write_id(write_id)
         self.first_shard: int | None = None
         self.shards: list[int] = []
@@ -73,7 +97,8 @@ class StorageDatasink(Datasink[TaskResult]):
         if self.first_shard is None:
             raise RuntimeError("StorageDatasink.write ran before on_write_start")
         shard = check_shard_id(self.first_shard + ctx.task_idx)
-        digest, written = _write_shard(self.storage, shard, self._items(blocks))
+        items = self._masked_items(blocks) if self.loss_mask_column is not None else self._items(blocks)
+        digest, written = _write_shard(self.storage, shard, items)
         return {"task": ctx.task_idx, "shard": shard, "records": digest.records, "written": int(written)}
 
     def on_write_complete(self, write_result: WriteResult[TaskResult] | list[TaskResult]) -> None:
@@ -107,6 +132,16 @@ class StorageDatasink(Datasink[TaskResult]):
                 row: dict[str, Any]
                 for row in accessor.iter_rows(public_row_format=True):
                     yield row[column]
+
+    def _masked_items(self, blocks: Iterable[Block]) -> Iterator[tuple[Any, Any]]:
+        """Each row's token ids and loss mask."""
+        assert isinstance(self.storage, TokenStorage) and self.loss_mask_column is not None
+        for block in blocks:
+            accessor = BlockAccessor.for_block(block)
+            if accessor.num_rows() == 0:
+                continue
+            tokens = _token_rows(block, accessor, _column_name(accessor, self.column), self.storage)
+            yield from zip(tokens, accessor.to_numpy(_column_name(accessor, self.loss_mask_column)), strict=True)
 
 
 def _column_name(accessor: BlockAccessor, column: str | None) -> str:
@@ -161,6 +196,7 @@ def _write_shard(storage: Storage, shard: int, items: Iterable[Any]) -> tuple[Sh
     """
     header = storage.create()
     digest = ShardContents()
+    masks = MaskBits() if header.loss_mask else None  # the footer's checksum goes on over the packed mask
     committed = committed_digest(storage, header, shard) is not None
     writer: SyncWriter[tuple[memoryview, int]] | None = None
     if not committed:
@@ -168,11 +204,17 @@ def _write_shard(storage: Storage, shard: int, items: Iterable[Any]) -> tuple[Sh
     written = False
     try:
         for item in items:
+            loss_mask = None
+            if masks is not None:
+                item, loss_mask = item
             payload, element_count = storage.encode(item)
+            if masks is not None:
+                loss_mask = loss_mask_array(loss_mask, element_count)
+                masks.append(loss_mask)
             digest.update(payload)
             if writer is not None:
                 try:
-                    writer.append(shard, (payload, element_count))
+                    writer.append(shard, (payload, element_count), loss_mask=loss_mask)
                 except ShardExistsError:  # another attempt of this task committed it meanwhile
                     writer.close(commit=False)
                     writer = None
@@ -185,6 +227,8 @@ def _write_shard(storage: Storage, shard: int, items: Iterable[Any]) -> tuple[Sh
     finally:
         if writer is not None:
             writer.close(commit=False)  # after an error; does nothing once closed
+    if masks is not None:
+        digest.data_crc = zlib.crc32(masks.finish(), digest.data_crc)
     if digest.records and not written:
         check_same_shard(storage, header, shard, digest)
     return digest, written

@@ -177,6 +177,7 @@ class StatefulDataLoader:
         document_boundaries: bool = False,
         pack_documents: bool = False,
         pad_id: int = 0,
+        long_documents: str | None = None,
         shuffle: bool = False,
         seed: int = 0,
         drop_last: bool = False,
@@ -198,7 +199,9 @@ class StatefulDataLoader:
         ``document_boundaries=True`` (the same windows, with where their documents start) or
         ``pack_documents=True`` (whole documents packed into rows, padded with ``pad_id``) give
         batches as a dict of ``input_ids``, ``position_ids``, ``labels``, ``cu_seqlens`` and
-        ``max_seqlen`` (see docs/pretraining.md).
+        ``max_seqlen`` (see docs/pretraining.md); ``long_documents`` ("split", "truncate" or "drop") says
+        what packing does with a document longer than the row. A masked token storage (``loss_mask=True``)
+        gives dict batches in every mode, with ``labels`` -100 where the mask is 0 (docs/tokens.md).
         """
         collate = check_callable("collate", collate, optional=True)
         device = check_device(device)
@@ -217,6 +220,7 @@ class StatefulDataLoader:
             document_boundaries=document_boundaries,
             pack_documents=pack_documents,
             pad_id=pad_id,
+            long_documents=long_documents,
             shuffle=shuffle,
             seed=seed,
         )

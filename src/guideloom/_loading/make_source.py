@@ -23,18 +23,23 @@ def make_source(
     document_boundaries: bool = False,
     pack_documents: bool = False,
     pad_id: int = 0,
+    long_documents: str | None = None,
     shuffle: bool = False,
     seed: int = 0,
     component: str | None = None,
+    labels: bool = False,
 ) -> SampleSource:
     """The source for the shards of ``storage`` committed now, checking the arguments fit its kind.
 
-    ``document_boundaries`` / ``pack_documents`` (with ``pad_id``) choose a document-aware window mode.
+    ``document_boundaries`` / ``pack_documents`` (with ``pad_id`` and ``long_documents``) choose a
+    document-aware window mode; ``labels`` gives plain windows labels as a masked storage's have (a
+    mixture's components get them when one of them is masked).
     A `Mixture` gets one source per component, made here as for that storage alone, blended in its order
     (``shuffle`` and ``seed`` key the components' passes and the blocks' slot order); ``component`` names
     such a component in the error of a storage with no sample.
     """
     if isinstance(storage, Mixture):
+        masked = any(isinstance(member, TokenStorage) and member.loss_mask for member in storage.components.values())
         parts = [
             make_source(
                 member,
@@ -43,14 +48,16 @@ def make_source(
                 document_boundaries=document_boundaries,
                 pack_documents=pack_documents,
                 pad_id=pad_id,
+                long_documents=long_documents,
                 component=name,
+                labels=masked,
             )
             for name, member in storage.components.items()
         ]
         return MixtureSource(storage, parts, shuffle=shuffle, seed=seed)
     if not isinstance(storage, DocumentStorage | TokenStorage):  # before the arguments that depend on its kind
         raise TypeError(f"storage must be a DocumentStorage, TokenStorage or Mixture, got {type(storage).__name__}")
-    check_window_modes(storage, document_boundaries, pack_documents, pad_id)
+    check_window_modes(storage, document_boundaries, pack_documents, pad_id, long_documents)
     if window_dtype is not None and not isinstance(storage, TokenStorage):
         raise ValueError("window_dtype must be omitted for a DocumentStorage: it applies to token windows")
     if window_dtype is not None and not isinstance(window_dtype, torch.dtype):
@@ -70,7 +77,15 @@ def make_source(
     if window_numpy_dtype == np.int32 and storage.dtype.itemsize == 8:
         raise ValueError(f"window_dtype=torch.int32 cannot hold the {storage.dtype} ids of {storage.location}")
     source = window_source(
-        storage, shard_ids, sequence_length, window_numpy_dtype, document_boundaries, pack_documents, pad_id
+        storage,
+        shard_ids,
+        sequence_length,
+        window_numpy_dtype,
+        document_boundaries,
+        pack_documents,
+        pad_id,
+        long_documents,
+        labels,
     )
     tokens = source.reader.token_count
     why = f": sequence_length={sequence_length} is longer than its {tokens} tokens" if tokens else " (empty storage)"

@@ -76,9 +76,9 @@ def unpack_bits(bits: np.ndarray, start: int, stop: int) -> np.ndarray:
     return unpacked[skip:].view(np.bool_)
 
 
-def counted_tokens(bits: np.ndarray) -> int:
-    """How many values of the packed ``bits`` are 1 (the padding bits are 0)."""
-    return int(_POPCOUNT[bits].sum()) if len(bits) else 0
+def counted_tokens(bits: np.ndarray, chunk: int = 1 << 20) -> int:
+    """How many values of the packed ``bits`` are 1 (the padding bits are 0), counted ``chunk`` bytes at a time."""
+    return sum(int(_POPCOUNT[bits[start : start + chunk]].sum()) for start in range(0, len(bits), chunk))
 
 
 class MaskedStream(Protocol):

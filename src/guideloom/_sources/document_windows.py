@@ -7,15 +7,19 @@ receives the rows as a sequence of one-row dicts instead.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 
-from guideloom._core.checks import check_bool, check_int
+from guideloom._core.checks import check_bool, check_choice, check_int
+from guideloom._sources.labeled_windows import LabeledWindowSource
 from guideloom._sources.token_windows import TokenWindowSource
 from guideloom._storage.storages import TokenStorage
 from guideloom._windows.boundaries import PieceRows, split_batch
 from guideloom._windows.document_rows import PackedShards, boundary_rows, nonempty_document_starts
+from guideloom._windows.labels import read_window_masks
+from guideloom._windows.packing import LONG_DOCUMENTS
 
 
 class BoundaryWindowSource(TokenWindowSource):
@@ -34,7 +38,10 @@ class BoundaryWindowSource(TokenWindowSource):
         windows = super().fetch(indices, epoch)
         if self._document_starts is None:
             self._document_starts = nonempty_document_starts(self.reader)
-        return boundary_rows(windows, np.asarray(indices, np.int64) * self.sequence_length, self._document_starts)
+        rows = boundary_rows(windows, np.asarray(indices, np.int64) * self.sequence_length, self._document_starts)
+        if self.reader.header.loss_mask:
+            rows = dataclasses.replace(rows, loss_mask=read_window_masks(self.reader, indices, self.sequence_length))
+        return rows
 
     def default_collate(self, samples: PieceRows) -> dict[str, Any]:  # type: ignore[override]
         return samples.batch()
@@ -59,16 +66,18 @@ class PackedRowSource(TokenWindowSource):
         sequence_length: int,
         window_dtype: np.dtype[Any],
         pad_id: int,
+        long_documents: str = "split",
     ) -> None:
         super().__init__(storage, shard_ids, sequence_length, window_dtype)
         self.pad_id = pad_id
+        self.long_documents = long_documents
         self._packed: PackedShards | None = None
 
     @property
     def packed(self) -> PackedShards:
         """The packing of every shard, loaded from the cache (or built) on first use in each process."""
         if self._packed is None:
-            self._packed = PackedShards(self.reader, self.sequence_length)
+            self._packed = PackedShards(self.reader, self.sequence_length, self.long_documents)
         return self._packed
 
     @property
@@ -76,7 +85,10 @@ class PackedRowSource(TokenWindowSource):
         return self.packed.row_count
 
     def fetch(self, indices: np.ndarray, epoch: int) -> PieceRows:  # type: ignore[override]
-        rows = self.packed.rows(self.reader, np.asarray(indices, np.int64), self.pad_id, self.window_dtype)
+        reader = self.reader
+        rows = self.packed.rows(
+            reader, np.asarray(indices, np.int64), self.pad_id, self.window_dtype, reader.header.loss_mask
+        )
         self.check_ids(rows.input_ids)
         return rows
 
@@ -87,17 +99,27 @@ class PackedRowSource(TokenWindowSource):
         return split_batch(batch, sizes)
 
     def identity(self) -> dict[str, Any]:
-        return {**super().identity(), "pad_id": self.pad_id}
+        chosen = {} if self.long_documents == "split" else {"long_documents": self.long_documents}  # as 0.2 states
+        return {**super().identity(), "pad_id": self.pad_id, **chosen}
 
     def __getstate__(self) -> dict[str, Any]:
         return {**super().__getstate__(), "_packed": None}
 
 
-def check_window_modes(storage: object, document_boundaries: object, pack_documents: object, pad_id: object) -> None:
+def check_window_modes(
+    storage: object, document_boundaries: object, pack_documents: object, pad_id: object, long_documents: object = None
+) -> None:
     """Check the window-mode arguments of ``from_storage``: they apply to token storages, one mode at a time."""
     check_bool("document_boundaries", document_boundaries)
     check_bool("pack_documents", pack_documents)
     check_int("pad_id", pad_id)
+    if long_documents is not None:
+        check_choice("long_documents", long_documents, LONG_DOCUMENTS)
+        if not pack_documents:
+            raise ValueError(
+                "long_documents applies only with pack_documents=True (other windows are cut from the stream and "
+                "never cut documents)"
+            )
     if document_boundaries and pack_documents:
         raise ValueError(
             "document_boundaries and pack_documents are exclusive: pick one (packed rows report their documents too)"
@@ -120,13 +142,20 @@ def window_source(
     document_boundaries: bool,
     pack_documents: bool,
     pad_id: int,
+    long_documents: str | None = None,
+    labels: bool = False,
 ) -> TokenWindowSource:
-    """The token source of the chosen window mode (plain windows when neither is chosen)."""
+    """The token source of the chosen window mode (plain windows when neither is chosen).
+
+    Plain windows of a masked storage have labels; ``labels`` gives them to an unmasked storage's too.
+    """
     if pack_documents:
         limit = int(np.iinfo(window_dtype).max)
         if not 0 <= pad_id <= limit:
             raise ValueError(f"pad_id must be in [0, {limit}] for {window_dtype} batches, got {pad_id}")
-        return PackedRowSource(storage, shard_ids, sequence_length, window_dtype, pad_id)
+        return PackedRowSource(storage, shard_ids, sequence_length, window_dtype, pad_id, long_documents or "split")
     if document_boundaries:
         return BoundaryWindowSource(storage, shard_ids, sequence_length, window_dtype)
+    if labels or storage.loss_mask:
+        return LabeledWindowSource(storage, shard_ids, sequence_length, window_dtype)
     return TokenWindowSource(storage, shard_ids, sequence_length, window_dtype)

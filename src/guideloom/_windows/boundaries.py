@@ -24,18 +24,11 @@ IGNORE_INDEX = -100
 LONG_PIECES = 1024  # tokens per document starting inside a row, on average, from which each gets its own copy
 
 
-@dataclass(frozen=True)
-class PieceRows:
-    """``n`` rows of ``S`` tokens and their pieces.
-
-    Row ``r`` holds ``piece_counts[r]`` document pieces (their lengths, row after row, in
-    ``piece_lengths``), followed by ``padding[r]`` padding tokens.
-    """
+class RowDicts:
+    """Rows as a sequence of one-row batch dicts, what a user ``collate`` receives: a subclass gives
+    ``input_ids``, ``take(rows)`` and ``batch()``."""
 
     input_ids: np.ndarray
-    piece_lengths: np.ndarray
-    piece_counts: np.ndarray
-    padding: np.ndarray
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -53,13 +46,36 @@ class PieceRows:
         for row in range(len(self)):
             yield self[row]
 
+    def take(self, rows: np.ndarray) -> Any:
+        raise NotImplementedError
+
+    def batch(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class PieceRows(RowDicts):
+    """``n`` rows of ``S`` tokens and their pieces.
+
+    Row ``r`` holds ``piece_counts[r]`` document pieces (their lengths, row after row, in
+    ``piece_lengths``), followed by ``padding[r]`` padding tokens. ``loss_mask`` (bool, shaped like
+    ``input_ids``) marks the tokens that count toward the loss in rows of a masked storage; None: all do.
+    """
+
+    input_ids: np.ndarray
+    piece_lengths: np.ndarray
+    piece_counts: np.ndarray
+    padding: np.ndarray
+    loss_mask: np.ndarray | None = None
+
     def take(self, rows: np.ndarray) -> PieceRows:
         """The rows at these positions (int64), in that order."""
         piece_bounds = np.concatenate([[0], np.cumsum(self.piece_counts)]).astype(np.int64)
         counts = self.piece_counts[rows]
         first = piece_bounds[rows]
         pieces = flat_indices(first, counts)
-        return PieceRows(self.input_ids[rows], self.piece_lengths[pieces], counts, self.padding[rows])
+        mask = None if self.loss_mask is None else self.loss_mask[rows]
+        return PieceRows(self.input_ids[rows], self.piece_lengths[pieces], counts, self.padding[rows], mask)
 
     def split(self, sizes: list[int]) -> list[PieceRows]:
         """Consecutive groups of ``sizes`` rows."""
@@ -71,6 +87,7 @@ class PieceRows:
                 self.piece_lengths[piece_start:piece_stop],
                 self.piece_counts[start:stop],
                 self.padding[start:stop],
+                None if self.loss_mask is None else self.loss_mask[start:stop],
             )
             for (start, stop), (piece_start, piece_stop) in zip(
                 pairwise(row_bounds.tolist()), pairwise(piece_bounds), strict=True
@@ -85,12 +102,15 @@ class PieceRows:
             np.concatenate([part.piece_lengths for part in parts]),
             np.concatenate([part.piece_counts for part in parts]),
             np.concatenate([part.padding for part in parts]),
+            concatenate_masks(parts),
         )
 
     def batch(self) -> dict[str, Any]:
         """The batch dict: ``input_ids``, ``position_ids``, ``labels``, ``cu_seqlens``, ``max_seqlen``."""
         lengths, is_padding = self._all_piece_lengths()
         position_ids, labels, cu_seqlens = piece_arrays(self.input_ids, lengths, is_padding)
+        if self.loss_mask is not None:
+            np.putmask(labels, ~self.loss_mask, IGNORE_INDEX)
         return {
             "input_ids": torch.from_numpy(self.input_ids),
             "position_ids": torch.from_numpy(position_ids),
@@ -110,6 +130,16 @@ class PieceRows:
         lengths[~is_padding] = self.piece_lengths
         lengths[padding_pieces] = self.padding[padded]
         return lengths, is_padding
+
+
+def concatenate_masks(parts: list[Any]) -> np.ndarray | None:
+    """The loss masks of the rows of ``parts`` (each with ``input_ids`` and ``loss_mask``), one after another:
+    None when no part has one, all True for the rows of a part without."""
+    if all(part.loss_mask is None for part in parts):
+        return None
+    return np.concatenate(
+        [np.ones(part.input_ids.shape, np.bool_) if part.loss_mask is None else part.loss_mask for part in parts]
+    )
 
 
 def piece_arrays(

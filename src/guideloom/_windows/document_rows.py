@@ -12,6 +12,7 @@ import numpy as np
 
 from guideloom._shards.reader import TokenReader
 from guideloom._windows.boundaries import PieceRows, flat_indices, window_pieces
+from guideloom._windows.labels import fill_piece_masks
 from guideloom._windows.packing import ShardPacking
 from guideloom._windows.packing_cache import load_or_build
 
@@ -34,8 +35,10 @@ def boundary_rows(windows: np.ndarray, window_starts: np.ndarray, document_start
 class PackedShards:
     """The packed rows of a reader's shards: sample ``k`` is row ``k``, shards in ascending id."""
 
-    def __init__(self, reader: TokenReader, sequence_length: int) -> None:
-        self.packings: list[ShardPacking] = [load_or_build(shard.offsets, sequence_length) for shard in reader.shards]
+    def __init__(self, reader: TokenReader, sequence_length: int, long_documents: str = "split") -> None:
+        self.packings: list[ShardPacking] = [
+            load_or_build(shard.offsets, sequence_length, long_documents) for shard in reader.shards
+        ]
         counts = [packing.row_count for packing in self.packings]
         self.row_bases = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
         self.sequence_length = sequence_length
@@ -44,8 +47,11 @@ class PackedShards:
     def row_count(self) -> int:
         return int(self.row_bases[-1])
 
-    def rows(self, reader: TokenReader, indices: np.ndarray, pad_id: int, dtype: np.dtype[Any]) -> PieceRows:
-        """Rows ``indices`` (int64, in range): their tokens, padded with ``pad_id``, and their pieces.
+    def rows(
+        self, reader: TokenReader, indices: np.ndarray, pad_id: int, dtype: np.dtype[Any], masked: bool = False
+    ) -> PieceRows:
+        """Rows ``indices`` (int64, in range): their tokens, padded with ``pad_id``, and their pieces (and, if
+        ``masked``, their loss masks, False on padding).
 
         The pieces of all rows are located with whole-array operations, shard by shard; then one loop
         copies each piece, a slice of its shard's mapped tokens, into place.
@@ -89,4 +95,9 @@ class PackedShards:
             flat[destination : destination + stop - start] = tokens[shard][start:stop]
         fills = row_ends - row_starts
         flat[flat_indices(np.arange(len(indices), dtype=np.int64) * length + fills, length - fills)] = pad_id
-        return PieceRows(out, lengths, piece_counts, length - fills)
+        mask = None
+        if masked:
+            mask = np.zeros(out.shape, np.bool_)
+            stops = (starts + lengths).tolist()
+            fill_piece_masks(mask.reshape(-1), reader, shards.tolist(), starts.tolist(), stops, destinations.tolist())
+        return PieceRows(out, lengths, piece_counts, length - fills, mask)

@@ -36,14 +36,21 @@ class ShardPacking:
         return len(self.row_starts) - 1
 
 
-def document_pieces(offsets: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarray]:
+LONG_DOCUMENTS = ("split", "truncate", "drop")  # what becomes of a document longer than a row
+
+
+def document_pieces(offsets: np.ndarray, capacity: int, long_documents: str = "split") -> tuple[np.ndarray, np.ndarray]:
     """The pieces of the documents bounded by ``offsets`` (n + 1 token offsets), in storage order.
 
-    Returns their starts and lengths (int64): document ``i`` gives ``ceil(length / capacity)`` pieces.
+    Returns their starts and lengths (int64): document ``i`` gives ``ceil(length / capacity)`` pieces with
+    ``long_documents="split"``; a document longer than ``capacity`` gives one piece of its first ``capacity``
+    tokens with ``"truncate"``, none with ``"drop"``.
     """
     offsets = np.asarray(offsets).astype(np.int64)
     lengths = np.diff(offsets)
     counts = -(-lengths // capacity)
+    if long_documents != "split":
+        counts = np.minimum(counts, 1) if long_documents == "truncate" else np.where(lengths > capacity, 0, counts)
     document = np.repeat(np.arange(len(lengths), dtype=np.int64), counts)
     first_piece = np.cumsum(counts) - counts
     within = (np.arange(len(document), dtype=np.int64) - np.repeat(first_piece, counts)) * capacity
@@ -102,8 +109,8 @@ def _place_small(opened: list[int], small: list[int], capacity: int) -> list[int
     return rows
 
 
-def pack_shard(offsets: np.ndarray, capacity: int) -> ShardPacking:
+def pack_shard(offsets: np.ndarray, capacity: int, long_documents: str = "split") -> ShardPacking:
     """The packing of one shard's documents (bounded by ``offsets``) into rows of ``capacity`` tokens."""
-    starts, lengths = document_pieces(offsets, capacity)
+    starts, lengths = document_pieces(offsets, capacity, long_documents)
     row_starts, order = best_fit_decreasing(lengths, capacity)
     return ShardPacking(row_starts, starts[order], lengths[order])

@@ -38,21 +38,24 @@ def cache_directory() -> Path:
     return Path(base) / "guideloom"
 
 
-def offsets_digest(offsets: np.ndarray, capacity: int) -> bytes:
-    """Identifies what a packing depends on: the document lengths (via their offsets) and the row length."""
+def offsets_digest(offsets: np.ndarray, capacity: int, long_documents: str = "split") -> bytes:
+    """Identifies what a packing depends on: the document lengths (via their offsets), the row length and what
+    becomes of longer documents (``"split"`` adds nothing, so caches written before the choice existed stay valid)."""
     digest = hashlib.blake2b(np.ascontiguousarray(offsets, "<u8").tobytes(), digest_size=16)
     digest.update(struct.pack("<Q", capacity))
+    if long_documents != "split":
+        digest.update(long_documents.encode())
     return digest.digest()
 
 
-def load_or_build(offsets: np.ndarray, capacity: int) -> ShardPacking:
+def load_or_build(offsets: np.ndarray, capacity: int, long_documents: str = "split") -> ShardPacking:
     """The packing of a shard with these document offsets: from the cache if it holds a sound one, else built."""
-    digest = offsets_digest(offsets, capacity)
+    digest = offsets_digest(offsets, capacity, long_documents)
     path = cache_directory() / "packing" / f"{digest.hex()}-{capacity}.pack"
     cached = _load(path, digest, capacity)
     if cached is not None:
         return cached
-    packing = pack_shard(offsets, capacity)
+    packing = pack_shard(offsets, capacity, long_documents)
     try:
         _store(path, digest, capacity, packing)
     except OSError as error:

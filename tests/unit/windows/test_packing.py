@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -175,12 +176,17 @@ def write_numbered(path: Path, shard_documents: dict[int, list[int]]) -> TokenSt
     return storage
 
 
-def reference_rows(shard_documents: dict[int, list[int]], capacity: int) -> list[list[int]]:
-    """Every packed row's tokens (unpadded), shards in ascending id, by the reference packing."""
+def reference_rows(
+    shard_documents: dict[int, list[int]],
+    capacity: int,
+    cut: Callable[[list[int], int], list[tuple[int, int]]] = reference_pieces,
+) -> list[list[int]]:
+    """Every packed row's tokens (unpadded), shards in ascending id, by the reference packing of the pieces
+    that ``cut`` makes of each shard's documents."""
     rows, position = [], 1
     for shard in sorted(shard_documents):
         lengths = shard_documents[shard]
-        pieces = reference_pieces(lengths, capacity)
+        pieces = cut(lengths, capacity)
         for row in reference_best_fit_decreasing([length for _, length in pieces], capacity):
             rows.append([position + pieces[piece][0] + offset for piece in row for offset in range(pieces[piece][1])])
         position += sum(lengths)
