@@ -56,7 +56,8 @@ Failures
     ``ValueError`` and nothing is written.
 
 Modules: ``_inputs`` (reading the inputs) and ``_compression``, ``_tokenizer`` (load, train, end-of-text
-id), ``_chat`` (conversations as documents) and ``_chat_template`` (their tokens and loss masks), ``_plan`` (the checks and the shard of each file), ``_shard`` (one file into one shard: the unit of
+id), ``_chat`` (conversations as documents) and ``_chat_template`` (their tokens and loss masks),
+``_plan`` (the checks and the shard of each file), ``_shard`` (one file into one shard: the unit of
 work any executor runs), ``_pool`` (worker processes), ``_run`` (running a plan, the summary) and
 ``_command`` (the ``guideloom tokenize`` command).
 """
