@@ -36,17 +36,22 @@ BATCH = 8
 RESULTS = Path(__file__).parent / "results" / "window_modes.json"
 
 
-def write_documents(path: Path, tokens: int, shards: int, seed: int = 0) -> TokenStorage:
-    """Documents of 50-5,000 uint32 tokens, about ``tokens`` in all, over ``shards`` shards."""
+def write_documents(path: Path, tokens: int, shards: int, seed: int = 0, masked: bool = False) -> TokenStorage:
+    """Documents of 50-5,000 uint32 tokens, about ``tokens`` in all, over ``shards`` shards; ``masked``: with a
+    loss mask whose first half of each document is 0 (a prompt) and second half 1 (an answer)."""
     rng = np.random.default_rng(seed)
     lengths = rng.integers(50, 5001, tokens // 2525 + 1)
-    storage = TokenStorage(path, dtype="uint32")
+    storage = TokenStorage(path, dtype="uint32", loss_mask=masked)
     stream = rng.integers(0, 50_000, int(lengths.sum()), dtype=np.uint32)
     bounds = np.concatenate([[0], np.cumsum(lengths)])
     per_shard = -(-len(lengths) // shards)
     with storage.sync_writer() as writer:
         for document, (start, stop) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)):
-            writer.append(document // per_shard, stream[start:stop])
+            if masked:
+                mask = np.arange(stop - start) >= (stop - start) // 2
+                writer.append(document // per_shard, stream[start:stop], loss_mask=mask)
+            else:
+                writer.append(document // per_shard, stream[start:stop])
     return storage
 
 
@@ -99,6 +104,7 @@ def main() -> None:
     parser.add_argument("--documents", type=lambda text: int(text.replace("_", "")), default=1_000_000)
     parser.add_argument("--shards", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--loss-mask", action="store_true", help="also each mode over a masked copy of the tokens")
     arguments = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         os.environ["GUIDELOOM_CACHE_DIR"] = str(Path(scratch) / "cache")
@@ -109,10 +115,16 @@ def main() -> None:
             "document_boundaries": {"document_boundaries": True},
             "pack_documents": {"pack_documents": True},
         }
+        if arguments.loss_mask:
+            masked = write_documents(Path(scratch) / "masked", arguments.tokens, arguments.shards, masked=True)
+            modes["plain windows, masked (input_ids, labels)"] = {"storage": masked}
+            modes["document_boundaries, masked"] = {"storage": masked, "document_boundaries": True}
+            modes["pack_documents, masked"] = {"storage": masked, "pack_documents": True}
         rates: dict[str, tuple[float, int]] = {}
         for _ in range(arguments.repeats):  # interleaved, best of each: the machine may be shared
             for name, mode in modes.items():
-                rate, served = tokens_per_second(storage, **mode)
+                options = dict(mode)
+                rate, served = tokens_per_second(options.pop("storage", storage), **options)
                 rates[name] = max(rates.get(name, (0.0, 0)), (rate, served))
         share = padding_share(storage)
         build = build_times(arguments.documents)

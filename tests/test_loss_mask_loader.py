@@ -265,3 +265,18 @@ def test_a_grown_masked_storage_finishes_the_epoch_on_the_checkpoints_shards(tmp
     labels = [label for batch in next_epoch for row in batch["labels"] for label in row]
     # rows of 8: pieces 1000-1007 and 1008-1011, whose starts have no label; odd tokens are masked
     assert {1002, 1004, 1006, 1010} <= set(labels) and not {1000, 1001, 1003, 1008} & set(labels)
+
+
+@pytest.mark.parametrize("mode", ["plain", "packed"])
+def test_a_mixed_masked_and_unmasked_loader_resumes_exactly_with_workers(tmp_path: Path, mode: str) -> None:
+    total_tokens = sum(map(sum, SHARDS.values()))
+    masked = write_numbered(tmp_path / "masked", SHARDS, runs_mask(total_tokens, seed=12))
+    plain = write_numbered(tmp_path / "plain", SHARDS, None, first=100_000)
+    mixture = Mixture({"masked": masked, "plain": plain}, weights={"masked": 2, "plain": 1}, block_size=3)
+
+    def reopen() -> StatefulDataLoader:
+        return open_loader(mixture, mode, shuffle=True, seed=5, num_workers=2, local_batch_size=2)
+
+    with reopen() as loader:
+        total = len(loader) + 2
+    helpers.assert_resumes_exactly(reopen, total, list(range(0, total, 3)), comparable)

@@ -33,7 +33,7 @@ import numpy as np
 
 from guideloom._core.checks import check_int
 from guideloom._core.errors import CorruptStorageError, FormatMismatchError, StorageNotFoundError
-from guideloom._shards.loss_masks import LOSS_MASK_FLAG, mask_size
+from guideloom._shards.loss_masks import LOSS_MASK_FLAG, mask_size, padded_mask_size
 
 LAYOUT_VERSION = 1
 HEADER_NAME = "guideloom.json"
@@ -67,14 +67,8 @@ class ShardInfo:
 def shard_size(record_count: int, data_size: int, header: StorageHeader | None = None) -> int:
     """Bytes of a shard file with these counts (data, padding, offsets, the loss mask of a masked ``header``'s
     shard, footer)."""
-    return padded(data_size) + 8 * (record_count + 1) + mask_bytes(data_size, header) + FOOTER.size
-
-
-def mask_bytes(data_size: int, header: StorageHeader | None) -> int:
-    """Bytes a shard of ``data_size`` data bytes gives its loss mask, padding included (0 if unmasked)."""
-    if header is None or not header.loss_mask:
-        return 0
-    return padded(mask_size(data_size // header.element_size))
+    mask = padded_mask_size(data_size // header.element_size) if header is not None and header.loss_mask else 0
+    return padded(data_size) + 8 * (record_count + 1) + mask + FOOTER.size
 
 
 @dataclass(frozen=True)

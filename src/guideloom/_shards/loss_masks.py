@@ -23,6 +23,11 @@ def mask_size(token_count: int) -> int:
     return (token_count + 7) // 8
 
 
+def padded_mask_size(token_count: int) -> int:
+    """Bytes the mask of ``token_count`` tokens takes in a shard, with its padding to 8 bytes."""
+    return (mask_size(token_count) + 7) // 8 * 8
+
+
 def loss_mask_array(mask: object, length: int) -> np.ndarray:
     """A user's mask for ``length`` tokens as a 1-D bool array: bools or 0/1 integers, same length, or an error.
 
@@ -103,16 +108,25 @@ def stream_mask(reader: MaskedStream, start: int, stop: int, out: np.ndarray) ->
 
 def window_masks(reader: MaskedStream, indices: np.ndarray, length: int, out: np.ndarray) -> np.ndarray:
     """The masks of windows ``stream[k*S:(k+1)*S]`` for each ``k`` in ``indices``, into the rows of ``out``."""
-    starts = np.asarray(indices, np.int64) * length
-    positions = np.searchsorted(reader.token_starts, starts, side="right") - 1
-    offsets = (starts - reader.token_starts[positions]).tolist()
-    ends = reader.token_starts[positions + 1].tolist()
-    bases = reader.token_starts[positions].tolist()
-    for row, (position, offset, base, end) in enumerate(zip(positions.tolist(), offsets, bases, ends, strict=True)):
-        if base + offset + length <= end:
-            out[row] = unpack_bits(reader.shard_mask_bits(position), offset, offset + length)
-        else:
-            stream_mask(reader, base + offset, base + offset + length, out[row])
+    starts = reader.token_starts
+    window_starts = np.asarray(indices, np.int64) * length
+    positions = np.searchsorted(starts, window_starts, side="right") - 1
+    offsets = (window_starts - starts[positions]).tolist()
+    inside = (window_starts + length <= starts[positions + 1]).tolist()
+    shard_bits: dict[int, np.ndarray] = {}
+    unpack = np.unpackbits
+    for row, (position, offset, within) in enumerate(zip(positions.tolist(), offsets, inside, strict=True)):
+        if within:
+            bits = shard_bits.get(position)
+            if bits is None:
+                bits = shard_bits[position] = reader.shard_mask_bits(position)
+            skip = offset & 7
+            out[row] = unpack(bits[offset >> 3 : (offset + length + 7) >> 3], count=skip + length, bitorder="little")[
+                skip:
+            ]
+        else:  # the window crosses into the next shard(s)
+            start = int(window_starts[row])
+            stream_mask(reader, start, start + length, out[row])
     return out
 
 

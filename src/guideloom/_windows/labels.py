@@ -40,8 +40,12 @@ def fill_piece_masks(
 ) -> None:
     """Copy the mask of each piece (tokens ``starts[i]:stops[i]`` of the reader's shard ``positions[i]``) to
     ``flat_mask[destinations[i]:]``; what no piece covers (padding) stays as it is."""
+    shard_bits: dict[int, np.ndarray] = {}
     for position, start, stop, destination in zip(positions, starts, stops, destinations, strict=True):
-        flat_mask[destination : destination + stop - start] = unpack_bits(reader.shard_mask_bits(position), start, stop)
+        bits = shard_bits.get(position)
+        if bits is None:
+            bits = shard_bits[position] = reader.shard_mask_bits(position)
+        flat_mask[destination : destination + stop - start] = unpack_bits(bits, start, stop)
 
 
 @dataclass(frozen=True)
