@@ -1,6 +1,6 @@
 """Object storage: guideloom, LitData and MosaicML Streaming reading the same tokens from one local S3 server.
 
-    python benchmarks/bench_remote.py [--tokens N] [--peer-python .venv-bench/bin/python]
+    python benchmarks/bench_remote.py [--tokens N] [--peer-python .venv-bench/bin/python] [--part speed|bytes|all]
 
 Runs with an interpreter that has guideloom's ``remote`` and ``test`` extras (moto, boto3, s3fs); the
 peers run under ``--peer-python``. A moto server (``remote/s3_server.py``, counting the bytes it sends)
@@ -9,6 +9,13 @@ cache directory and reads three shuffled epochs of (8, 2048) int64 batches in th
 first epoch cold (everything downloaded), then two warm ones (from the library's local cache; the faster
 counts). guideloom on local disk is the reference for the warm epoch. Results go to
 ``results/remote.json`` and ``results/remote.md``.
+
+``--part bytes`` (also in ``all``): for the token corpus and the document corpus, each library's
+copy without and with zstd (guideloom's ``compression="zstd"``, LitData's ``optimize(compression=
+"zstd")``, Mosaic's ``MDSWriter(compression="zstd")``): bytes stored, bytes downloaded by one cold
+epoch and its rate; then guideloom's zstd token copy read cold through the fault proxy of the tests
+(``tests/remote/fault_proxy.py``) with no faults and with 5% of requests answered 503 SlowDown.
+Results go to ``results/remote_bytes.json`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -75,7 +82,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=32 << 20)
     parser.add_argument("--peer-python", default=str(HERE.parent / ".venv-bench" / "bin" / "python"))
+    parser.add_argument("--part", choices=("speed", "bytes", "faults", "all"), default="all")
     arguments = parser.parse_args()
+    if arguments.part in ("bytes", "faults", "all"):
+        bytes_and_faults(arguments.tokens, arguments.peer_python, only_faults=arguments.part == "faults")
+    if arguments.part in ("bytes", "faults"):
+        return
     import boto3
 
     work = Path(tempfile.mkdtemp(prefix="guideloom-remote-bench-"))
@@ -136,6 +148,198 @@ def main() -> None:
     (HERE / "results" / "remote.json").write_text(json.dumps(results, indent=2) + "\n")
     (HERE / "results" / "remote.md").write_text(_table(results))
     print(_table(results))
+
+
+def _environment(work: Path, endpoint: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": "bench",
+        "AWS_SECRET_ACCESS_KEY": "bench",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "BENCH_ENDPOINT": endpoint,
+        "GUIDELOOM_CACHE_DIR": str(work / "default-cache"),
+        "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), os.environ.get("PYTHONPATH", "")]),
+    }
+
+
+def _stored(client: Any, prefix: str) -> int:
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket="bench", Prefix=f"{prefix}/")
+    return sum(item["Size"] for page in pages for item in page.get("Contents", []))
+
+
+def _start_proxy(upstream: int, rates: dict[str, float], log: Path, seed: int) -> tuple[subprocess.Popen[bytes], str]:
+    port = _free_port()
+    proxy = subprocess.Popen(
+        [
+            sys.executable,
+            str(HERE.parent / "tests" / "remote" / "fault_proxy.py"),
+            str(upstream),
+            str(port),
+            str(seed),
+            json.dumps(rates),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(log, "wb"),
+        env={**os.environ, "PYTHONPATH": str(HERE.parent)},
+    )
+    for _ in range(300):
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return proxy, f"http://127.0.0.1:{port}"
+        time.sleep(0.1)
+    proxy.kill()
+    raise RuntimeError(f"the fault proxy did not start; see {log}")
+
+
+def _fault_runs(port: int, work: Path, environment: dict[str, str]) -> list[dict[str, Any]]:
+    """guideloom's zstd token copy read cold directly, through the proxy, and through it with 5% 503s.
+
+    Five rounds, interleaved, each with another seed of the proxy (so other requests meet the 503s);
+    the mean rate of each run counts, with the retries of all five.
+    """
+    endpoint = f"http://127.0.0.1:{port}"
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for round_number in range(5):
+        for label, rates in (("direct", None), ("proxy, no faults", {}), ("proxy, 5% 503", {"slow_down": 0.05})):
+            url, proxy = endpoint, None
+            if rates is not None:
+                proxy, url = _start_proxy(port, rates, work / "proxy.log", seed=round_number)
+            try:
+                arguments = ["s3://bench/tokens-guideloom-zstd", str(work / "cache-faults"), url, "1", "tokens"]
+                out = _run(
+                    sys.executable,
+                    "read",
+                    "guideloom",
+                    *arguments,
+                    environment={**environment, "BENCH_COUNTERS": endpoint},
+                )
+            finally:
+                if proxy is not None:
+                    proxy.kill()
+                    proxy.wait()
+                shutil.rmtree(work / "cache-faults", ignore_errors=True)
+            epoch = next(json.loads(line) for line in out.splitlines() if line.startswith("{"))
+            runs.setdefault(label, []).append(epoch)
+            print(label, epoch, flush=True)
+    return [
+        {
+            "run": label,
+            "tokens": sum(epoch["tokens"] for epoch in epochs),
+            "seconds": sum(epoch["seconds"] for epoch in epochs),
+            "retries": sum(epoch["retries"] for epoch in epochs),
+            "epochs": epochs,
+        }
+        for label, epochs in runs.items()
+    ]
+
+
+def bytes_and_faults(tokens: int, peer_python: str, only_faults: bool = False) -> None:
+    """Bytes stored and downloaded per cold epoch with and without zstd, and a cold epoch under 503s."""
+    import boto3
+
+    work = Path(tempfile.mkdtemp(prefix="guideloom-remote-bytes-"))
+    port = _free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    environment = _environment(work, endpoint)
+    os.environ.update({key: environment[key] for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")})
+    server = _start_server(port, work / "server.log")
+    results: dict[str, Any] = {"tokens": tokens, "rows": []}
+    saved = HERE / "results" / "remote_bytes.json"
+    if only_faults and saved.exists():  # keep the bytes measured by an earlier run
+        results["rows"] = json.loads(saved.read_text())["rows"]
+    try:
+        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+        client.create_bucket(Bucket="bench")
+        for corpus in () if only_faults else ("tokens", "documents"):
+            for library, _ in READERS:
+                for compression in ("none", "zstd"):
+                    name = f"{corpus}-{library}-{compression}"
+                    python = sys.executable if library == "guideloom" else peer_python
+                    if library == "guideloom":
+                        source = f"s3://bench/{name}"
+                        _run(
+                            python, "write", library, source, str(tokens), corpus, compression, environment=environment
+                        )
+                    else:
+                        _run(
+                            python,
+                            "write",
+                            library,
+                            str(work / name),
+                            str(tokens),
+                            corpus,
+                            compression,
+                            environment=environment,
+                        )
+                        _upload(client, work / name, "bench", name)
+                        shutil.rmtree(work / name)
+                        source = f"s3://bench/{name}"
+                    out = _run(
+                        python,
+                        "read",
+                        library,
+                        source,
+                        str(work / f"cache-{name}"),
+                        endpoint,
+                        "1",
+                        corpus,
+                        environment=environment,
+                    )
+                    shutil.rmtree(work / f"cache-{name}", ignore_errors=True)
+                    epoch = next(json.loads(line) for line in out.splitlines() if line.startswith("{"))
+                    row = {
+                        "corpus": corpus,
+                        "library": library,
+                        "compression": compression,
+                        "stored_bytes": _stored(client, name),
+                        **epoch,
+                    }
+                    results["rows"].append(row)
+                    print(row, flush=True)
+        if only_faults:
+            source = "s3://bench/tokens-guideloom-zstd"
+            _run(sys.executable, "write", "guideloom", source, str(tokens), "tokens", "zstd", environment=environment)
+        results["faults"] = _fault_runs(port, work, environment)
+    finally:
+        server.kill()
+        server.wait()
+        shutil.rmtree(work, ignore_errors=True)
+    (HERE / "results").mkdir(exist_ok=True)
+    (HERE / "results" / "remote_bytes.json").write_text(json.dumps(results, indent=2) + "\n")
+    (HERE / "results" / "remote_bytes.md").write_text(_bytes_table(results))
+    print(_bytes_table(results))
+
+
+def _bytes_table(results: dict[str, Any]) -> str:
+    names = dict(READERS)
+    lines = [
+        f"{results['tokens'] / 1e6:.0f}M uint32 tokens (and the same tokens as records of 50-500), one cold "
+        "shuffled epoch per copy, main process.",
+        "",
+        "| corpus | library | compression | MB stored | MB downloaded, cold epoch | cold rate (M/s) |",
+        "|---|---|---|---:|---:|---:|",
+    ]
+    for row in results["rows"]:
+        unit = "Mtok/s" if row["corpus"] == "tokens" else "k records/s"
+        rate = row["tokens"] / row["seconds"] / (1e6 if row["corpus"] == "tokens" else 1e3)
+        lines.append(
+            f"| {row['corpus']} | {names[row['library']]} | {row['compression']} | {row['stored_bytes'] / 1e6:.1f} | "
+            f"{row['get_bytes'] / 1e6:.1f} | {rate:.1f} {unit} |"
+        )
+    faults = results.get("faults", [])
+    if faults:
+        base = faults[0]["tokens"] / faults[0]["seconds"]
+        lines += [
+            "",
+            "guideloom, zstd tokens, a cold epoch (5 runs each, mean rate, retries of all 5):",
+            "",
+            "| run | Mtok/s | × direct | retries |",
+            "|---|---:|---:|---:|",
+        ]
+        for row in faults:
+            rate = row["tokens"] / row["seconds"]
+            lines.append(f"| {row['run']} | {rate / 1e6:.1f} | {rate / base:.2f} | {row['retries']} |")
+    return "\n".join(lines) + "\n"
 
 
 def _rate(epoch: dict[str, Any]) -> float:

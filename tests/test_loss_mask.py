@@ -176,16 +176,17 @@ def test_a_masked_shard_cut_short_is_corrupt(tmp_path: Path) -> None:
     raw = file.read_bytes()
     mask_bytes = 8  # 13 tokens: 2 bytes of mask, padded to 8
     file.write_bytes(raw[: -helpers.FOOTER.size - mask_bytes] + raw[-helpers.FOOTER.size :])
-    with pytest.raises(CorruptStorageError, match="shard 0"):
-        TokenStorage(tmp_path / "sft").sync_reader()
+    with TokenStorage(tmp_path / "sft").sync_reader() as reader, pytest.raises(CorruptStorageError, match="shard 0"):
+        reader.read(0)  # opening reads the listing and the index; the shard is checked when first read
 
 
 def test_a_shard_without_a_mask_in_a_masked_storage_is_refused(tmp_path: Path) -> None:
     """A shard's footer says whether it holds a mask: one that contradicts the header is never read."""
     write_masked(tmp_path / "sft")
     helpers.rewrite_footer(helpers.shard_file(tmp_path / "sft", 0), flags=0)
-    with pytest.raises(FormatMismatchError, match="shard 0 holds no loss mask"):
-        TokenStorage(tmp_path / "sft").sync_reader()
+    storage = TokenStorage(tmp_path / "sft")
+    with storage.sync_reader() as reader, pytest.raises(FormatMismatchError, match="shard 0 holds no loss mask"):
+        reader.read(0)  # the shard is checked when first read
 
 
 def write_the_0_2_way(path: Path, documents: list[list[int]]) -> None:

@@ -279,13 +279,15 @@ def test_tokenize_with_ray_writes_what_worker_processes_write(
     ray_cluster: str, tmp_path: Path, tokenizer_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     inputs = [str(path) for path in text_inputs(tmp_path / "inputs")]
-    status = cli(["tokenize", *inputs, str(tmp_path / "ray"), "--tokenizer", str(tokenizer_path), "--quiet", "--ray"])
-    assert status == 0
+    options = ["--tokenizer", str(tokenizer_path), "--quiet", "--shard-size", "4KiB"]  # a group per file
+    assert cli(["tokenize", *inputs, str(tmp_path / "ray"), *options, "--ray"]) == 0
     printed = capsys.readouterr().out
-    assert "into 5 shards: 600 documents" in printed
-    assert "(5 Ray tasks)" in printed
-    reference = tokenize_files(inputs, tmp_path / "processes", tokenizer_path, workers=2, progress=False)
-    assert reference.shards == (0, 1, 2, 3, 4)
+    assert "600 documents" in printed and "(5 Ray tasks)" in printed
+    reference = tokenize_files(
+        inputs, tmp_path / "processes", tokenizer_path, workers=2, progress=False, shard_size="4KiB"
+    )
+    assert reference.groups == 5 and reference.processes == 2
+    assert TokenStorage(tmp_path / "ray").committed_shards() == list(reference.shards)
     assert read_documents(tmp_path / "ray") == read_documents(tmp_path / "processes")
     assert leftovers(tmp_path / "ray") == []
 
@@ -298,9 +300,13 @@ def test_tokenize_conversations_with_ray(ray_cluster: str, tmp_path: Path) -> No
     for part in range(2):
         inputs.append(tmp_path / f"chats-{part}.jsonl")
         inputs[-1].write_text("".join(json.dumps({"messages": conversation(part * 10 + i)}) + "\n" for i in range(10)))
-    summary = tokenize_files(inputs, tmp_path / "ray", tokenizer, chat=True, ray=True, progress=False)
-    assert summary.ray_tasks == 2 and summary.documents == 20
-    tokenize_files(inputs, tmp_path / "here", tokenizer, chat=True, workers=1, progress=False)
+    size = min(path.stat().st_size for path in inputs)  # each file a group of its own: one Ray task each
+    summary = tokenize_files(inputs, tmp_path / "ray", tokenizer, chat=True, ray=True, progress=False, shard_size=size)
+    assert summary.ray_tasks == 2 and summary.groups == 2 and summary.documents == 20
+    here_summary = tokenize_files(
+        inputs, tmp_path / "here", tokenizer, chat=True, workers=1, progress=False, shard_size=size
+    )
+    assert here_summary.shards == summary.shards and {shard // 10**6 for shard in summary.shards} == {0, 1}
     with (
         TokenStorage(tmp_path / "ray").sync_reader() as ray_written,
         TokenStorage(tmp_path / "here").sync_reader() as here,
@@ -315,8 +321,8 @@ def test_tokenize_with_ray_reports_a_bad_file(ray_cluster: str, tmp_path: Path, 
     inputs = text_inputs(tmp_path / "inputs", files=2)
     inputs[1].write_text('{"text": "fine"}\n{"body": "no text field"}\n')
     with pytest.raises(TokenizeInputError, match=r"part-1\.jsonl:2: no field 'text'"):
-        tokenize_files(inputs, tmp_path / "out", tokenizer_path, ray=True, progress=False)
-    assert 1 not in TokenStorage(tmp_path / "out").committed_shards()
+        tokenize_files(inputs, tmp_path / "out", tokenizer_path, ray=True, progress=False, shard_size="4KiB")
+    assert 10**6 not in TokenStorage(tmp_path / "out").committed_shards()  # the failed group's shard
 
 
 def test_tokenize_without_ray_never_imports_it(tmp_path: Path, tokenizer_path: Path) -> None:

@@ -261,5 +261,5 @@ def test_unknown_footer_flags_with_a_valid_checksum_are_format_mismatch(tmp_path
     struct.pack_into("<I", data, footer_start + 12, 1)  # flags
     struct.pack_into("<I", data, footer_start + 52, zlib.crc32(data[footer_start : footer_start + 52]))
     shard.write_bytes(bytes(data))
-    with pytest.raises(FormatMismatchError, match="flags"):
-        storage.sync_reader()
+    with storage.sync_reader() as reader, pytest.raises(FormatMismatchError, match="flags"):
+        reader.read(0)  # opening reads the listing and the index; the shard is checked when first read

@@ -81,24 +81,26 @@ def test_jsonl_parquet_and_text_in_parallel(tmp_path: Path, tokenizer_path: Path
     inputs[3].write_text(DOCUMENTS[3])
     output = tmp_path / "tokens"
 
-    summary = tokenize_files(list(reversed(inputs)), output, tokenizer_path, workers=2, progress=False)
+    # 64 bytes: every file is a group of its own (each holds at least 64 bytes), cut into several shards
+    summary = tokenize_files(list(reversed(inputs)), output, tokenizer_path, workers=2, progress=False, shard_size=64)
 
     expected = [*DOCUMENTS, DOCUMENTS[0] + "\n\n" + DOCUMENTS[1], DOCUMENTS[3]]  # sorted input order
     assert read_back(output, tokenizer_path) == expected
-    assert summary.files == 4 and summary.documents == len(expected)
-    assert summary.shards == (0, 1, 2, 3) == tuple(committed_shard_ids(output))
+    assert summary.files == 4 and summary.documents == len(expected) and summary.groups == 4
+    assert summary.shards == tuple(committed_shard_ids(output))
+    assert {shard // 10**6 for shard in summary.shards} == {0, 1, 2, 3}  # group g writes shards g * 10**6 + k
     assert summary.dtype == "uint16" and TokenStorage(output).dtype == np.uint16
     with TokenStorage(output).sync_reader() as reader:
         assert summary.tokens == reader.token_count == sum(len(reader.read(i)) for i in range(len(reader)))
-        assert [shard.record_count for shard in reader.shards] == [3, 3, 1, 1]  # shard i = sorted input i
     assert summary.tokens_per_second > 0 and summary.processes == 2
     assert_nothing_in_progress(output)
 
     # one worker (no processes) writes exactly the same storage
-    assert tokenize_files(inputs, tmp_path / "one", tokenizer_path, workers=1, progress=False).processes == 0
-    with TokenStorage(output).sync_reader() as many, TokenStorage(tmp_path / "one").sync_reader() as one:
-        assert one.fingerprint == many.fingerprint
-        assert np.array_equal(one.read_tokens(0, one.token_count), many.read_tokens(0, many.token_count))
+    one = tokenize_files(inputs, tmp_path / "one", tokenizer_path, workers=1, progress=False, shard_size=64)
+    assert one.processes == 0 and committed_shard_ids(tmp_path / "one") == committed_shard_ids(output)
+    with TokenStorage(output).sync_reader() as many, TokenStorage(tmp_path / "one").sync_reader() as alone:
+        assert alone.fingerprint == many.fingerprint
+        assert np.array_equal(alone.read_tokens(0, alone.token_count), many.read_tokens(0, many.token_count))
 
 
 def test_text_field_and_no_eos(tmp_path: Path, tokenizer_path: Path) -> None:
@@ -118,12 +120,13 @@ def test_missing_field_names_file_and_line(tmp_path: Path, tokenizer_path: Path,
     bad = tmp_path / "b.jsonl"
     bad.write_text('{"text": "fine"}\n{"text": "fine too"}\n{"body": "where is text?"}\n')
     output = tmp_path / "out"
+    size = good.stat().st_size  # each file a group of its own, each group one shard
     with pytest.raises(ValueError, match=r"b\.jsonl:3: no field 'text' \(fields: body\)"):
-        tokenize_files([good, bad], output, tokenizer_path, workers=workers, progress=False)
+        tokenize_files([good, bad], output, tokenizer_path, workers=workers, progress=False, shard_size=size)
     committed = committed_shard_ids(output)
-    assert 1 not in committed  # the failed file's shard was not committed
+    assert 10**6 not in committed  # the failed file's shard was not committed
     if workers == 1:
-        assert committed == [0]  # files are done in order: the one before the failure is committed
+        assert committed == [0]  # groups are done in order: the one before the failure is committed
     assert_nothing_in_progress(output)
     with TokenStorage(output).sync_reader() as reader:  # what was committed is whole
         assert len(reader) == len(DOCUMENTS) * len(committed)
@@ -132,10 +135,12 @@ def test_missing_field_names_file_and_line(tmp_path: Path, tokenizer_path: Path,
     bad.write_text('{"text": "fine"}\n')
     if committed:
         with pytest.raises(ShardExistsError, match=r"pass skip_existing=True to finish"):
-            tokenize_files([good, bad], output, tokenizer_path, progress=False)
-    summary = tokenize_files([good, bad], output, tokenizer_path, workers=1, progress=False, skip_existing=True)
-    assert committed_shard_ids(output) == [0, 1]
-    assert summary.shards == tuple(sorted({0, 1} - set(committed)))
+            tokenize_files([good, bad], output, tokenizer_path, progress=False, shard_size=size)
+    summary = tokenize_files(
+        [good, bad], output, tokenizer_path, workers=1, progress=False, skip_existing=True, shard_size=size
+    )
+    assert committed_shard_ids(output) == [0, 10**6]
+    assert summary.shards == tuple(sorted({0, 10**6} - set(committed)))
     assert read_back(output, tokenizer_path) == [*DOCUMENTS, "fine"]
 
 
@@ -231,7 +236,7 @@ def test_empty_inputs(tmp_path: Path, tokenizer_path: Path) -> None:
     summary = tokenize_files(
         [tmp_path / "blank.jsonl", good], tmp_path / "out", tokenizer_path, workers=1, progress=False
     )
-    assert summary.shards == (1,) and summary.empty_files == (tmp_path / "blank.jsonl",)
+    assert summary.shards == (0,) and summary.empty_files == (tmp_path / "blank.jsonl",)
 
 
 def test_existing_output_is_not_overwritten(tmp_path: Path, tokenizer_path: Path) -> None:
@@ -338,10 +343,10 @@ def test_cli_existing_shards_exit_2_and_name_the_option(
     assert capsys.readouterr().err == (
         f"guideloom tokenize: error: {output} already holds 1 of the shards to write (first: shard 0 for "
         f"{source}); write to a new directory, or pass --skip-existing to finish an interrupted run with the "
-        "same inputs\n"
+        "same inputs and options\n"
     )
     assert cli(tokenize_command(source, output, "--tokenizer", tokenizer_path, "--skip-existing")) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == "1 input file skipped: its shard already existed"
+    assert capsys.readouterr().out.splitlines()[-1] == "1 input file skipped: its shards already existed"
 
 
 def test_cli_failed_input_exits_1_and_says_how_to_finish(
@@ -350,10 +355,12 @@ def test_cli_failed_input_exits_1_and_says_how_to_finish(
     good = write_jsonl(tmp_path / "a.jsonl", DOCUMENTS)
     bad = tmp_path / "b.jsonl"
     bad.write_text('{"text": "fine"}\n{"body": 1}\n')
-    assert cli(tokenize_command(good, bad, tmp_path / "out", "--tokenizer", tokenizer_path, "--workers", "1")) == 1
+    size = str(good.stat().st_size)  # two groups: the good file's shard is committed before the failure
+    command = tokenize_command(good, bad, tmp_path / "out", "--tokenizer", tokenizer_path, "--shard-size", size)
+    assert cli([*command, "--workers", "1"]) == 1
     assert capsys.readouterr().err == (
         f"guideloom tokenize: error: {bad}:2: no field 'text' (fields: body)\n"
-        "1 of 2 shards was committed before the failure (the failed file's shard was not); fix the input and "
+        "1 shard was committed before the failure (the shard in progress was not); fix the input and "
         "rerun with --skip-existing to write the rest\n"
     )
 
@@ -375,7 +382,7 @@ def test_cli_zstd_input_without_zstandard_exits_2(
 
 
 def test_a_worker_that_dies_is_reported(tmp_path: Path, tokenizer_path: Path) -> None:
-    """SIGKILL the first worker process as soon as it exists: its shard is not committed, the run says so."""
+    """SIGKILL the first worker process as soon as it exists: the run says so; --skip-existing finishes it."""
     inputs = [write_jsonl(tmp_path / f"{name}.jsonl", DOCUMENTS * 50) for name in "ab"]
     killed: list[int] = []
 
@@ -391,8 +398,13 @@ def test_a_worker_that_dies_is_reported(tmp_path: Path, tokenizer_path: Path) ->
     killer.start()
     try:
         with pytest.raises(TokenizeWorkerDied, match=r"a tokenize worker process died \(killed by SIGKILL\)"):
-            tokenize_files(inputs, tmp_path / "out", tokenizer_path, workers=2, progress=False)
+            tokenize_files(inputs, tmp_path / "out", tokenizer_path, workers=2, progress=False, shard_size=1000)
     finally:
         killed.append(0)
         killer.join()
-    assert committed_shard_ids(tmp_path / "out") != [0, 1]
+    tokenize_files(
+        inputs, tmp_path / "out", tokenizer_path, workers=2, progress=False, shard_size=1000, skip_existing=True
+    )
+    tokenize_files(inputs, tmp_path / "reference", tokenizer_path, workers=1, progress=False, shard_size=1000)
+    assert committed_shard_ids(tmp_path / "out") == committed_shard_ids(tmp_path / "reference")
+    assert read_back(tmp_path / "out", tokenizer_path) == read_back(tmp_path / "reference", tokenizer_path)

@@ -94,10 +94,44 @@ def test_growing_prefixes_mark_exactly_the_assistant_turns(tmp_path: Path, token
 def test_jsonl_and_parquet_in_two_workers(tmp_path: Path, tokenizers: dict[str, Path]) -> None:
     first = write_jsonl(tmp_path / "a.jsonl", CONVERSATIONS[:5])
     second = write_parquet(tmp_path / "b.parquet", CONVERSATIONS[5:])
+    size = min(first.stat().st_size, second.stat().st_size)  # each file a group of its own
     summary = tokenize_files(
-        [second, first], tmp_path / "out", tokenizers["plain"], chat=True, workers=2, progress=False
+        [second, first], tmp_path / "out", tokenizers["plain"], chat=True, workers=2, progress=False, shard_size=size
     )
-    assert summary.processes == 2 and summary.shards == (0, 1)
+    assert summary.processes == 2 and summary.groups == 2
+    assert {shard // 10**6 for shard in summary.shards} == {0, 1}  # group g writes shards g * 10**6 + k
+    assert stored(tmp_path / "out") == reference(tokenizers["generation"], CONVERSATIONS)
+
+
+def test_small_conversation_files_share_a_group(tmp_path: Path, tokenizers: dict[str, Path]) -> None:
+    paths = [write_jsonl(tmp_path / f"{number:02}.jsonl", [row]) for number, row in enumerate(CONVERSATIONS)]
+    summary = tokenize_files(paths, tmp_path / "out", tokenizers["plain"], chat=True, progress=False)
+    assert summary.groups == 1 and summary.shards == (0,)  # default shard size: one group, one shard
+    assert summary.documents == len(CONVERSATIONS)
+    assert stored(tmp_path / "out") == reference(tokenizers["generation"], CONVERSATIONS)
+
+
+def test_a_group_cut_into_shards_resumes_after_its_committed_conversations(
+    tmp_path: Path, tokenizers: dict[str, Path]
+) -> None:
+    good = write_jsonl(tmp_path / "a.jsonl", CONVERSATIONS[:6])
+    bad = write_jsonl(tmp_path / "b.jsonl", [*CONVERSATIONS[6:], "oops"])
+    size = good.stat().st_size + 1  # both files in one group
+    options: dict[str, Any] = {"chat": True, "progress": False, "shard_size": size, "dtype": "uint64"}
+    tokens = [len(ids) for ids, _ in reference(tokenizers["generation"], CONVERSATIONS)]
+    assert 8 * sum(tokens[:6]) >= size  # uint64 ids: a.jsonl alone fills a shard
+    with pytest.raises(TokenizeInputError, match=r"b\.jsonl:7:"):
+        tokenize_files([good, bad], tmp_path / "out", tokenizers["plain"], **options)
+    committed = TokenStorage(tmp_path / "out").committed_shards()
+    assert committed and committed == list(range(len(committed)))  # group 0: shards 0, 1, ...
+    with TokenStorage(tmp_path / "out").sync_reader() as reader:
+        written = len(reader)
+    assert 0 < written < 6  # the group's shard in progress (a.jsonl's last conversations with it) was not committed
+    write_jsonl(bad, CONVERSATIONS[6:])
+    summary = tokenize_files([good, bad], tmp_path / "out", tokenizers["plain"], skip_existing=True, **options)
+    assert summary.groups == 1 and summary.skipped_files == ()
+    assert summary.shards and min(summary.shards) == len(committed) and max(summary.shards) < 10**6
+    assert summary.documents == len(CONVERSATIONS) - written  # the committed conversations are not written again
     assert stored(tmp_path / "out") == reference(tokenizers["generation"], CONVERSATIONS)
 
 
@@ -165,14 +199,22 @@ def test_a_null_parquet_row_is_named(tmp_path: Path, tokenizers: dict[str, Path]
 def test_a_failed_file_resumes_with_skip_existing(tmp_path: Path, tokenizers: dict[str, Path]) -> None:
     good = write_jsonl(tmp_path / "a.jsonl", CONVERSATIONS[:6])
     bad = write_jsonl(tmp_path / "b.jsonl", [*CONVERSATIONS[6:], "oops"])
+    size = good.stat().st_size  # each file a group of its own
     with pytest.raises(TokenizeInputError, match=r"b\.jsonl:7:") as caught:
-        tokenize_files([good, bad], tmp_path / "out", tokenizers["plain"], chat=True, progress=False)
+        tokenize_files([good, bad], tmp_path / "out", tokenizers["plain"], chat=True, progress=False, shard_size=size)
     assert "fix the input and rerun with skip_existing=True" in "".join(caught.value.__notes__)
+    assert TokenStorage(tmp_path / "out").committed_shards() == [0]
     write_jsonl(bad, CONVERSATIONS[6:])
     summary = tokenize_files(
-        [good, bad], tmp_path / "out", tokenizers["plain"], chat=True, skip_existing=True, progress=False
+        [good, bad],
+        tmp_path / "out",
+        tokenizers["plain"],
+        chat=True,
+        skip_existing=True,
+        progress=False,
+        shard_size=size,
     )
-    assert summary.skipped_files == (good,) and summary.shards == (1,)
+    assert summary.skipped_files == (good,) and summary.shards == (10**6,)
     assert stored(tmp_path / "out") == reference(tokenizers["generation"], CONVERSATIONS)
 
 

@@ -1,9 +1,9 @@
 """A local S3 API server (moto) that counts the bytes it sends, for the object-storage benchmark.
 
 ``python s3_server.py PORT`` serves on 127.0.0.1:PORT until killed. ``GET /_bench/counters`` returns
-``{"get_requests": n, "get_bytes": n}`` (object GETs, whole or ranged, and the body bytes they sent)
-and ``POST /_bench/counters`` resets them. Counting at the server measures every reader the same way,
-whatever client library it uses.
+``{"get_requests": n, "get_bytes": n, "list_requests": n}`` (object GETs, whole or ranged, the body bytes
+they sent, and bucket listings: one per page) and ``POST /_bench/counters`` resets them. Counting at
+the server measures every reader the same way, whatever client library it uses.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from moto.server import DomainDispatcherApplication, create_backend_app
 from werkzeug.serving import run_simple
 
-COUNTERS = {"get_requests": 0, "get_bytes": 0}
+COUNTERS = {"get_requests": 0, "get_bytes": 0, "list_requests": 0}
 LOCK = threading.Lock()
 
 
@@ -34,7 +34,7 @@ def _counted(body: Iterable[bytes]) -> Iterator[bytes]:
 
 
 class Counting:
-    """WSGI middleware: counts object GETs (not listings) and their body bytes."""
+    """WSGI middleware: counts object GETs and their body bytes, and listings (GETs of a bucket)."""
 
     def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
         self.app = app
@@ -43,7 +43,7 @@ class Counting:
         if environ["PATH_INFO"] == "/_bench/counters":
             if environ["REQUEST_METHOD"] == "POST":
                 with LOCK:
-                    COUNTERS.update(get_requests=0, get_bytes=0)
+                    COUNTERS.update(get_requests=0, get_bytes=0, list_requests=0)
             start_response("200 OK", [("Content-Type", "application/json")])
             return [json.dumps(COUNTERS).encode()]
         body = self.app(environ, start_response)
@@ -52,6 +52,9 @@ class Counting:
             with LOCK:
                 COUNTERS["get_requests"] += 1
             return _counted(body)
+        if environ["REQUEST_METHOD"] == "GET" and environ["PATH_INFO"].strip("/").count("/") == 0:
+            with LOCK:
+                COUNTERS["list_requests"] += 1
         return body
 
 

@@ -2,9 +2,10 @@
 
 By default the corpus is the source code of the Python standard library that runs
 this script (always there, no download): its ``.py`` files, sorted, the first
-``--max-files``. Each file is one document and one shard; worker processes
-tokenize files in parallel, each writing its own shards (``guideloom tokenize``
-runs the same engine). By default processes are started only for inputs over
+``--max-files``. Each file is one document; the sorted files go, in groups, into
+shards of 256 MiB of tokens, so the default slice is one shard (``guideloom
+tokenize`` runs the same engine; see its ``--shard-size``). Worker processes
+tokenize groups in parallel. By default processes are started only for inputs over
 8 MiB (below that, starting them costs more than it saves); ``--workers N``
 forces N. With ``--input`` you tokenize your own ``.txt``, ``.jsonl`` or
 ``.parquet`` files (``--text-field`` names the JSONL field / Parquet column).

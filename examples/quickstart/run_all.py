@@ -1,7 +1,7 @@
 """The quick-start, end to end: preprocess, train, kill, resume, and check the losses are identical.
 
 1. ``preprocess.py`` tokenizes a slice of the Python standard library's source (no
-   download) into a TokenStorage, in parallel processes, one shard per file.
+   download) into a TokenStorage (small files grouped into shards of 256 MiB of tokens).
 2. ``train.py`` trains a small GPT for ``--steps`` steps without interruption (run A).
 3. ``train.py`` trains the same run again (run B), and this script kills it with
    ``SIGKILL`` a few steps after a checkpoint: no clean-up code runs, as in a crash

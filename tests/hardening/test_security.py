@@ -373,13 +373,14 @@ def test_sizes_from_disk_are_bounded_before_allocating(
 
 
 def test_tokens_checked_against_dtype_and_offsets_on_read(tmp_path: Path, peak: Callable[[], int]) -> None:
-    """A token storage whose index points past its data: reading the document fails, the stream is intact."""
+    """A token storage whose index points past its data: the shard is refused when it is opened, in every read."""
     path = tmp_path / "storage"
     make(path, "tokens")
     set_offset(shard_file(path, 1), 2, 2**40)
     tracemalloc.reset_peak()
     with TokenStorage(path).sync_reader() as reader:
-        reader.read_tokens(0, reader.token_count)
+        with pytest.raises(CorruptStorageError, match="shard 1 has a damaged record index"):
+            reader.read_tokens(0, reader.token_count)
         with pytest.raises(CorruptStorageError, match="shard 1"):
             [reader.read(index) for index in range(len(reader))]
     assert peak() < 512 << 10

@@ -46,3 +46,23 @@ def test_tokenize_into_a_url_equals_tokenize_into_a_directory(
             local.read(i).tolist() for i in range(len(local))
         ]
     assert main(["tokenize", *files, s3_url, *options]) == 2  # its shards exist: nothing is overwritten
+
+
+def test_skip_existing_reads_what_a_url_holds_from_one_listing(
+    inputs: tuple[list[str], list[str]],
+    s3_url: str,
+    s3_server: S3Server,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("GUIDELOOM_CACHE_DIR", str(tmp_path / "cache"))
+    files, common = inputs
+    options = [*common, "--storage-options", json.dumps(s3_server.options), "--shard-size", "16"]  # many shards
+    assert main(["tokenize", *files, s3_url, *options]) == 0
+    shards = TokenStorage(s3_url, storage_options=s3_server.options).committed_shards()
+    assert {shard // 10**6 for shard in shards} == {0, 1, 2} and len(shards) > 3
+    capsys.readouterr()
+    assert main(["tokenize", *files, s3_url, *options, "--skip-existing"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "3 input files skipped: their shards already existed"
+    assert TokenStorage(s3_url, storage_options=s3_server.options).committed_shards() == shards

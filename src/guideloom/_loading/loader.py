@@ -2,7 +2,7 @@
 
 The loader's whole state is (epoch, position): ``position`` counts the epoch's
 positions consumed by all ranks together. Which samples a batch holds is a pure
-function of that state and the configuration (see ``_order``), so a state dict
+function of that state and the configuration (see ``_sampling.epoch_order``), so a state dict
 is a few integers, resuming costs O(1), and worker processes only ever change
 where the work runs, never what a batch holds.
 """
@@ -21,6 +21,9 @@ import torch.distributed
 
 from guideloom._core.checks import check_bool, check_callable, check_int, check_number
 from guideloom._loading.devices import check_device
+from guideloom._loading.epoch_iterator import EpochIterator
+from guideloom._loading.explain import DigestCache, Place, check_next_batch, explain_batches, skipped
+from guideloom._loading.job_snapshot import in_job
 from guideloom._loading.make_source import make_source
 from guideloom._loading.state import OrderSettings, build_state, check_state
 from guideloom._loading.transport import Batcher, Transport, make_transport
@@ -150,6 +153,7 @@ class StatefulDataLoader:
         self.epoch = 0
         self.position = 0
         self._generation = 0
+        self._digests = DigestCache()
         self._transport = self._make_transport()
         self._closed = False
 
@@ -223,6 +227,7 @@ class StatefulDataLoader:
             long_documents=long_documents,
             shuffle=shuffle,
             seed=seed,
+            one_snapshot_per_job=in_job(rank, world_size),
         )
         return cls(
             source,
@@ -255,13 +260,16 @@ class StatefulDataLoader:
             _check_process_group(self.rank, self.world_size)
             self._ranks_to_check = False
         if self._plan(self.position).batch_count == 0:
-            self.epoch += 1
+            self._start_next_epoch()
             self.position = 0
-            if self._next_epoch_source is not None:  # shards added since the checkpoint join now
-                source, self._next_epoch_source = self._next_epoch_source, None
-                self._use_source(source)
         self._generation += 1
-        return self._epoch_segment(self._generation)
+        return EpochIterator(self._epoch_segment(self._generation))
+
+    def _start_next_epoch(self) -> None:
+        self.epoch += 1
+        if self._next_epoch_source is not None:  # shards added since the checkpoint join now
+            source, self._next_epoch_source = self._next_epoch_source, None
+            self._use_source(source)
 
     def _epoch_segment(self, generation: int) -> Iterator[Any]:
         plan = self._plan(self.position)
@@ -296,15 +304,39 @@ class StatefulDataLoader:
     def _settings(self) -> OrderSettings:
         return OrderSettings(self.shuffle, self.seed, self.local_batch_size, self.world_size, self.drop_last)
 
+    def _place(self) -> Place:
+        return Place(self.epoch, self.position, self._source, self._next_epoch_source or self._source)
+
+    def explain(self, batches: int = 1, rank: int | None = None) -> list[dict[str, Any]]:
+        """The next ``batches`` batches of ``rank`` (default: this loader's), described without reading them:
+        ``{"epoch", "batch", "rank", "samples": [{"component", "pieces": [{"shard", "record", "start", "stop"}]}]}``
+        per batch (see docs/debugging.md). Consumes nothing; continues across epoch ends as iteration does."""
+        self._check_open()
+        return explain_batches(self._place(), self._settings(), batches, self.rank if rank is None else rank)
+
+    def skip(self, batches: int) -> None:
+        """Move past the next ``batches`` batches (into the following epochs) without reading them: the state and
+        every later batch are as if they had been read. An iterator open meanwhile is superseded."""
+        self._check_open()
+        batches = check_int("batches", batches, minimum=0)
+        epoch, position, later_epoch = skipped(self._place(), self._settings(), batches)
+        if (epoch, position) != (self.epoch, self.position):
+            if later_epoch:
+                self._start_next_epoch()
+            self.epoch, self.position = epoch, position
+            self._generation += 1
+
     def state_dict(self) -> dict[str, Any]:
         """The position after the last batch yielded: small, JSON-serialisable, equal on every rank."""
-        return build_state(self._settings(), self._source, self.epoch, self.position)
+        next_batch = self._digests.of(self._source, self._settings(), self.epoch, self.position)
+        return build_state(self._settings(), self._source, self.epoch, self.position, next_batch)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue exactly where ``state`` was taken; another world or batch size keeps the sample position."""
         self._check_open()
         latest = self._next_epoch_source or self._source
         resume = check_state(state, self._settings(), latest)
+        check_next_batch(state, resume.source, self._settings(), resume.epoch, resume.position)
         if resume.source is not self._source:  # e.g. the shards a grown storage had at the checkpoint
             self._use_source(resume.source, keep=latest)
         self._next_epoch_source = latest if resume.source is not latest else None

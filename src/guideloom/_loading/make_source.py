@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from guideloom._core.checks import check_sequence_length
+from guideloom._loading.job_snapshot import job_snapshot
 from guideloom._mixture.mixture import Mixture
 from guideloom._mixture.source import MixtureSource
 from guideloom._sources.document_windows import check_window_modes, window_source
@@ -28,6 +29,7 @@ def make_source(
     seed: int = 0,
     component: str | None = None,
     labels: bool = False,
+    one_snapshot_per_job: bool = False,
 ) -> SampleSource:
     """The source for the shards of ``storage`` committed now, checking the arguments fit its kind.
 
@@ -36,7 +38,8 @@ def make_source(
     mixture's components get them when one of them is masked).
     A `Mixture` gets one source per component, made here as for that storage alone, blended in its order
     (``shuffle`` and ``seed`` key the components' passes and the blocks' slot order); ``component`` names
-    such a component in the error of a storage with no sample.
+    such a component in the error of a storage with no sample. ``one_snapshot_per_job``: rank 0 lists each
+    storage and broadcasts the list (every rank of the initialised process group must be making its loader).
     """
     if isinstance(storage, Mixture):
         masked = any(isinstance(member, TokenStorage) and member.loss_mask for member in storage.components.values())
@@ -51,6 +54,7 @@ def make_source(
                 long_documents=long_documents,
                 component=name,
                 labels=masked,
+                one_snapshot_per_job=one_snapshot_per_job,
             )
             for name, member in storage.components.items()
         ]
@@ -69,16 +73,16 @@ def make_source(
     if isinstance(storage, DocumentStorage) and sequence_length is not None:
         raise ValueError("sequence_length must be omitted for a DocumentStorage: each record is one sample")
     storage.header_for_reading()  # a missing storage is StorageNotFoundError here, not at the first batch
-    shard_ids = storage.committed_shards()
+    snapshot = job_snapshot(storage) if one_snapshot_per_job else storage.snapshot()
     if isinstance(storage, DocumentStorage):
-        return _not_empty(DocumentSource(storage, shard_ids), " (empty storage)", component)
+        return _not_empty(DocumentSource(storage, snapshot), " (empty storage)", component)
     sequence_length = check_sequence_length(sequence_length)
     window_numpy_dtype = np.dtype(np.int32 if window_dtype == torch.int32 else np.int64)
     if window_numpy_dtype == np.int32 and storage.dtype.itemsize == 8:
         raise ValueError(f"window_dtype=torch.int32 cannot hold the {storage.dtype} ids of {storage.location}")
     source = window_source(
         storage,
-        shard_ids,
+        snapshot,
         sequence_length,
         window_numpy_dtype,
         document_boundaries,

@@ -2,7 +2,8 @@
 
 A state is where to continue, ``(epoch, position)``, plus what the batches depend on, so that a state
 from another storage or configuration is refused instead of silently read in another order. The
-source's part is its ``identity()``. States of version 1 (guideloom 0.1) still load.
+source's part is its ``identity()``; version 3 adds a digest of the batch the state stands before
+(``NEXT_BATCH``, see ``explain``). States of version 2 (guideloom 0.2) and 1 (guideloom 0.1) still load.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from typing import Any
 from guideloom._core.errors import StateMismatchError
 from guideloom._sources.source import SampleSource
 
-VERSION = 2
+VERSION = 3
+VERSIONS = (1, 2, VERSION)  # the versions that load
 VERSION_KEY = "guideloom_loader_state"  # its value is the version of the dict's layout
 EPOCH = "epoch"
 POSITION = "position"
@@ -24,6 +26,7 @@ LOCAL_BATCH_SIZE = "local_batch_size"  # this and the next two are recorded for 
 WORLD_SIZE = "world_size"
 DROP_LAST = "drop_last"
 SOURCE = "source"  # the source's identity(): what it read, in words a user can compare
+NEXT_BATCH = "next_batch"  # a digest of the next global batch's first sample (hex)
 
 # Version 1 recorded the source as these two keys instead of SOURCE.
 V1_STORAGE = "storage"  # the fingerprint of the storage's contents
@@ -50,7 +53,9 @@ class Resume:
     source: SampleSource
 
 
-def build_state(settings: OrderSettings, source: SampleSource, epoch: int, position: int) -> dict[str, Any]:
+def build_state(
+    settings: OrderSettings, source: SampleSource, epoch: int, position: int, next_batch: str
+) -> dict[str, Any]:
     """The state dict: small, JSON-serialisable and equal on every rank."""
     return {
         VERSION_KEY: VERSION,
@@ -63,6 +68,7 @@ def build_state(settings: OrderSettings, source: SampleSource, epoch: int, posit
         WORLD_SIZE: settings.world_size,
         DROP_LAST: settings.drop_last,
         SOURCE: source.identity(),
+        NEXT_BATCH: next_batch,
     }
 
 
@@ -76,9 +82,9 @@ def check_state(state: object, settings: OrderSettings, source: SampleSource) ->
     if VERSION_KEY not in state:
         raise StateMismatchError(f"not a guideloom loader state: the {VERSION_KEY!r} key is missing")
     version = state[VERSION_KEY]
-    if version not in (1, VERSION) or isinstance(version, bool):
+    if version not in VERSIONS or isinstance(version, bool):
         raise StateMismatchError(
-            f"not a guideloom loader state of version 1 or {VERSION}: {VERSION_KEY!r} is {version!r}"
+            f"not a guideloom loader state of version {', '.join(map(str, VERSIONS))}: {VERSION_KEY!r} is {version!r}"
         )
     epoch, position = state.get(EPOCH), state.get(POSITION)
     for key, number in ((EPOCH, epoch), (POSITION, position)):

@@ -1,11 +1,11 @@
 """Which component, and which of its samples, a mixture serves at any global sample index.
 
 Global sample ``g`` lies in block ``b = g // block_size`` at offset ``g % block_size``. The block's
-slots hold exactly the stage's counts of each component (see ``_schedule``), laid out in a seeded
+slots hold exactly the stage's counts of each component (see ``schedule``), laid out in a seeded
 order of the block; the sample is its component's ``j``-th draw, where ``j`` is the closed-form count
 of that component's draws before the block plus those earlier in the block. Draw ``j`` of component
 ``k`` is position ``j % size_k`` of the component's pass ``j // size_k``, a seeded permutation of its
-samples per pass (`_passes`), so a component smaller than its share cycles and reshuffles. Nothing
+samples per pass (``_sampling.passes``), so a component smaller than its share cycles and reshuffles. Nothing
 here grows with the number of samples: any index costs O(1) plus one block's layout (cached).
 """
 

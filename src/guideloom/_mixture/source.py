@@ -17,7 +17,7 @@ import numpy.typing as npt
 from guideloom._core.errors import StateMismatchError
 from guideloom._mixture.mixture import Mixture
 from guideloom._mixture.mixture_order import MixtureOrder
-from guideloom._mixture.schedule import Schedule
+from guideloom._sources.describe import SamplePieces
 from guideloom._sources.recorded_shards import ShardSetDigest, describe_shards, parse_ranges, recorded_shards
 from guideloom._sources.token_windows import TokenWindowSource
 from guideloom._windows.mixed_windows import MixedWindows
@@ -30,9 +30,9 @@ _FIRST_LOCATED = 256  # announced positions located at once; the rest when the f
 _KEY_BITS = 40  # shard ids are < 10**12 < 2**40: component k's shard s has digest key k·2**40 + s
 
 
-def _stage_digests(schedule: Schedule) -> list[list[Any]]:
-    """Each stage as ``[start, crc of its counts]``: enough to tell whether a later schedule differs."""
-    return [[start, f"{zlib.crc32(repr(counts).encode()):08x}"] for start, counts in schedule.to_json()]
+def _stage_digests(schedule: list[list[Any]]) -> list[list[Any]]:
+    """Each stage as ``[start, crc of its counts]``, as states of guideloom 0.2 recorded a schedule."""
+    return [[start, f"{zlib.crc32(repr(counts).encode()):08x}"] for start, counts in schedule]
 
 
 class MixtureSource:
@@ -128,6 +128,25 @@ class MixtureSource:
         parts = {k: self.components[k].fetch(samples[components == k], epoch) for k in present}
         return _interleave(parts, components)
 
+    def describe(self, indices: np.ndarray, epoch: int) -> SamplePieces:
+        """Each component describes its samples; they are laid out in the mixture's order, named."""
+        positions = np.asarray(indices, np.int64) % self._sample_count
+        components, samples = self.order.locate(epoch * self._sample_count + positions)
+        present = np.flatnonzero(np.bincount(components, minlength=len(self.components))).tolist()
+        parts = {k: self.components[k].describe(samples[components == k], epoch).in_component(k) for k in present}
+        described: SamplePieces = _interleave(parts, components) if parts else SamplePieces.of([], [], [], [], [])
+        return described.named(self.mixture.names)
+
+    def sample_keys(self, indices: np.ndarray, epoch: int) -> np.ndarray:
+        """Each sample's component and its keys there, sample after sample."""
+        positions = np.asarray(indices, np.int64) % self._sample_count
+        components, samples = self.order.locate(epoch * self._sample_count + positions)
+        keys = [
+            np.concatenate([[k], self.components[k].sample_keys(samples[i : i + 1], epoch)])
+            for i, k in enumerate(components.tolist())
+        ]
+        return np.concatenate(keys).astype(np.int64) if keys else np.empty(0, np.int64)
+
     def _mixed_windows(self) -> MixedWindows:
         """The components' current readers, read as one (a closed or forked source opens new readers)."""
         readers = [source.reader for source in self.components]
@@ -184,17 +203,20 @@ class MixtureSource:
                 ],
                 "digest": self._digest().to_text(),
                 "source": {key: value for key, value in first.items() if key not in _SHARD_KEYS},
-                "schedule": _stage_digests(self.mixture.schedule),
+                "schedule": self.mixture.schedule.to_json(),  # each stage's counts per block, as components
                 "block_size": self.mixture.block_size,
                 "samples_per_epoch": self._sample_count,
+                "storages": [source.storage.location for source in self.components],  # as components
+                "component_kind": first["kind"],  # how the components cut samples (the window mode)
             }
         return dict(self._identity)
 
     def _digest(self) -> ShardSetDigest:
-        return ShardSetDigest.of(
-            ((k << _KEY_BITS) + shard, records, checksum)
-            for k, source in enumerate(self.components)
-            for shard, records, checksum in source.shard_entries()
+        entries = [source.shard_entries() for source in self.components]
+        return ShardSetDigest.of_arrays(
+            np.concatenate([(k << _KEY_BITS) + ids.astype(np.uint64) for k, (ids, _, _) in enumerate(entries)]),
+            np.concatenate([records for _, records, _ in entries]),
+            np.concatenate([checksums for _, _, checksums in entries]),
         )
 
     def resumed(self, recorded: dict[str, Any], *, epoch: int | None = None, position: int | None = None) -> Any:
@@ -261,7 +283,9 @@ class MixtureSource:
         if isinstance(samples_per_epoch, bool) or not isinstance(samples_per_epoch, int) or samples_per_epoch < 1:
             raise StateMismatchError(f"the state's samples_per_epoch {samples_per_epoch!r} is not a positive int")
         before = None if epoch is None or position is None else epoch * samples_per_epoch + position
-        mine = _stage_digests(self.mixture.schedule)
+        mine = self.mixture.schedule.to_json()
+        if any(isinstance(stage[1], str) for stage in stages):  # guideloom 0.2 recorded a digest of each stage
+            mine = _stage_digests(mine)
         block = self.mixture.block_size
         boundaries = sorted({stage[0] for stage in stages} | {stage[0] for stage in mine})
         for start in boundaries:

@@ -4,7 +4,8 @@ Imported only when a storage is opened by URL (fsspec, and s3fs for ``s3://``, c
 extra). On S3 the calls go through s3fs's own client: a create is a ``PutObject`` with
 ``If-None-Match: *`` (the store refuses it with 412 when the key exists) and a download streams the
 object's body straight into a file. Other fsspec stores use fsspec's generic calls, where a create
-is "check, then put" (see docs/object-storage.md).
+is "check, then put" (see docs/object-storage.md). Every request is retried on transient failures
+(``retries``); botocore's and s3fs's own retries are off, so the bounds stated there hold.
 """
 
 from __future__ import annotations
@@ -13,21 +14,36 @@ import contextlib
 import json
 import os
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Protocol, TypeVar
 
 from guideloom._core.errors import StorageNotFoundError
+from guideloom._remote.compression import DamagedDownload
+from guideloom._remote.retries import RetriesExhausted, Retrying, RetryPolicy, ShortBody
 
 CONDITIONAL_PROTOCOLS = ("s3", "s3a")
 BUCKET_PROTOCOLS = (*CONDITIONAL_PROTOCOLS, "gs", "gcs", "az", "abfs", "abfss")  # the first part is a bucket
 DOWNLOAD_CHUNK = 4 * 1024 * 1024
 MULTIPART_BYTES = 1 << 30  # larger shards are uploaded in parts (one PUT takes at most 5 GiB)
 PART_BYTES = 64 << 20
-# Fail fast on an unreachable endpoint instead of botocore's long defaults; storage_options may override.
+COMPARED_TAIL = 64  # bytes at an object's end compared with ours (a shard's footer: its checksums)
+# Fail fast on an unreachable endpoint instead of botocore's long defaults, and leave retrying to
+# guideloom (max_attempts 1: botocore tries once); storage_options may override.
 S3_DEFAULTS: dict[str, Any] = {
     "use_listings_cache": False,
-    "config_kwargs": {"connect_timeout": 10, "read_timeout": 60, "retries": {"max_attempts": 3, "mode": "standard"}},
+    "config_kwargs": {"connect_timeout": 10, "read_timeout": 30, "retries": {"max_attempts": 1, "mode": "standard"}},
 }
+T = TypeVar("T")
+
+
+class Decoder(Protocol):
+    """What a download's bytes go through on their way into the file (a decompressor)."""
+
+    def write(self, chunk: bytes) -> None: ...
+
+    def finish(self) -> None: ...
 
 
 def is_url(location: object) -> bool:
@@ -64,9 +80,11 @@ class ObjectStore:
         self.url = url.rstrip("/")
         rest = rest.rstrip("/")
         self.root = rest
-        self.options = dict(options or {})
+        policy, self.options = RetryPolicy.from_options(options or {})
+        self.retrying = Retrying(policy)
         if self.protocol in CONDITIONAL_PROTOCOLS:
-            self.options = {**S3_DEFAULTS, **self.options}
+            config = {**S3_DEFAULTS["config_kwargs"], **self.options.get("config_kwargs", {})}
+            self.options = {**S3_DEFAULTS, **self.options, "config_kwargs": config}
         try:
             fsspec.get_filesystem_class(self.protocol)
         except (ImportError, ValueError) as error:
@@ -88,6 +106,8 @@ class ObjectStore:
             import fsspec
 
             self._fs = fsspec.filesystem(self.protocol, skip_instance_cache=True, **self.options)
+            if self.conditional:
+                self._fs.retries = 1  # s3fs's own retry loop: one try, guideloom retries
             self._pid = os.getpid()
         return self._fs
 
@@ -98,15 +118,29 @@ class ObjectStore:
         """The full URL of an object, for messages."""
         return f"{self.url}/{name}"
 
+    def _call(self, doing: str, request: Callable[[int], T]) -> T:
+        """``request(attempt)`` with retries; a failure that remains is an error a user can act on."""
+        try:
+            return self.retrying.call(doing, request)
+        except RetriesExhausted as error:
+            raise self.failure(error, doing) from error.last
+        except FileNotFoundError as error:
+            self._check_root(error)  # a missing bucket is StorageNotFoundError: callers let it through
+            raise
+        except FileExistsError:
+            raise
+        except Exception as error:
+            raise self.failure(error, doing) from error
+
     def listing(self, directory: str) -> dict[str, int]:
         """Names (relative to ``directory``) and sizes of the objects in it; empty when there are none."""
+        doing = f"listing {self.name_of(directory)}"
         try:
-            entries = self.fs.ls(self.key(directory), detail=True, refresh=True)
-        except FileNotFoundError as error:
-            self._check_root(error)
+            entries = self._call(doing, lambda _: self.fs.ls(self.key(directory), detail=True, refresh=True))
+        except StorageNotFoundError:
+            raise
+        except FileNotFoundError:
             return {}
-        except Exception as error:
-            raise self.failure(error, f"listing {self.name_of(directory)}") from error
         names = {}
         prefix = self.fs._strip_protocol(self.key(directory)).rstrip("/") + "/"
         for entry in entries:
@@ -116,128 +150,186 @@ class ObjectStore:
         return names
 
     def exists(self, name: str) -> bool:
-        try:
-            return bool(self.fs.exists(self.key(name)))
-        except Exception as error:
-            raise self.failure(error, f"looking up {self.name_of(name)}") from error
+        doing = f"looking up {self.name_of(name)}"
+        return bool(self._call(doing, lambda _: self.fs.exists(self.key(name))))
 
     def read(self, name: str, start: int | None = None, end: int | None = None) -> bytes | None:
         """The object's bytes (or a range of them); None if it does not exist."""
-        try:
+        doing = f"reading {self.name_of(name)}"
+
+        def request(_: int) -> bytes:
             if self.conditional:  # one GET, where fsspec's cat_file may first HEAD and list
                 from fsspec.asyn import sync
 
-                bucket, key, _ = self.fs.split_path(self.key(name))
+                bucket, key, _version = self.fs.split_path(self.key(name))
                 byte_range = {} if start is None else {"Range": f"bytes={start}-{'' if end is None else end - 1}"}
                 return bytes(sync(self.fs.loop, _read_s3_object, self.fs, bucket, key, byte_range))
             return bytes(self.fs.cat_file(self.key(name), start=start, end=end))
-        except FileNotFoundError as error:
-            self._check_root(error)
+
+        try:
+            return self._call(doing, request)
+        except StorageNotFoundError:
+            raise
+        except FileNotFoundError:
             return None
-        except Exception as error:
-            raise self.failure(error, f"reading {self.name_of(name)}") from error
 
     def create(self, name: str, source: bytes | Path) -> bool:
-        """Create the object from bytes or a local file unless it exists; True if this call created it."""
-        try:
-            if self.conditional:
-                bucket, key, _ = self.fs.split_path(self.key(name))
-                try:
-                    if isinstance(source, Path) and source.stat().st_size > MULTIPART_BYTES:
-                        return self._create_in_parts(bucket, key, source)
-                    if isinstance(source, Path):
-                        with open(source, "rb") as body:
-                            self.fs.call_s3("put_object", Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")
-                    else:
-                        self.fs.call_s3("put_object", Bucket=bucket, Key=key, Body=source, IfNoneMatch="*")
-                except FileExistsError:  # s3fs's translation of 412 Precondition Failed
-                    return False
-                return True
-            if self.fs.exists(self.key(name)):
-                return False
-            if isinstance(source, Path):
-                self.fs.put_file(str(source), self.key(name))
-            else:
-                self.fs.pipe_file(self.key(name), source)
-            return True
-        except FileNotFoundError as error:
-            self._check_root(error)
-            raise self.failure(error, f"creating {self.name_of(name)}") from error
-        except Exception as error:
-            raise self.failure(error, f"creating {self.name_of(name)}") from error
+        """Create the object from bytes or a local file unless it exists; True if this call created it.
 
-    def _create_in_parts(self, bucket: str, key: str, source: Path) -> bool:
+        An object found existing (412) counts as created by this call when it holds this call's bytes:
+        an earlier attempt landed and its answer was lost (our retry, or the HTTP client's own resend
+        of a PUT on a dropped kept-alive connection, which aiohttp does once). Compared: the size and
+        the last bytes, a shard's footer with its checksums (the whole object for bytes).
+        """
+        doing = f"creating {self.name_of(name)}"
+        try:
+            if not self.conditional:
+                if self._call(doing, lambda _: self.fs.exists(self.key(name))):
+                    return False
+                if isinstance(source, Path):
+                    self._call(doing, lambda _: self.fs.put_file(str(source), self.key(name)))
+                else:
+                    self._call(doing, lambda _: self.fs.pipe_file(self.key(name), source))
+                return True
+            bucket, key, _ = self.fs.split_path(self.key(name))
+            if isinstance(source, Path) and source.stat().st_size > MULTIPART_BYTES:
+                created = self._create_in_parts(doing, bucket, key, source)
+            else:
+
+                def put(_: int) -> bool | None:
+                    try:
+                        with open(source, "rb") if isinstance(source, Path) else contextlib.nullcontext(source) as body:
+                            self.fs.call_s3("put_object", Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")
+                    except FileExistsError:  # s3fs's translation of 412 Precondition Failed: whose object?
+                        return None
+                    return True
+
+                created = self._call(doing, put)
+            return self._holds(name, source) if created is None else created
+        except StorageNotFoundError:
+            raise
+        except FileNotFoundError as error:
+            raise self.failure(error, doing) from error
+
+    def _holds(self, name: str, source: bytes | Path) -> bool:
+        """Whether the object ``name`` is ``source``'s bytes (compared by size and by its last bytes)."""
+        if isinstance(source, bytes):
+            return self.read(name) == source
+        size = source.stat().st_size
+        with open(source, "rb") as file:
+            file.seek(max(0, size - COMPARED_TAIL))
+            tail = file.read()
+        listed = self._call(f"looking up {self.name_of(name)}", lambda _: self.fs.info(self.key(name)))
+        return int(listed.get("size") or -1) == size and self.read(name, size - len(tail), size) == tail
+
+    def _create_in_parts(self, doing: str, bucket: str, key: str, source: Path) -> bool | None:
         """A multipart upload, completed with If-None-Match: nothing is visible before the completion."""
-        upload_id = self.fs.call_s3("create_multipart_upload", Bucket=bucket, Key=key)["UploadId"]
+        call_s3 = self.fs.call_s3
+        upload_id = self._call(doing, lambda _: call_s3("create_multipart_upload", Bucket=bucket, Key=key))["UploadId"]
         try:
             parts: list[dict[str, Any]] = []
+
+            def upload_part(number: int, chunk: bytes, _: int) -> Any:
+                return call_s3("upload_part", Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=chunk)
+
             with open(source, "rb") as file:
                 while chunk := file.read(PART_BYTES):
                     number = len(parts) + 1
-                    part = self.fs.call_s3(
-                        "upload_part", Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=chunk
-                    )
+                    part = self._call(f"{doing} (part {number})", partial(upload_part, number, chunk))
                     parts.append({"ETag": part["ETag"], "PartNumber": number})
-            self.fs.call_s3(
-                "complete_multipart_upload",
-                Bucket=bucket,
-                Key=key,
-                UploadId=upload_id,
-                MultipartUpload={"Parts": parts},
-                IfNoneMatch="*",
-            )
-            return True
-        except BaseException as error:
+
+            def complete(attempt: int) -> bool | None:
+                try:
+                    call_s3(
+                        "complete_multipart_upload",
+                        Bucket=bucket,
+                        Key=key,
+                        UploadId=upload_id,
+                        MultipartUpload={"Parts": parts},
+                        IfNoneMatch="*",
+                    )
+                except FileExistsError:  # 412: the key exists (another writer's, or our earlier attempt's)
+                    return None
+                except FileNotFoundError:  # NoSuchUpload on a retry: our earlier attempt completed it
+                    if attempt == 1:
+                        raise
+                    return None
+                return True
+
+            return self._call(doing, complete)
+        except BaseException:
             with contextlib.suppress(Exception):  # a failure here leaves an upload that clean aborts
-                self.fs.call_s3("abort_multipart_upload", Bucket=bucket, Key=key, UploadId=upload_id)
-            if isinstance(error, FileExistsError):  # 412: another writer completed this key first
-                return False
+                call_s3("abort_multipart_upload", Bucket=bucket, Key=key, UploadId=upload_id)
             raise
 
-    def download(self, name: str, destination: Path) -> None:
-        """Write the whole object into ``destination`` (created or truncated); FileNotFoundError if gone."""
-        try:
+    def download(self, name: str, destination: Path, decoder: Callable[[IO[bytes]], Decoder] | None = None) -> None:
+        """Write the whole object into ``destination`` (created or truncated), through ``decoder`` if given.
+
+        FileNotFoundError if the object is gone. Each attempt starts the file afresh.
+        """
+        doing = f"downloading {self.name_of(name)}"
+
+        def request(_: int) -> None:
             if self.conditional:
                 from fsspec.asyn import sync
 
-                bucket, key, _ = self.fs.split_path(self.key(name))
-                sync(self.fs.loop, _stream_s3_object, self.fs, bucket, key, destination)
-            else:
+                bucket, key, _version = self.fs.split_path(self.key(name))
+                sync(self.fs.loop, _stream_s3_object, self.fs, bucket, key, destination, decoder)
+            elif decoder is None:
                 self.fs.get_file(self.key(name), str(destination))
+            else:
+                with self.fs.open(self.key(name), "rb") as remote, open(destination, "wb") as file:
+                    decoding = decoder(file)
+                    while chunk := remote.read(DOWNLOAD_CHUNK):
+                        decoding.write(chunk)
+                    decoding.finish()
+
+        try:
+            self.retrying.call(doing, request)
         except FileNotFoundError:
             raise
+        except RetriesExhausted as error:
+            raise self.failure(error, doing) from error.last
         except OSError as error:
             if error.filename is not None and Path(str(error.filename)) == destination:
                 raise  # the local side failed (a full cache disk): not the store's fault
-            raise self.failure(error, f"downloading {self.name_of(name)}") from error
+            raise self.failure(error, doing) from error
+        except DamagedDownload:
+            raise
         except Exception as error:
-            raise self.failure(error, f"downloading {self.name_of(name)}") from error
+            raise self.failure(error, doing) from error
 
     def delete(self, name: str) -> None:
+        doing = f"deleting {self.name_of(name)}"
         try:
-            self.fs.rm_file(self.key(name))
+            self._call(doing, lambda _: self.fs.rm_file(self.key(name)))
+        except StorageNotFoundError:
+            raise
         except FileNotFoundError:
             pass
-        except Exception as error:
-            raise self.failure(error, f"deleting {self.name_of(name)}") from error
 
     def abort_uploads(self, directory: str, older_than: float) -> list[str]:
         """Abort multipart uploads under ``directory`` begun ``older_than`` seconds ago or more (S3 only)."""
         if not self.conditional:
             return []
         bucket, prefix, _ = self.fs.split_path(self.key(directory))
-        try:
-            listing = self.fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=prefix.rstrip("/") + "/")
-            aborted = []
-            now = time.time()
-            for upload in listing.get("Uploads", []):
-                if now - upload["Initiated"].timestamp() < older_than:
-                    continue  # a live writer's, most likely
-                self.fs.call_s3("abort_multipart_upload", Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
-                aborted.append(f"{self.protocol}://{bucket}/{upload['Key']}")
-            return aborted
-        except Exception as error:
-            raise self.failure(error, f"listing unfinished uploads under {self.name_of(directory)}") from error
+        doing = f"listing unfinished uploads under {self.name_of(directory)}"
+        listing = self._call(
+            doing, lambda _: self.fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=prefix.rstrip("/") + "/")
+        )
+        aborted = []
+        now = time.time()
+        for upload in listing.get("Uploads", []):
+            if now - upload["Initiated"].timestamp() < older_than:
+                continue  # a live writer's, most likely
+            arguments = {"Bucket": bucket, "Key": upload["Key"], "UploadId": upload["UploadId"]}
+            with contextlib.suppress(FileNotFoundError):  # a retry after the abort landed
+                self._call(f"aborting the upload of {upload['Key']}", partial(self._abort, arguments))
+            aborted.append(f"{self.protocol}://{bucket}/{upload['Key']}")
+        return aborted
+
+    def _abort(self, arguments: dict[str, str], _: int) -> None:
+        self.fs.call_s3("abort_multipart_upload", **arguments)
 
     def _check_root(self, error: FileNotFoundError) -> None:
         """A missing bucket is a missing storage, said so; a missing key is the caller's business."""
@@ -247,6 +339,12 @@ class ObjectStore:
 
     def failure(self, error: BaseException, doing: str) -> Exception:
         """An error a user can act on, for a failed call to the store."""
+        if isinstance(error, RetriesExhausted):
+            last = error.last
+            unreachable = "Connect" in type(last).__name__ or isinstance(last, ConnectionRefusedError)
+            where = self._endpoint()
+            reason = f"the object store{where} cannot be reached, " if unreachable else ""
+            return ConnectionError(f"{doing} failed: {reason}{error} (see storage_options['request_attempts'])")
         text = str(error) or type(error).__name__
         denied = ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoCredentials", "credentials")
         if isinstance(error, PermissionError) or any(word in text or word in type(error).__name__ for word in denied):
@@ -256,30 +354,51 @@ class ObjectStore:
             )
         kind = type(error).__name__
         if "Connect" in kind or "Timeout" in kind or isinstance(error, ConnectionError | TimeoutError):
-            endpoint = self.options.get("endpoint_url") or self.options.get("client_kwargs", {}).get("endpoint_url")
-            where = f" at {endpoint}" if endpoint else ""
-            return ConnectionError(f"{doing} failed: the object store{where} cannot be reached ({text})")
+            return ConnectionError(f"{doing} failed: the object store{self._endpoint()} cannot be reached ({text})")
         if isinstance(error, OSError):
             return OSError(error.errno, f"{doing} failed: {text}")
         return OSError(f"{doing} failed: {kind}: {text}")
+
+    def _endpoint(self) -> str:
+        endpoint = self.options.get("endpoint_url") or self.options.get("client_kwargs", {}).get("endpoint_url")
+        return f" at {endpoint}" if endpoint else ""
 
 
 async def _read_s3_object(fs: Any, bucket: str, key: str, arguments: dict[str, str]) -> bytes:
     response = await fs._call_s3("get_object", Bucket=bucket, Key=key, **arguments)
     body = response["Body"]
     try:
-        return bytes(await body.read())
+        data = bytes(await body.read())
     finally:
         body.close()
+    _check_length(len(data), response, f"{bucket}/{key}")
+    return data
 
 
-async def _stream_s3_object(fs: Any, bucket: str, key: str, destination: Path) -> None:
+async def _stream_s3_object(
+    fs: Any, bucket: str, key: str, destination: Path, decoder: Callable[[IO[bytes]], Decoder] | None
+) -> None:
     """Stream an S3 object's body into a local file (several times faster than fsspec's cat_file)."""
     response = await fs._call_s3("get_object", Bucket=bucket, Key=key)
     body = response["Body"]
+    received = 0
     try:
         with open(destination, "wb") as file:
+            decoding = None if decoder is None else decoder(file)
             while chunk := await body.read(DOWNLOAD_CHUNK):
-                file.write(chunk)
+                received += len(chunk)
+                if decoding is None:
+                    file.write(chunk)
+                else:
+                    decoding.write(chunk)
+            _check_length(received, response, f"{bucket}/{key}")
+            if decoding is not None:
+                decoding.finish()
     finally:
         body.close()
+
+
+def _check_length(received: int, response: dict[str, Any], name: str) -> None:
+    expected = response.get("ContentLength")
+    if isinstance(expected, int) and received != expected:
+        raise ShortBody(f"the body of {name} ended after {received} of {expected} bytes")

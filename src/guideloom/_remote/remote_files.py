@@ -23,13 +23,16 @@ import threading
 import uuid
 import zlib
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from guideloom._core.errors import CorruptStorageError, FormatMismatchError, StorageNotFoundError
+from guideloom._remote.compression import DEFAULT_LEVEL, DamagedDownload, ShardDecoder, upload_source
 from guideloom._remote.object_store import ObjectStore
 from guideloom._remote.shard_cache import CacheLease, ShardCache
 from guideloom._shards.files import clean_incomplete
+from guideloom._shards.index import ShardTable
 from guideloom._shards.layout import (
     FOOTER,
     FOOTER_MAGIC,
@@ -71,15 +74,21 @@ class RemoteFiles:
         self.directory = (cache_dir or default_cache_dir()) / digest
         self.cache = ShardCache(self.directory / "shards", cache_limit_bytes)
         self.incomplete = self.directory / "incomplete"
+        self.compression: str | None = None  # what writers upload (the header's, set by the storage)
+        self.compression_level = DEFAULT_LEVEL
+        self.element_size = 1  # the header's, once read or created
 
     def read_header(self) -> StorageHeader:
         raw = self.store.read(HEADER_NAME)
         if raw is None:
             raise StorageNotFoundError(f"no storage at {self.url}: {HEADER_NAME} is missing")
-        return parse_header(raw, f"{self.url}/{HEADER_NAME}")
+        header = parse_header(raw, f"{self.url}/{HEADER_NAME}")
+        self.element_size = header.element_size
+        return header
 
     def create_header(self, header: StorageHeader) -> None:
         """Create the header once; a header already there is left as it is (the caller checks it)."""
+        self.element_size = header.element_size
         self.store.create(HEADER_NAME, header.to_json())
 
     def list_shards(self, header: StorageHeader) -> list[ShardInfo]:
@@ -92,9 +101,10 @@ class RemoteFiles:
             if match is None or int(match.group(1)) not in sizes:
                 continue
             shard, records, elements = int(match.group(1)), int(match.group(2)), int(match.group(3))
-            info = ShardInfo(shard, records, elements, int(match.group(4), 16), sizes[shard])
-            if shard_size(records, elements * header.element_size, header) == info.size:
-                infos[shard] = info
+            plain_size = shard_size(records, elements * header.element_size, header)
+            # ShardInfo.size is the plain shard's (the cache file's); a compressed object is smaller
+            if plain_size == sizes[shard] or (header.compression is not None and sizes[shard] >= FOOTER.size):
+                infos[shard] = ShardInfo(shard, records, elements, int(match.group(4), 16), plain_size)
         for shard, size in sizes.items():
             if shard not in infos:
                 infos[shard] = self._info_from_footer(shard, size, header)
@@ -110,12 +120,13 @@ class RemoteFiles:
         magic, _, _, footer_shard, records, data_size, data_crc, _, _, footer_crc = FOOTER.unpack(raw)
         if magic != FOOTER_MAGIC or zlib.crc32(raw[: FOOTER.size - 12]) != footer_crc or footer_shard != shard:
             raise CorruptStorageError(f"shard {shard} has a damaged footer ({name})")
-        if shard_size(records, data_size, header) != size or data_size % header.element_size:
+        plain_size = shard_size(records, data_size, header)
+        if (header.compression is None and plain_size != size) or data_size % header.element_size:
             raise CorruptStorageError(f"shard {shard} has inconsistent sizes ({name}): object truncated?")
-        return ShardInfo(shard, records, data_size // header.element_size, data_crc, size)
+        return ShardInfo(shard, records, data_size // header.element_size, data_crc, plain_size)
 
-    def shard_set(self, header: StorageHeader, infos: list[ShardInfo]) -> RemoteShards:
-        return RemoteShards(self, header, infos)
+    def shard_set(self, header: StorageHeader, infos: ShardTable, max_open: int) -> RemoteShards:
+        return RemoteShards(self, header, infos, max_open)
 
     def clean(self, older_than: float) -> list[str]:
         """Remove what dead writers left: local files being built or downloaded, unfinished uploads, stray markers."""
@@ -139,8 +150,10 @@ class RemoteFiles:
         for info in self.list_shards(header):
             name = f"{SHARDS_DIR}/{shard_file_name(info.id)}"
             try:
-                self.store.download(name, part)
+                self.store.download(name, part, decoder_for(header, info))
                 problem = check_download(part, info, header, f"{self.url}/{name}")
+            except DamagedDownload as error:
+                problem = f"shard {info.id}: {self.url}/{name} is damaged: {error}"
             except FileNotFoundError:
                 problem = f"shard {info.id}: {self.url}/{name} vanished while it was verified"
             except FormatMismatchError as error:
@@ -160,7 +173,7 @@ class RemoteFiles:
 
         def download(part: Path) -> None:
             try:
-                self.store.download(object_name, part)
+                self.store.download(object_name, part, decoder_for(header, info))
             except FileNotFoundError:
                 raise CorruptStorageError(
                     f"shard {info.id} vanished: {self.url}/{object_name} was deleted from the store after this "
@@ -185,13 +198,25 @@ class RemoteTarget:
         return self.files.store.exists(f"{SHARDS_DIR}/{shard_file_name(shard)}")
 
     def publish(self, temporary: Path, info: ShardInfo) -> bool:
-        if not self.files.store.create(f"{SHARDS_DIR}/{shard_file_name(info.id)}", temporary):
-            return False
+        files = self.files
+        source = upload_source(temporary, files.compression, files.compression_level, files.element_size)
+        try:
+            if not self.files.store.create(f"{SHARDS_DIR}/{shard_file_name(info.id)}", source):
+                return False
+        finally:
+            if source != temporary:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(source)
         self.files.store.create(f"{SHARDS_DIR}/{marker_name(info)}", b"")
         return True
 
     def describe(self, shard: int) -> str:
         return f"{self.files.url}/{SHARDS_DIR}/{shard_file_name(shard)}"
+
+
+def decoder_for(header: StorageHeader, info: ShardInfo) -> Callable[[IO[bytes]], ShardDecoder] | None:
+    """How a downloaded object becomes the plain shard: decompressed, or written as it is."""
+    return None if header.compression is None else partial(ShardDecoder, info=info, element_size=header.element_size)
 
 
 def check_download(part: Path, info: ShardInfo, header: StorageHeader, name: str) -> str | None:
@@ -212,7 +237,7 @@ def check_download(part: Path, info: ShardInfo, header: StorageHeader, name: str
 class RemoteShards:
     """A reader's snapshot of a remote storage: shards downloaded on first use, prefetched in the background."""
 
-    def __init__(self, files: RemoteFiles, header: StorageHeader, infos: list[ShardInfo]) -> None:
+    def __init__(self, files: RemoteFiles, header: StorageHeader, infos: ShardTable, max_open: int) -> None:
         self.files = files
         self.header = header
         self.infos = infos
@@ -222,9 +247,10 @@ class RemoteShards:
         self._prefetcher_pid = -1
         self._queued: set[int] = set()
         limit = files.cache.limit_bytes
-        largest = max((info.size for info in infos), default=1)
+        largest = int(infos.rows["size"].max()) if len(infos) else 1
         # Room for the shards a reader holds plus the one being downloaded, so the limit holds with one reader.
-        self.max_open: int | None = None if limit is None else max(1, limit // max(largest, 1) - 1)
+        self._room: int | None = None if limit is None else max(1, limit // max(largest, 1) - 1)
+        self.max_open = max_open if self._room is None else min(max_open, self._room)
 
     def open(self, position: int) -> ShardFile:
         info = self.infos[position]
@@ -255,8 +281,9 @@ class RemoteShards:
             self._queued = set()
         # Without a cache limit every shard the epoch needs is fetched, in the order it needs them;
         # with one, only as many as fit next to those a reader holds.
-        limit = len(positions) if self.max_open is None else max(0, self.max_open - 1)
-        for position in positions[:limit]:
+        limit = len(positions) if self._room is None else max(0, self._room - 1)
+        # A hint may reach past the last shard (packed rows counted as windows): those are no shard's.
+        for position in [position for position in positions if 0 <= position < len(self.infos)][:limit]:
             if position in self._queued or position in self._leases:
                 continue
             if self.files.cache.path_for(self.infos[position]).exists():

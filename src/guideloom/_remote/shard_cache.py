@@ -22,6 +22,7 @@ from pathlib import Path
 
 from guideloom._core.checks import check_path
 from guideloom._core.errors import CorruptStorageError
+from guideloom._remote.compression import DamagedDownload
 from guideloom._shards.layout import ShardInfo
 
 DOWNLOAD_ATTEMPTS = 3
@@ -122,6 +123,8 @@ class ShardCache:
                     if not problem:
                         os.rename(part, final)
                         return
+                except DamagedDownload as error:  # an object that cannot be decoded: as a failed check
+                    problem = f"shard {info.id} cannot be decompressed: {error}"
                 except OSError as error:
                     if error.errno == errno.ENOSPC:
                         raise OSError(

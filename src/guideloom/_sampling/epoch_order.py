@@ -45,6 +45,15 @@ def mix_array(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     return x
 
 
+def fmix_int(x: int) -> int:
+    """`mix_array` (Murmur3 fmix64) of one 64-bit Python int."""
+    x ^= x >> 33
+    x = (x * 0xFF51AFD7ED558CCD) & MASK64
+    x ^= x >> 33
+    x = (x * 0xC4CEB9FE1A85EC53) & MASK64
+    return x ^ (x >> 33)
+
+
 def round_keys(seed: int, epoch: int) -> list[int]:
     """The Feistel round keys of the order keyed by ``(seed, epoch)``."""
     base = mix_int(mix_int((seed & MASK64) ^ _GOLDEN) ^ (epoch & MASK64))
@@ -121,6 +130,21 @@ class EpochOrder:
         if pos.size and int(pos.min()) < 0:
             raise IndexError(f"positions must be >= 0, got {pos.min()}")
         return self.indices(pos % self.sample_count if pos.size else pos)
+
+    def sample_at_one(self, position: int) -> int:
+        """`sample_at` of a single position in plain integer arithmetic: far cheaper than NumPy for one sample."""
+        position = check_int("position", position, 0) % self.sample_count
+        if not self.shuffle:
+            return position
+        half_bits, half_mask = int(self._half_bits), int(self._half_mask)
+        x = position
+        while True:  # cycle walking, as `indices` does
+            left, right = x >> half_bits, x & half_mask
+            for key in self._keys:
+                right, left = left ^ (fmix_int(right ^ int(key)) & half_mask), right
+            x = (left << half_bits) | right
+            if x < self.sample_count:
+                return x
 
     def _permute(self, x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
         """Apply the keyed Feistel bijection of `[0, 2**bits)` to a uint64 array."""

@@ -17,7 +17,7 @@ from math import isqrt
 import numpy as np
 import numpy.typing as npt
 
-from guideloom._sampling.epoch_order import MASK64, ROUNDS, mix_array, round_keys
+from guideloom._sampling.epoch_order import ROUNDS, fmix_int, mix_array, round_keys
 
 __all__ = ["pass_domain", "permute_many"]
 
@@ -55,6 +55,16 @@ def permute_many(
 ) -> npt.NDArray[np.int64]:
     """The sample at each position of its order ``o`` (from ``orders``): pass ``epochs[o]`` of a component
     of ``counts[o]`` samples keyed by ``seeds[o]``, a bijection of ``[0, counts[o])``, in one vectorised pass."""
+    if len(positions) <= _SCALAR_WALKS:  # a handful (a state's digest): cheaper in plain Python than vectorised
+        found = []
+        for position, order in zip(positions.tolist(), orders.tolist(), strict=True):
+            rows, columns = pass_domain(counts[order])
+            order_keys = round_keys(seeds[order], epochs[order])
+            value = _scalar_feistel(position, rows, columns, order_keys)
+            while value >= counts[order]:
+                value = _scalar_feistel(value, rows, columns, order_keys)
+            found.append(value)
+        return np.array(found, np.int64)
     domains = np.array([pass_domain(count) for count in counts], np.uint64).reshape(len(counts), 2)
     rows, columns = domains[orders, 0], domains[orders, 1]
     keys = np.array([round_keys(seed, epoch) for seed, epoch in zip(seeds, epochs, strict=True)], np.uint64)
@@ -147,16 +157,7 @@ def _scalar_feistel(x: int, rows: int, columns: int, keys: list[int]) -> int:
     left, right = divmod(x, columns)
     left_radix, right_radix = rows, columns
     for key in keys:
-        hashed = _fmix_int(right ^ key)
+        hashed = fmix_int(right ^ key)
         left, right = right, (left + (((hashed >> 32) * left_radix) >> 32)) % left_radix
         left_radix, right_radix = right_radix, left_radix
     return left * columns + right
-
-
-def _fmix_int(x: int) -> int:
-    """`mix_array` (Murmur3 fmix64) of one 64-bit Python int."""
-    x ^= x >> 33
-    x = (x * 0xFF51AFD7ED558CCD) & MASK64
-    x ^= x >> 33
-    x = (x * 0xC4CEB9FE1A85EC53) & MASK64
-    return x ^ (x >> 33)

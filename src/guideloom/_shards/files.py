@@ -2,7 +2,7 @@
 
 Readers index shards by their :class:`ShardInfo` and open them through a :class:`ShardSet`; writers
 build shards in a local directory and hand them to a :class:`CommitTarget`. The local implementations
-here map the storage's own files and commit by hard link; the remote ones (``_remote_files``) download
+here map the storage's own files and commit by hard link; the remote ones (``_remote.remote_files``) download
 into a cache and commit by upload. Neither readers nor writers know which they have.
 """
 
@@ -18,24 +18,24 @@ from typing import Protocol
 import numpy as np
 
 from guideloom._core.errors import CorruptStorageError
+from guideloom._shards.index import INDEX_NAME, ShardTable, append_facts
 from guideloom._shards.layout import (
     INCOMPLETE_DIR,
     SHARDS_DIR,
     ShardFile,
     ShardInfo,
     StorageHeader,
-    committed_shard_ids,
     publish,
     shard_file_name,
 )
 
 
 class ShardSet(Protocol):
-    """The shards a reader reads, in order: their infos up front, each shard opened on demand."""
+    """The shards a reader reads, in order: their facts up front, each shard opened on demand."""
 
-    infos: list[ShardInfo]
+    infos: ShardTable
     location: str
-    max_open: int | None  # how many shards a reader should keep open at once (None: all)
+    max_open: int  # how many shards a reader keeps open at once
 
     def open(self, position: int) -> ShardFile: ...
 
@@ -59,33 +59,35 @@ class CommitTarget(Protocol):
 
 
 class LocalShards:
-    """The committed shards of a local storage, all mapped when the set is made (as readers always did)."""
+    """The shards of a local storage's snapshot, each mapped when first read; a reader keeps ``max_open`` mapped."""
 
-    def __init__(self, path: Path, header: StorageHeader, shard_ids: list[int] | None = None) -> None:
+    def __init__(self, path: Path, header: StorageHeader, infos: ShardTable, max_open: int) -> None:
         self.location = str(path)
-        self.max_open: int | None = None
-        self._files: list[ShardFile] = []
-        try:
-            for shard in committed_shard_ids(path) if shard_ids is None else shard_ids:
-                self._files.append(ShardFile(path, shard, header))
-        except BaseException:
-            self.close()
-            raise
-        self.infos = [shard.info for shard in self._files]
+        self.path = path
+        self.header = header
+        self.infos = infos
+        self.max_open = max_open
 
     def open(self, position: int) -> ShardFile:
-        return self._files[position]
+        expected = self.infos[position]
+        shard = ShardFile(self.path, expected.id, self.header)
+        if shard.info != expected:
+            shard.close()
+            raise CorruptStorageError(
+                f"shard {expected.id} does not hold what the storage's index ({INDEX_NAME}) or listing said when the "
+                f"reader was opened ({shard.info} != {expected}): it was rewritten; delete {self.path / INDEX_NAME} "
+                "to have it rebuilt"
+            )
+        return shard
 
     def release(self, position: int, shard: ShardFile) -> None:
-        pass  # mapped for the set's whole life
+        shard.close()
 
     def prefetch(self, positions: list[int]) -> None:
-        pass
+        pass  # mapped in place when read
 
     def close(self) -> None:
-        for shard in self._files:
-            shard.close()
-        self._files = []
+        pass  # the reader closes the shards it opened
 
 
 class LocalTarget:
@@ -99,7 +101,11 @@ class LocalTarget:
         return (self.path / SHARDS_DIR / shard_file_name(shard)).exists()
 
     def publish(self, temporary: Path, info: ShardInfo) -> bool:
-        return publish(temporary, self.path / SHARDS_DIR / shard_file_name(info.id))
+        if not publish(temporary, self.path / SHARDS_DIR / shard_file_name(info.id)):
+            return False
+        with contextlib.suppress(OSError):  # derived data: a reader reads the footer of a shard the index lacks
+            append_facts(self.path, [info])
+        return True
 
     def describe(self, shard: int) -> str:
         return str(self.path / SHARDS_DIR / shard_file_name(shard))

@@ -33,6 +33,8 @@ import numpy as np
 
 from guideloom._core.checks import check_int
 from guideloom._core.errors import CorruptStorageError, FormatMismatchError, StorageNotFoundError
+from guideloom._shards.index_check import index_problem
+from guideloom._shards.limits import RESOURCE_ERRNOS, out_of_resources
 from guideloom._shards.loss_masks import LOSS_MASK_FLAG, mask_size, padded_mask_size
 
 LAYOUT_VERSION = 1
@@ -51,6 +53,7 @@ _SHARD_NAME = re.compile(r"([0-9]{12})\.shard")
 
 KINDS = ("documents", "tokens")
 TOKEN_DTYPES = ("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64")
+COMPRESSIONS = ("zstd",)  # of shard objects on an object store (see _remote.compression)
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,7 @@ class StorageHeader:
     dtype: str | None = None
     layout_version: int = LAYOUT_VERSION
     loss_mask: bool = False  # tokens only: a mask bit per token beside the tokens (absent from 0.2 headers)
+    compression: str | None = None
 
     def to_json(self) -> bytes:
         fields: dict[str, Any] = {"layout_version": self.layout_version, "kind": self.kind}
@@ -89,6 +93,8 @@ class StorageHeader:
             fields["dtype"] = self.dtype
         if self.loss_mask:
             fields["loss_mask"] = True
+        if self.compression is not None:  # absent otherwise: headers written before compression are unchanged
+            fields["compression"] = self.compression
         return json.dumps(fields, sort_keys=True).encode() + b"\n"
 
     @property
@@ -102,8 +108,10 @@ class StorageHeader:
 
     def describe(self) -> str:
         if self.dtype is None:
-            return f"{self.kind} with format {self.format!r}"
-        return f"tokens of {self.dtype}{' with a loss mask' if self.loss_mask else ' without a loss mask'}"
+            described = f"{self.kind} with format {self.format!r}"
+        else:
+            described = f"tokens of {self.dtype}{' with a loss mask' if self.loss_mask else ' without a loss mask'}"
+        return described if self.compression is None else f"{described}, compressed with {self.compression}"
 
     @property
     def footer_flags(self) -> int:
@@ -160,10 +168,13 @@ def parse_header(raw: bytes, header_path: str) -> StorageHeader:
         )
     kind, document_format, dtype = fields.get("kind"), fields.get("format"), fields.get("dtype")
     loss_mask = fields.get("loss_mask", False)
+    compression = fields.get("compression")
+    if compression is not None and compression not in COMPRESSIONS:
+        raise FormatMismatchError(f"{header_path} records compression {compression!r}: this guideloom cannot read it")
     if kind == "documents" and isinstance(document_format, str) and dtype is None and "loss_mask" not in fields:
-        return StorageHeader(kind, format=document_format)
+        return StorageHeader(kind, format=document_format, compression=compression)
     if kind == "tokens" and dtype in TOKEN_DTYPES and document_format is None and loss_mask in (True, False):
-        return StorageHeader(kind, dtype=dtype, loss_mask=loss_mask is True)
+        return StorageHeader(kind, dtype=dtype, loss_mask=loss_mask is True, compression=compression)
     raise CorruptStorageError(f"{header_path} describes no valid storage: {fields!r}")
 
 
@@ -300,6 +311,8 @@ class ShardFile:
         except FileNotFoundError:
             raise CorruptStorageError(f"shard {shard} vanished: {self.path} is missing") from None
         except OSError as error:
+            if error.errno in RESOURCE_ERRNOS:
+                raise out_of_resources(error, shard, self.path) from None
             raise CorruptStorageError(f"shard {shard} cannot be opened ({self.path}): {error}") from None
         try:
             status = os.fstat(descriptor)
@@ -311,6 +324,8 @@ class ShardFile:
             try:
                 self._mapping: mmap.mmap | None = mmap.mmap(descriptor, size, access=mmap.ACCESS_READ)
             except OSError as error:
+                if error.errno in RESOURCE_ERRNOS:
+                    raise out_of_resources(error, shard, self.path) from None
                 raise CorruptStorageError(f"shard {shard} cannot be mapped ({self.path}): {error}") from None
         finally:
             os.close(descriptor)
@@ -355,6 +370,11 @@ class ShardFile:
         )
         # Indexing a memoryview gives Python ints several times faster than NumPy scalars do.
         index_bytes = self.view[padded(data_size) : padded(data_size) + 8 * (self.record_count + 1)]
+        problem = index_problem(index_bytes, self.offsets, self.index_crc, self.element_count)
+        if problem is not None:
+            index_bytes.release()
+            self.close()
+            raise CorruptStorageError(f"shard {shard} has a damaged record index ({self.path}): {problem}")
         self._record_offsets = (
             index_bytes.cast("Q")
             if sys.byteorder == "little"

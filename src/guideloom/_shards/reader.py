@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from collections import deque
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from types import TracebackType
@@ -20,6 +20,7 @@ import numpy as np
 from guideloom._core.checks import check_int, check_sequence_length
 from guideloom._shards.files import LocalShards, ShardSet, first_positions
 from guideloom._shards.formats import DocumentStorageFormat
+from guideloom._shards.index import ShardTable
 from guideloom._shards.layout import ShardFile, StorageHeader, verify_shards
 from guideloom._shards.loss_masks import unpack_bits
 
@@ -35,60 +36,80 @@ def check_index(index: object, length: int, what: str = "index") -> int:
     return index
 
 
+def _starts(counts: np.ndarray) -> np.ndarray:
+    """0, then the running sums of ``counts`` (int64): where each shard's records or tokens begin."""
+    starts = np.zeros(len(counts) + 1, np.int64)
+    np.cumsum(counts, out=starts[1:])
+    return starts
+
+
+def snapshot_fingerprint(header: StorageHeader, infos: ShardTable) -> str:
+    """The CRC-32 of the header and each shard's id, record count and checksum, the shard count and the records.
+
+    The same number the per-shard loop of guideloom 0.2 computed (a CRC over the concatenation), in one call.
+    """
+    entries = np.empty((len(infos), 3), "<u8")
+    entries[:, 0] = infos.rows["id"]
+    entries[:, 1] = infos.rows["record_count"]
+    entries[:, 2] = infos.rows["data_crc"]
+    crc = zlib.crc32(entries.tobytes(), zlib.crc32(header.to_json()))
+    return f"{crc:08x}-{len(infos)}-{int(infos.rows['record_count'].sum())}"
+
+
 class StorageReader(Generic[Out]):
     """The shards committed when the reader was opened, and their record counts.
 
-    Shards are opened through the reader's :class:`ShardSet`: a local storage's are all mapped at once,
-    a remote storage's are downloaded on first use, and at most ``max_open`` of them stay open.
+    Shards are opened through the reader's :class:`ShardSet` when first read (a remote storage's are
+    downloaded then), and at most its ``max_open`` stay open: the least recently used is closed when
+    another is opened. Views into a closed shard stay valid (its mapping goes when the last one does).
     """
 
-    def __init__(self, path: Path | ShardSet, header: StorageHeader, shard_ids: list[int] | None = None) -> None:
-        self.shard_set: ShardSet = path if not isinstance(path, Path) else LocalShards(path, header, shard_ids)
-        self.path = Path(self.shard_set.location) if isinstance(path, Path) else path
+    def __init__(self, shard_set: ShardSet, header: StorageHeader) -> None:
+        self.shard_set = shard_set
         self.location = self.shard_set.location
+        self.path = Path(self.location) if isinstance(shard_set, LocalShards) else shard_set
         self.header = header
-        self.infos = self.shard_set.infos
-        self._opened: list[ShardFile | None] = [None] * len(self.infos)
-        self._open_order: deque[int] = deque()
-        counts = [info.record_count for info in self.infos]
-        self.record_starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
-        self._shard_ids = np.array([info.id for info in self.infos], np.int64)
+        self.infos: ShardTable = self.shard_set.infos
+        self._opened: OrderedDict[int, ShardFile] = OrderedDict()  # least recently used first
+        self.record_starts = _starts(self.infos.rows["record_count"])
         self._closed = False
 
     @property
     def shards(self) -> list[ShardFile]:
-        """Every shard, opened and kept open until another is opened (a remote storage downloads them all).
+        """Every shard, opened and kept open together (a remote storage downloads them all; beyond its
+        ``max_open`` this holds a descriptor per shard: for small storages and tests, not for loaders).
 
-        They all stay valid together, even beyond a cache limit: opening a shard later closes the
-        surplus, least recently opened first.
+        Opening a shard later closes the surplus, least recently used first.
         """
         return [self.shard(position, keep_open=True) for position in range(len(self.infos))]
 
     def shard(self, position: int, keep_open: bool = False) -> ShardFile:
         """The shard at ``position`` (in ascending id order), opened if it is not yet.
 
-        Opening one closes the least recently opened beyond the shard set's ``max_open``, unless
-        ``keep_open``.
+        Opening one closes the least recently used beyond the shard set's ``max_open``, unless ``keep_open``.
         """
-        shard = self._opened[position]
-        if shard is None:
-            self.check_open()
-            shard = self._opened[position] = self.shard_set.open(position)
-            self._open_order.append(position)
-            limit = self.shard_set.max_open
-            while not keep_open and limit is not None and len(self._open_order) > limit:
-                self._forget(self._open_order.popleft())
+        opened = self._opened
+        shard = opened.get(position)
+        if shard is not None:
+            opened.move_to_end(position)
+            return shard
+        self.check_open()
+        if not 0 <= position < len(self.infos):
+            raise IndexError(f"shard position {position} is out of range for {len(self.infos)} shards")
+        shard = opened[position] = self.shard_set.open(position)
+        while not keep_open and len(opened) > self.shard_set.max_open:
+            self._forget(next(iter(opened)))
         return shard
 
     def _forget(self, position: int) -> None:
         """Close the shard at ``position`` (views into it stay valid); it reopens when read again."""
-        shard, self._opened[position] = self._opened[position], None
+        shard = self._opened.pop(position, None)
         if shard is not None:
             self.shard_set.release(position, shard)
 
     def prefetch_records(self, indices: np.ndarray) -> None:
         """A hint: the records at these global indices are read soon, in this order."""
-        if not isinstance(self.shard_set, LocalShards):  # local shards are mapped already
+        if not isinstance(self.shard_set, LocalShards):  # local shards are mapped in place when read
             positions = np.searchsorted(self.record_starts, indices, side="right") - 1
             self.shard_set.prefetch(first_positions(positions, len(self.infos)))
 
@@ -106,11 +127,8 @@ class StorageReader(Generic[Out]):
 
     @property
     def fingerprint(self) -> str:
-        """Identifies the exact contents: shard ids, counts and checksums (footers only, O(shards))."""
-        crc = zlib.crc32(self.header.to_json())
-        for info in self.infos:
-            crc = zlib.crc32(np.array([info.id, info.record_count, info.data_crc], "<u8").tobytes(), crc)
-        return f"{crc:08x}-{len(self.infos)}-{len(self)}"
+        """Identifies the exact contents: shard ids, counts and checksums (from the snapshot's facts)."""
+        return snapshot_fingerprint(self.header, self.infos)
 
     def verify(self, progress: Callable[[int], None] | None = None) -> list[str]:
         """Check every shard's checksums; the problems found, each naming its shard."""
@@ -123,8 +141,8 @@ class StorageReader(Generic[Out]):
 
     def close(self) -> None:
         """Release every mapping (a mapping a decoded view still uses goes when the view does)."""
-        self._opened = [None] * len(self._opened)
-        self._open_order.clear()
+        while self._opened:
+            self._forget(next(iter(self._opened)))
         self.shard_set.close()
         self._closed = True
 
@@ -147,12 +165,11 @@ class DocumentReader(StorageReader[Out]):
 
     def __init__(
         self,
-        path: Path | ShardSet,
+        shard_set: ShardSet,
         header: StorageHeader,
         document_format: DocumentStorageFormat[Any, Out],
-        shard_ids: list[int] | None = None,
     ) -> None:
-        super().__init__(path, header, shard_ids)
+        super().__init__(shard_set, header)
         self._format = document_format
 
     def read_encoded(self, index: int) -> tuple[memoryview, int]:
@@ -179,10 +196,10 @@ class DocumentReader(StorageReader[Out]):
         records = (indices - self.record_starts[positions]).tolist()
         encoded = []
         for position, record in zip(position_list, records, strict=True):
-            shard = shards[position] or self.shard(position)
+            shard = shards.get(position) or self.shard(position)
             start, stop = shard.record_bounds(record)
             encoded.append(shard.view[start:stop])
-        decoded = self._format.unpack_many(encoded, self._shard_ids[positions].tolist())
+        decoded = self._format.unpack_many(encoded, self.infos.ids[positions].tolist())
         if not isinstance(decoded, list) or len(decoded) != len(encoded):
             got = f"{len(decoded)} records" if isinstance(decoded, list) else f"a {type(decoded).__name__}"
             raise TypeError(
@@ -194,13 +211,12 @@ class DocumentReader(StorageReader[Out]):
 class TokenReader(StorageReader[np.ndarray]):
     """Documents of a TokenStorage and the concatenated token stream."""
 
-    def __init__(self, path: Path | ShardSet, header: StorageHeader, shard_ids: list[int] | None = None) -> None:
-        super().__init__(path, header, shard_ids)
+    def __init__(self, shard_set: ShardSet, header: StorageHeader) -> None:
+        super().__init__(shard_set, header)
         assert header.dtype is not None
         self.dtype = np.dtype(header.dtype).newbyteorder("<")
-        self._tokens: list[np.ndarray | None] = [None] * len(self.infos)
-        counts = [info.element_count for info in self.infos]
-        self.token_starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
+        self._tokens: dict[int, np.ndarray] = {}  # the token views of the open shards
+        self.token_starts = _starts(self.infos.rows["element_count"])
 
     @property
     def token_count(self) -> int:
@@ -227,7 +243,7 @@ class TokenReader(StorageReader[np.ndarray]):
         targets = range(len(starts)) if rows is None else rows.tolist()
         token_arrays = self._tokens
         for number, (row, position, offset) in enumerate(zip(targets, positions.tolist(), offsets, strict=True)):
-            tokens = token_arrays[position]
+            tokens = token_arrays.get(position)
             if tokens is None:
                 tokens = self.shard_tokens(position)
             if offset + length <= len(tokens):
@@ -238,16 +254,18 @@ class TokenReader(StorageReader[np.ndarray]):
         return out
 
     def _forget(self, position: int) -> None:
-        self._tokens[position] = None
+        self._tokens.pop(position, None)
         super()._forget(position)
 
     def shard_tokens(self, position: int) -> np.ndarray:
         """All tokens of the reader's shard at ``position`` (in ``shards``): a read-only view into its mapping."""
         self.check_open()
-        tokens = self._tokens[position]
+        tokens = self._tokens.get(position)
         if tokens is None:
             shard = self.shard(position)
             tokens = self._tokens[position] = np.frombuffer(shard.view, self.dtype, shard.element_count)
+        else:
+            self._opened.move_to_end(position)
         return tokens
 
     def prefetch_tokens(self, starts: np.ndarray) -> None:
@@ -301,19 +319,19 @@ class TokenReader(StorageReader[np.ndarray]):
         return out
 
     def document_starts(self, start: int, stop: int) -> np.ndarray:
-        """Stream positions in [start, stop) where a document begins (int64)."""
+        """Stream positions in [start, stop) where a document begins (int64), from the shards there."""
+        first = max(0, int(np.searchsorted(self.token_starts, start, side="right")) - 1)
+        last = int(np.searchsorted(self.token_starts, stop, side="left"))
         found = []
-        for position, info in enumerate(self.infos):
+        for position in range(first, min(last, len(self.infos))):
             base = int(self.token_starts[position])
-            if base >= stop or base + info.element_count <= start:
-                continue
             offsets = self.shard(position).offsets[:-1].astype(np.int64) + base
             found.append(offsets[(offsets >= start) & (offsets < stop)])
         return np.concatenate(found) if found else np.empty(0, np.int64)
 
     def close(self) -> None:
-        self._tokens = [None] * len(self._tokens)
         super().close()
+        self._tokens = {}
 
 
 class AsyncReader(Generic[Out]):

@@ -1,7 +1,7 @@
 """Document-aware token sources: stream windows that say where documents start, and packed documents.
 
 Both serve batches as a dict of ``input_ids``, ``position_ids``, ``labels``,
-``cu_seqlens`` and ``max_seqlen`` (see ``_boundaries``). A user ``collate``
+``cu_seqlens`` and ``max_seqlen`` (see ``_windows.boundaries``). A user ``collate``
 receives the rows as a sequence of one-row dicts instead.
 """
 
@@ -13,11 +13,13 @@ from typing import Any
 import numpy as np
 
 from guideloom._core.checks import check_bool, check_choice, check_int
+from guideloom._shards.index import ShardTable
+from guideloom._sources.describe import SamplePieces, packed_keys, packed_pieces
 from guideloom._sources.labeled_windows import LabeledWindowSource
 from guideloom._sources.token_windows import TokenWindowSource
 from guideloom._storage.storages import TokenStorage
 from guideloom._windows.boundaries import PieceRows, split_batch
-from guideloom._windows.document_rows import PackedShards, boundary_rows, nonempty_document_starts
+from guideloom._windows.document_rows import PackedShards, boundary_rows, document_starts_near
 from guideloom._windows.labels import read_window_masks
 from guideloom._windows.packing import LONG_DOCUMENTS
 
@@ -28,17 +30,10 @@ class BoundaryWindowSource(TokenWindowSource):
     kind = "token windows with document boundaries"
     plain_windows = False
 
-    def __init__(
-        self, storage: TokenStorage, shard_ids: list[int], sequence_length: int, window_dtype: np.dtype[Any]
-    ) -> None:
-        super().__init__(storage, shard_ids, sequence_length, window_dtype)
-        self._document_starts: np.ndarray | None = None
-
     def fetch(self, indices: np.ndarray, epoch: int) -> PieceRows:  # type: ignore[override]
         windows = super().fetch(indices, epoch)
-        if self._document_starts is None:
-            self._document_starts = nonempty_document_starts(self.reader)
-        rows = boundary_rows(windows, np.asarray(indices, np.int64) * self.sequence_length, self._document_starts)
+        starts = np.asarray(indices, np.int64) * self.sequence_length
+        rows = boundary_rows(windows, starts, document_starts_near(self.reader, starts, self.sequence_length))
         if self.reader.header.loss_mask:
             rows = dataclasses.replace(rows, loss_mask=read_window_masks(self.reader, indices, self.sequence_length))
         return rows
@@ -48,9 +43,6 @@ class BoundaryWindowSource(TokenWindowSource):
 
     def split_collated(self, batch: dict[str, Any], sizes: list[int]) -> list[Any]:  # type: ignore[override]
         return split_batch(batch, sizes)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**super().__getstate__(), "_document_starts": None}
 
 
 class PackedRowSource(TokenWindowSource):
@@ -62,22 +54,23 @@ class PackedRowSource(TokenWindowSource):
     def __init__(
         self,
         storage: TokenStorage,
-        shard_ids: list[int],
+        snapshot: ShardTable,
         sequence_length: int,
         window_dtype: np.dtype[Any],
         pad_id: int,
         long_documents: str = "split",
     ) -> None:
-        super().__init__(storage, shard_ids, sequence_length, window_dtype)
+        super().__init__(storage, snapshot, sequence_length, window_dtype)
         self.pad_id = pad_id
         self.long_documents = long_documents
         self._packed: PackedShards | None = None
 
     @property
     def packed(self) -> PackedShards:
-        """The packing of every shard, loaded from the cache (or built) on first use in each process."""
+        """The shards' row counts (cached) and their packings, each loaded when first read, in each process."""
         if self._packed is None:
-            self._packed = PackedShards(self.reader, self.sequence_length, self.long_documents)
+            reader = self.reader
+            self._packed = PackedShards(reader, self.sequence_length, reader.shard_set.max_open, self.long_documents)
         return self._packed
 
     @property
@@ -92,6 +85,12 @@ class PackedRowSource(TokenWindowSource):
         self.check_ids(rows.input_ids)
         return rows
 
+    def describe(self, indices: np.ndarray, epoch: int) -> SamplePieces:
+        return packed_pieces(self.packed, self.reader, indices)
+
+    def sample_keys(self, indices: np.ndarray, epoch: int) -> np.ndarray:
+        return packed_keys(self.packed, self.reader, indices)
+
     def default_collate(self, samples: PieceRows) -> dict[str, Any]:  # type: ignore[override]
         return samples.batch()
 
@@ -101,6 +100,13 @@ class PackedRowSource(TokenWindowSource):
     def identity(self) -> dict[str, Any]:
         chosen = {} if self.long_documents == "split" else {"long_documents": self.long_documents}  # as 0.2 states
         return {**super().identity(), "pad_id": self.pad_id, **chosen}
+
+    def close(self) -> None:
+        """Release the shards and the packings' mappings (a later use loads them again)."""
+        if self._packed is not None:
+            self._packed.close()
+        self._packed = None
+        super().close()
 
     def __getstate__(self) -> dict[str, Any]:
         return {**super().__getstate__(), "_packed": None}
@@ -136,7 +142,7 @@ def check_window_modes(
 
 def window_source(
     storage: TokenStorage,
-    shard_ids: list[int],
+    snapshot: ShardTable,
     sequence_length: int,
     window_dtype: np.dtype[Any],
     document_boundaries: bool,
@@ -153,9 +159,9 @@ def window_source(
         limit = int(np.iinfo(window_dtype).max)
         if not 0 <= pad_id <= limit:
             raise ValueError(f"pad_id must be in [0, {limit}] for {window_dtype} batches, got {pad_id}")
-        return PackedRowSource(storage, shard_ids, sequence_length, window_dtype, pad_id, long_documents or "split")
+        return PackedRowSource(storage, snapshot, sequence_length, window_dtype, pad_id, long_documents or "split")
     if document_boundaries:
-        return BoundaryWindowSource(storage, shard_ids, sequence_length, window_dtype)
+        return BoundaryWindowSource(storage, snapshot, sequence_length, window_dtype)
     if labels or storage.loss_mask:
-        return LabeledWindowSource(storage, shard_ids, sequence_length, window_dtype)
-    return TokenWindowSource(storage, shard_ids, sequence_length, window_dtype)
+        return LabeledWindowSource(storage, snapshot, sequence_length, window_dtype)
+    return TokenWindowSource(storage, snapshot, sequence_length, window_dtype)

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from guideloom._shards.reader import DocumentReader
+from guideloom._sources.describe import SamplePieces, record_keys, record_pieces
 from guideloom._sources.source import PinnedShards
 
 
@@ -26,6 +27,12 @@ class DocumentSource(PinnedShards[DocumentReader[Any]]):
 
     def fetch(self, indices: np.ndarray, epoch: int) -> list[Any]:
         return self.reader.read_many(indices)
+
+    def describe(self, indices: np.ndarray, epoch: int) -> SamplePieces:
+        return record_pieces(self.reader, indices)
+
+    def sample_keys(self, indices: np.ndarray, epoch: int) -> np.ndarray:
+        return record_keys(self.reader, indices)
 
     def default_collate(self, samples: list[Any]) -> list[Any]:
         return samples

@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 
 from guideloom._core.errors import StateMismatchError
-from guideloom._sampling.epoch_order import MASK64
 
 __all__ = ["ShardSetDigest", "describe_shards", "over_recorded_shards", "parse_ranges", "recorded_shards"]
 
@@ -25,12 +24,47 @@ PRIME = (1 << 61) - 1  # a Mersenne prime: every nonzero difference has an inver
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 
 
-def _hash(key: int, record_count: int, checksum: int) -> int:
-    """A well-mixed nonzero number below PRIME for one shard's key, record count and checksum."""
-    x = (key * 0x9E3779B97F4A7C15 ^ record_count * 0xC2B2AE3D27D4EB4F ^ checksum) & MASK64
-    for multiplier in (0xBF58476D1CE4E5B9, 0x94D049BB133111EB):
-        x = ((x ^ (x >> 31)) * multiplier) & MASK64
-    return x % (PRIME - 1) + 1
+_LOW32 = np.uint64(0xFFFFFFFF)
+_LOW29 = np.uint64((1 << 29) - 1)
+_P = np.uint64(PRIME)
+
+
+def _hashes(keys: np.ndarray, record_counts: np.ndarray, checksums: np.ndarray) -> np.ndarray:
+    """A well-mixed nonzero number below PRIME for each shard's key, record count and checksum (uint64)."""
+    with np.errstate(over="ignore"):
+        x = (keys * np.uint64(0x9E3779B97F4A7C15)) ^ (record_counts * np.uint64(0xC2B2AE3D27D4EB4F)) ^ checksums
+        for multiplier in (0xBF58476D1CE4E5B9, 0x94D049BB133111EB):
+            x = (x ^ (x >> np.uint64(31))) * np.uint64(multiplier)
+    hashes: np.ndarray = x % np.uint64(PRIME - 1) + np.uint64(1)
+    return hashes
+
+
+def _reduce(x: np.ndarray) -> np.ndarray:
+    """``x mod PRIME`` for ``x < 2**63`` (2**61 is 1 modulo the Mersenne prime)."""
+    x = (x & _P) + (x >> np.uint64(61))
+    return np.where(x >= _P, x - _P, x)
+
+
+def _mulmod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a·b mod PRIME`` for uint64 ``a, b < PRIME``, in 32-bit halves so that nothing overflows."""
+    with np.errstate(over="ignore"):
+        a0, a1, b0, b1 = a & _LOW32, a >> np.uint64(32), b & _LOW32, b >> np.uint64(32)
+        low, middle, high = a0 * b0, a0 * b1 + a1 * b0, a1 * b1  # a·b = high·2**64 + middle·2**32 + low
+        total = (
+            (high << np.uint64(3))  # 2**64 = 8 mod PRIME
+            + ((middle & _LOW29) << np.uint64(32))
+            + (middle >> np.uint64(29))  # its bits from 2**61 up: 2**61 = 1 mod PRIME
+            + (low & _P)
+            + (low >> np.uint64(61))
+        )
+    return _reduce(total)
+
+
+def _summed(values: np.ndarray) -> int:
+    """The sum of values below PRIME, modulo PRIME (in 32-bit halves: exact for up to 2**32 of them)."""
+    high = int((values >> np.uint64(32)).sum(dtype=np.uint64))
+    low = int((values & _LOW32).sum(dtype=np.uint64))
+    return ((high << 32) + low) % PRIME
 
 
 @dataclass(frozen=True)
@@ -43,11 +77,19 @@ class ShardSetDigest:
 
     @classmethod
     def of(cls, shards: Iterable[tuple[int, int, int]]) -> ShardSetDigest:
-        a = b = c = 0
-        for key, record_count, checksum in shards:
-            h = _hash(key, record_count, checksum)
-            a, b, c = (a + h) % PRIME, (b + key * h) % PRIME, (c + key * key % PRIME * h) % PRIME
-        return cls(a, b, c)
+        entries = np.array(list(shards), np.uint64).reshape(-1, 3)
+        return cls.of_arrays(entries[:, 0], entries[:, 1], entries[:, 2])
+
+    @classmethod
+    def of_arrays(cls, keys: np.ndarray, record_counts: np.ndarray, checksums: np.ndarray) -> ShardSetDigest:
+        """The digest of the shards with these keys, record counts and checksums (one array each, in one pass)."""
+        keys, record_counts, checksums = (
+            np.asarray(array).astype(np.uint64) for array in (keys, record_counts, checksums)
+        )
+        h = _hashes(keys, record_counts, checksums)
+        keys = _reduce(keys) if not len(keys) or int(keys.max()) < 1 << 63 else keys % _P
+        keyed = _mulmod(keys, h)
+        return cls(_summed(h), _summed(keyed), _summed(_mulmod(keys, keyed)))
 
     def to_text(self) -> str:
         return f"{self.a:016x}.{self.b:016x}.{self.c:016x}"
@@ -74,16 +116,17 @@ class ShardSetDigest:
         return key if key * key % PRIME * da % PRIME == dc else None
 
 
-def describe_shards(shard_ids: list[int]) -> str:
-    """Shard ids as ranges, e.g. ``0-2, 5, 7-9`` (short for the contiguous ids writers usually make)."""
-    ranges: list[str] = []
-    first = 0
-    for position, shard in enumerate(shard_ids):
-        if position + 1 == len(shard_ids) or shard_ids[position + 1] != shard + 1:
-            start = shard_ids[first]
-            ranges.append(str(start) if start == shard else f"{start}-{shard}")
-            first = position + 1
-    return ", ".join(ranges) or "none"
+def describe_shards(shard_ids: list[int] | np.ndarray) -> str:
+    """Shard ids (ascending) as ranges, e.g. ``0-2, 5, 7-9`` (short for the contiguous ids writers usually make)."""
+    ids = np.asarray(shard_ids, np.int64)
+    if not len(ids):
+        return "none"
+    breaks = np.flatnonzero(np.diff(ids) != 1)
+    firsts = ids[np.concatenate([[0], breaks + 1])].tolist()
+    lasts = ids[np.concatenate([breaks, [len(ids) - 1]])].tolist()
+    return ", ".join(
+        str(first) if first == last else f"{first}-{last}" for first, last in zip(firsts, lasts, strict=True)
+    )
 
 
 def parse_ranges(text: object) -> list[tuple[int, int]]:
@@ -144,7 +187,9 @@ def over_recorded_shards(source: Any, recorded: dict[str, Any]) -> Any:
     shards = recorded_shards(ranges, source.shard_ids, where)
     then = source if shards == source.shard_ids else source.with_shards(shards)
     if "digest" in recorded:
-        changed = ShardSetDigest.from_text(recorded["digest"]).changed_key(ShardSetDigest.of(then.shard_entries()))
+        changed = ShardSetDigest.from_text(recorded["digest"]).changed_key(
+            ShardSetDigest.of_arrays(*then.shard_entries())
+        )
         if changed is not None:
             raise StateMismatchError(f"shard {changed} of {where} changed since the state was taken (rewritten)")
     if then.identity()["fingerprint"] != recorded.get("fingerprint"):

@@ -15,7 +15,9 @@ from typing import Any, Generic, Protocol, Self, TypeVar
 import numpy as np
 
 from guideloom._core.errors import StateMismatchError
+from guideloom._shards.index import ShardTable
 from guideloom._shards.reader import StorageReader
+from guideloom._sources.describe import SamplePieces
 from guideloom._sources.recorded_shards import ShardSetDigest, describe_shards, over_recorded_shards
 
 ReaderT = TypeVar("ReaderT", bound=StorageReader[Any])
@@ -42,6 +44,18 @@ class SampleSource(Protocol):
 
     def fetch(self, indices: np.ndarray, epoch: int) -> Any:
         """The samples at these int64 indices (or positions) of epoch ``epoch``, in the form ``collate`` receives."""
+        ...
+
+    def describe(self, indices: np.ndarray, epoch: int) -> SamplePieces:
+        """What the samples at these indices (or positions) are made of: records, shards and token offsets.
+
+        Read from indexes only (record counts, document offsets), never from the samples' data.
+        """
+        ...
+
+    def sample_keys(self, indices: np.ndarray, epoch: int) -> np.ndarray:
+        """int64 numbers that identify these samples (where in which shard they start, how they are cut),
+        from what the source knows without opening a shard: a state's next-batch digest hashes them."""
         ...
 
     def default_collate(self, samples: Any) -> Any:
@@ -76,27 +90,34 @@ class _OpensReaders(Protocol[ReaderT_co]):
     @property
     def location(self) -> str: ...
 
-    def open_reader(self, shard_ids: list[int] | None = None) -> ReaderT_co: ...
+    def open_reader(self, shard_ids: list[int] | ShardTable | None = None) -> ReaderT_co: ...
 
 
 class PinnedShards(Generic[ReaderT]):
-    """The shards of a storage committed when a loader was made, opened lazily in each process."""
+    """The shards of a storage committed when a loader was made (its snapshot), opened lazily in each process.
+
+    Everything a state records comes from the snapshot's facts: taking a state opens no shard.
+    """
 
     kind = ""
 
-    def __init__(self, storage: _OpensReaders[ReaderT], shard_ids: list[int]) -> None:
+    def __init__(self, storage: _OpensReaders[ReaderT], snapshot: ShardTable) -> None:
         self.storage = storage
-        self.shard_ids = shard_ids
+        self.snapshot = snapshot
         self._reader: ReaderT | None = None
         self._reader_pid = -1
         self._identity: dict[str, Any] | None = None  # the snapshot never changes: computed once
+
+    @property
+    def shard_ids(self) -> list[int]:
+        return self.snapshot.ids.tolist()  # type: ignore[no-any-return]
 
     @property
     def reader(self) -> ReaderT:
         # A forked worker keeps using the mappings it inherited: they stay valid even if a shard file
         # is deleted meanwhile. A spawned one gets no reader (see __getstate__) and opens the shards.
         if self._reader is None:
-            self._reader = self.storage.open_reader(self.shard_ids)
+            self._reader = self.storage.open_reader(self.snapshot)
             self._reader_pid = os.getpid()
         return self._reader
 
@@ -109,24 +130,25 @@ class PinnedShards(Generic[ReaderT]):
             self._identity = {
                 "kind": self.kind,
                 "path": self.storage.location,
-                "shards": describe_shards(self.shard_ids),
+                "shards": describe_shards(self.snapshot.ids),
                 "fingerprint": self.reader.fingerprint,  # shard ids, record counts and checksums
-                "digest": ShardSetDigest.of(self.shard_entries()).to_text(),  # names a shard rewritten since
+                "digest": ShardSetDigest.of_arrays(*self.shard_entries()).to_text(),  # names a shard rewritten since
             }
         return dict(self._identity)
 
-    def shard_entries(self) -> list[tuple[int, int, int]]:
-        """``(id, record count, checksum)`` of each shard: what a state's shard digest is made of."""
-        return [(shard.id, shard.record_count, shard.data_crc) for shard in self.reader.shards]
+    def shard_entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Ids, record counts and checksums of the shards (from the snapshot): what a state's digest is made of."""
+        rows = self.snapshot.rows
+        return rows["id"], rows["record_count"], rows["data_crc"]
 
     def with_shards(self, shard_ids: list[int]) -> Self:
-        """This source over other shards of its storage (those a state recorded); opens nothing yet.
+        """This source over other shards of its snapshot (those a state recorded); opens nothing yet.
 
         A subclass that caches what it derives from its shards must drop those caches here.
         """
         clone = copy.copy(self)
         clone.__dict__.update(self.__getstate__())
-        clone.shard_ids, clone._identity = list(shard_ids), None
+        clone.snapshot, clone._identity = self.snapshot.select(shard_ids)[0], None
         return clone
 
     def resumed(self, recorded: dict[str, Any], *, epoch: int | None = None, position: int | None = None) -> Self:
@@ -154,7 +176,7 @@ class PinnedShards(Generic[ReaderT]):
         """In words, how the shards a state recorded differ from these (the same ids, with other contents)."""
         return (
             f"it read shards {recorded.get('shards')} of the storage at {recorded.get('path')}, and shards "
-            f"{describe_shards(self.shard_ids)} of the storage at {self.storage.location} hold other contents "
+            f"{describe_shards(self.snapshot.ids)} of the storage at {self.storage.location} hold other contents "
             "(rewritten, or another storage)"
         )
 
@@ -171,4 +193,4 @@ class PinnedShards(Generic[ReaderT]):
         return {**self.__dict__, "_reader": None, "_reader_pid": -1}
 
     def __repr__(self) -> str:
-        return f"{self.kind} of shards {describe_shards(self.shard_ids)} of the storage at {self.storage.location}"
+        return f"{self.kind} of shards {describe_shards(self.snapshot.ids)} of the storage at {self.storage.location}"

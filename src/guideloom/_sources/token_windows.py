@@ -8,7 +8,9 @@ import numpy as np
 import torch
 
 from guideloom._core.checks import check_sequence_length
+from guideloom._shards.index import ShardTable
 from guideloom._shards.reader import TokenReader
+from guideloom._sources.describe import SamplePieces, window_keys, window_pieces
 from guideloom._sources.source import PinnedShards
 from guideloom._storage.storages import TokenStorage
 
@@ -20,9 +22,9 @@ class TokenWindowSource(PinnedShards[TokenReader]):
     plain_windows = True  # samples are exactly the stream's windows (subclasses that add to them say False)
 
     def __init__(
-        self, storage: TokenStorage, shard_ids: list[int], sequence_length: int, window_dtype: np.dtype[Any]
+        self, storage: TokenStorage, snapshot: ShardTable, sequence_length: int, window_dtype: np.dtype[Any]
     ) -> None:
-        super().__init__(storage, shard_ids)
+        super().__init__(storage, snapshot)
         self.sequence_length = check_sequence_length(sequence_length)
         self.window_dtype = window_dtype
         # Stored ids this dtype cannot hold all wrap to negative values (uint64 -> int64, uint32 -> int32).
@@ -51,6 +53,12 @@ class TokenWindowSource(PinnedShards[TokenReader]):
                 f"2**{8 * self.window_dtype.itemsize - 1} or more, which do not fit the loader's "
                 f"{self.window_dtype} batches"
             )
+
+    def describe(self, indices: np.ndarray, epoch: int) -> SamplePieces:
+        return window_pieces(self.reader, np.asarray(indices, np.int64) * self.sequence_length, self.sequence_length)
+
+    def sample_keys(self, indices: np.ndarray, epoch: int) -> np.ndarray:
+        return window_keys(self.reader, np.asarray(indices, np.int64) * self.sequence_length)
 
     def default_collate(self, samples: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(samples)

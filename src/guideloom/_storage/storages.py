@@ -12,17 +12,19 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 
-from guideloom._core.checks import check_bool, check_number, check_path
+from guideloom._core.checks import check_bool, check_int, check_number, check_path
 from guideloom._core.errors import (
     CorruptStorageError,
     FormatMismatchError,
     StorageNotFoundError,
     UntrustedFormatWarning,
 )
+from guideloom._remote.compression import DEFAULT_LEVEL, check_compression, recorded_compression
 from guideloom._remote.object_store import is_url
 from guideloom._remote.shard_cache import check_cache_arguments
-from guideloom._shards.files import CommitTarget, LocalShards, ShardSet, clean_incomplete
+from guideloom._shards.files import CommitTarget, ShardSet, clean_incomplete
 from guideloom._shards.formats import DocumentPickleFormat, DocumentStorageFormat, format_identity
+from guideloom._shards.index import ShardTable, local_snapshot
 from guideloom._shards.layout import (
     HEADER_NAME,
     INCOMPLETE_DIR,
@@ -41,6 +43,7 @@ from guideloom._shards.layout import (
 from guideloom._shards.reader import AsyncReader, DocumentReader, StorageReader, TokenReader
 from guideloom._shards.token_ids import TokenEncoder, TokenInput
 from guideloom._shards.writer import AsyncWriter, SyncWriter
+from guideloom._storage.snapshots import DEFAULT_MAX_OPEN_SHARDS, local_shard_set, selected
 
 if TYPE_CHECKING:
     from guideloom._remote.remote_files import RemoteFiles
@@ -60,13 +63,15 @@ class StorageBase:
     """What both storages share: where its files live, its header, verification and clean-up.
 
     A local storage is a directory (``path``); a storage opened by URL keeps its objects on a
-    store and reads them through a local cache (``_remote``). ``location`` names either.
+    store and reads them through a local cache (``_remote``, imported only for URLs). ``location`` names either.
     """
 
     path: Path
     location: str
     _remote: RemoteFiles | None = None
     _listed: dict[int, ShardInfo]
+    compression: str | None = None  # of the shard objects on a store: requested, else as recorded
+    _requested_compression: str | None = None
 
     def _locate(
         self,
@@ -74,9 +79,11 @@ class StorageBase:
         storage_options: object,
         cache_dir: object,
         cache_limit_bytes: object,
+        max_open_shards: object = DEFAULT_MAX_OPEN_SHARDS,
     ) -> None:
         """Set where the storage lives: a local directory, or an object store URL and its cache."""
         cache_path, limit = check_cache_arguments(cache_dir, cache_limit_bytes)
+        self.max_open_shards = check_int("max_open_shards", max_open_shards, minimum=1)
         self._listed = {}
         if storage_options is not None and not isinstance(storage_options, dict):
             raise TypeError(f"storage_options must be a dict, got {type(storage_options).__name__}")
@@ -91,6 +98,21 @@ class StorageBase:
             raise ValueError(f"storage_options apply to URLs only, but path is a local path: {path!r}")
         self.path = local_path(path)  # cache_dir and cache_limit_bytes mean nothing here: read in place
         self.location = str(self.path)
+
+    def _choose_compression(self, compression: object, level: object) -> None:
+        self._requested_compression, level = check_compression(compression, level, self.location, self._remote)
+        self._use_compression(self._requested_compression, level)
+
+    def _use_compression(self, compression: str | None, level: int | None = None) -> None:
+        self.compression = compression
+        if self._remote is not None:
+            self._remote.compression = compression
+            self._remote.compression_level = self._remote.compression_level if level is None else level
+
+    @property
+    def retry_count(self) -> int:
+        """Requests to the object store that this process retried for this storage (each also logged)."""
+        return 0 if self._remote is None else self._remote.store.retrying.count
 
     def __getattr__(self, name: str) -> Any:
         if name == "path" and self.__dict__.get("_remote") is not None:
@@ -118,17 +140,25 @@ class StorageBase:
         self.committed_shards()
         return self._listed.get(shard)
 
-    def _shard_set(self, header: StorageHeader, shard_ids: list[int] | None) -> Path | ShardSet:
-        """What a reader of these shards (default: all committed now) reads through."""
+    def snapshot(self) -> ShardTable:
+        """The shards committed now and their facts: one listing (and, locally, the shard index)."""
+        header = self.header_for_reading()
         if self._remote is None:
-            return LocalShards(self.path, header, shard_ids)
-        if shard_ids is None or any(shard not in self._listed for shard in shard_ids):
-            listed = self.committed_shards()
-            shard_ids = listed if shard_ids is None else shard_ids
-        missing = [shard for shard in shard_ids if shard not in self._listed]
-        if missing:
-            raise CorruptStorageError(f"shard {missing[0]} vanished: it is no longer listed at {self.location}")
-        return self._remote.shard_set(header, [self._listed[shard] for shard in shard_ids])
+            return local_snapshot(self.path, header)
+        infos = self._remote.list_shards(header)
+        self._listed = {info.id: info for info in infos}
+        return ShardTable.of(infos)
+
+    def _shard_set(self, header: StorageHeader, shards: list[int] | ShardTable | None) -> ShardSet:
+        """What a reader of these shards (a snapshot, ids, or all committed now) reads through."""
+        if self._remote is None:
+            return local_shard_set(self.path, header, shards, self.max_open_shards)
+        if not isinstance(shards, ShardTable):
+            if shards is None or any(shard not in self._listed for shard in shards):
+                self.snapshot()
+            listed = ShardTable.of(self._listed[shard] for shard in sorted(self._listed))
+            shards = selected(listed, shards, self.location)
+        return self._remote.shard_set(header, shards, self.max_open_shards)
 
     def incomplete_files_dir(self) -> Path:
         """Where this machine's writers build shards before committing them (an object store's: in its cache)."""
@@ -159,6 +189,8 @@ class StorageBase:
             found = self._read_header()
         except StorageNotFoundError:
             return None
+        if self._requested_compression is None:  # compression=None opens a storage as recorded
+            self._use_compression(recorded_compression(found, self.location, self._remote))
         expected = self._expected_header()
         if found != expected:
             raise FormatMismatchError(
@@ -193,8 +225,8 @@ class StorageBase:
             fsync_directory(self.path.parent)
         return header
 
-    def open_reader(self, shard_ids: list[int] | None = None) -> StorageReader[Any]:
-        """A reader of the given shards (a loader's pinned snapshot), or of all committed now."""
+    def open_reader(self, shard_ids: list[int] | ShardTable | None = None) -> StorageReader[Any]:
+        """A reader of the given shards (a loader's pinned snapshot, or their ids), or of all committed now."""
         raise NotImplementedError
 
     def header_for_reading(self) -> StorageHeader:
@@ -254,7 +286,7 @@ class AnyFormatStorage(StorageBase):
     def _expected_header(self) -> StorageHeader:
         return self.header
 
-    def open_reader(self, shard_ids: list[int] | None = None) -> StorageReader[object]:
+    def open_reader(self, shard_ids: list[int] | ShardTable | None = None) -> StorageReader[object]:
         return StorageReader(self._shard_set(self.header, shard_ids), self.header)
 
 
@@ -287,6 +319,9 @@ class DocumentStorage(StorageBase, Generic[In, Out]):
         storage_options: dict[str, Any] | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit_bytes: int | None = None,
+        max_open_shards: int = DEFAULT_MAX_OPEN_SHARDS,
+        compression: str | None = None,
+        compression_level: int = DEFAULT_LEVEL,
     ) -> None:
         """A storage at a local ``path`` or an fsspec URL (see docs/object-storage.md for the other arguments)."""
         if isinstance(format, type):
@@ -297,11 +332,12 @@ class DocumentStorage(StorageBase, Generic[In, Out]):
             raise TypeError(f"format must be a DocumentStorageFormat, got {type(format).__name__}")
         format_identity(format)  # a name that cannot be recorded is refused before anything is written
         self.format = format
-        self._locate(path, storage_options, cache_dir, cache_limit_bytes)
+        self._locate(path, storage_options, cache_dir, cache_limit_bytes, max_open_shards)
+        self._choose_compression(compression, compression_level)
         self._existing_header()
 
     def _expected_header(self) -> StorageHeader:
-        return StorageHeader("documents", format=format_identity(self.format))
+        return StorageHeader("documents", format=format_identity(self.format), compression=self.compression)
 
     def encode(self, data: In) -> tuple[memoryview, int]:
         """One record as the bytes a shard stores, and their count."""
@@ -325,7 +361,7 @@ class DocumentStorage(StorageBase, Generic[In, Out]):
     def async_reader(self) -> AsyncReader[Out]:
         return AsyncReader(self.sync_reader)
 
-    def open_reader(self, shard_ids: list[int] | None = None) -> DocumentReader[Out]:
+    def open_reader(self, shard_ids: list[int] | ShardTable | None = None) -> DocumentReader[Out]:
         header = self.header_for_reading()
         if isinstance(self.format, DocumentPickleFormat):
             _warn_untrusted_once(self)
@@ -346,6 +382,9 @@ class TokenStorage(StorageBase):
         storage_options: dict[str, Any] | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit_bytes: int | None = None,
+        max_open_shards: int = DEFAULT_MAX_OPEN_SHARDS,
+        compression: str | None = None,
+        compression_level: int = DEFAULT_LEVEL,
     ) -> None:
         """A storage at a local ``path`` or an fsspec URL (see docs/object-storage.md for the other arguments).
 
@@ -354,7 +393,8 @@ class TokenStorage(StorageBase):
         """
         if loss_mask is not None:
             check_bool("loss_mask", loss_mask)
-        self._locate(path, storage_options, cache_dir, cache_limit_bytes)
+        self._locate(path, storage_options, cache_dir, cache_limit_bytes, max_open_shards)
+        self._choose_compression(compression, compression_level)
         recorded = None
         with contextlib.suppress(StorageNotFoundError):
             recorded = self._read_header()
@@ -366,7 +406,7 @@ class TokenStorage(StorageBase):
         self._existing_header()
 
     def _expected_header(self) -> StorageHeader:
-        return StorageHeader("tokens", dtype=self.dtype.name, loss_mask=self.loss_mask)
+        return StorageHeader("tokens", dtype=self.dtype.name, loss_mask=self.loss_mask, compression=self.compression)
 
     def encode(self, tokens: TokenInput) -> tuple[memoryview, int]:
         """One document's ids as the bytes a shard stores, and their count; an id the dtype cannot hold is an error."""
@@ -386,6 +426,6 @@ class TokenStorage(StorageBase):
     def async_reader(self) -> AsyncReader[np.ndarray]:
         return AsyncReader(self.sync_reader)
 
-    def open_reader(self, shard_ids: list[int] | None = None) -> TokenReader:
+    def open_reader(self, shard_ids: list[int] | ShardTable | None = None) -> TokenReader:
         header = self.header_for_reading()
         return TokenReader(self._shard_set(header, shard_ids), header)

@@ -25,10 +25,11 @@ class MixedWindows:
         self.bases = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
         starts = [reader.token_starts[:-1] + base for reader, base in zip(readers, self.bases.tolist(), strict=True)]
         self.shard_starts = np.concatenate([*starts, [int(counts.sum())]]).astype(np.int64)
-        self.owners = [(k, position) for k, reader in enumerate(readers) for position in range(len(reader.infos))]
-        # Local shards stay mapped for the readers' whole life: their token views can be kept here.
-        self._keeps = all(reader.shard_set.max_open is None for reader in readers)
-        self._tokens: list[np.ndarray | None] = [None] * len(self.owners)
+        # The joined stream's shard j is shard owner_shards[j] of reader owner_readers[j].
+        self.owner_readers = np.repeat(np.arange(len(readers)), [len(reader.infos) for reader in readers])
+        self.owner_shards = np.concatenate(
+            [np.arange(len(reader.infos), dtype=np.int64) for reader in readers] or [np.empty(0, np.int64)]
+        )
 
     def read(self, components: npt.NDArray[np.int64], samples: npt.NDArray[np.int64], out: np.ndarray) -> None:
         """Window ``samples[i]`` of reader ``components[i]`` into row ``i`` of ``out`` (ids cast to its dtype)."""
@@ -38,22 +39,13 @@ class MixedWindows:
         starts = self.bases[components] + samples * length
         positions = np.searchsorted(self.shard_starts, starts, side="right") - 1
         offsets = (starts - self.shard_starts[positions]).tolist()
-        token_arrays = self._tokens
-        for row, (position, offset) in enumerate(zip(positions.tolist(), offsets, strict=True)):
-            tokens = token_arrays[position]
-            if tokens is None:
-                tokens = self._shard_tokens(position)
+        readers = self.readers
+        owners = zip(self.owner_readers[positions].tolist(), self.owner_shards[positions].tolist(), strict=True)
+        for row, ((k, local), offset) in enumerate(zip(owners, offsets, strict=True)):
+            reader = readers[k]
+            tokens = reader.shard_tokens(local)
             if offset + length <= len(tokens):
                 out[row] = tokens[offset : offset + length]
             else:  # the window crosses into its reader's next shard(s)
-                k, local = self.owners[position]
-                reader = self.readers[k]
                 start = int(reader.token_starts[local]) + offset
                 reader.read_tokens(start, start + length, out=out[row])
-
-    def _shard_tokens(self, position: int) -> np.ndarray:
-        k, local = self.owners[position]
-        tokens = self.readers[k].shard_tokens(local)
-        if self._keeps:
-            self._tokens[position] = tokens
-        return tokens

@@ -11,6 +11,7 @@ process's own memory, and lets worker processes share it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import mmap
 import os
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from guideloom._shards.reader import TokenReader
 from guideloom._windows.packing import ShardPacking, pack_shard
 
 MAGIC = b"GLPACK01"
@@ -71,6 +73,48 @@ def load_or_build(offsets: np.ndarray, capacity: int, long_documents: str = "spl
     return _load(path, digest, capacity) or packing
 
 
+def row_counts_directory() -> Path:
+    return cache_directory() / "packing"
+
+
+def load_or_count_rows(reader: TokenReader, capacity: int, long_documents: str = "split") -> np.ndarray:
+    """How many packed rows each of the reader's shards makes (int64): cached per snapshot and row length.
+
+    Counting packs every shard once (one at a time, each through the reader's bounded set of open
+    shards); the counts are then one small file named by a digest of the storage's location, its
+    shards' facts and the row length, so later loaders of the same snapshot read 8 bytes per shard.
+    """
+    rows = reader.infos.rows
+    digest = hashlib.blake2b(reader.location.encode(), digest_size=16)
+    for field in ("id", "record_count", "element_count", "data_crc"):
+        digest.update(np.ascontiguousarray(rows[field]).tobytes())
+    digest.update(struct.pack("<Q", capacity) + long_documents.encode())
+    path = row_counts_directory() / f"rows-{digest.hexdigest()}.counts"
+    with contextlib.suppress(OSError, ValueError):
+        raw = path.read_bytes()
+        counts = np.frombuffer(raw, "<i8", offset=8)
+        if len(counts) == len(rows) and struct.unpack("<I", raw[:4])[0] == zlib.crc32(raw[8:]):
+            return counts.astype(np.int64)
+    counts = np.array(
+        [
+            pack_shard(reader.shard(position).offsets, capacity, long_documents).row_count
+            for position in range(len(rows))
+        ],
+        np.int64,
+    )
+    payload = counts.astype("<i8").tobytes()
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            with os.fdopen(descriptor, "wb") as file:
+                file.write(struct.pack("<II", zlib.crc32(payload), 0) + payload)
+            os.replace(temporary, path)
+        finally:
+            Path(temporary).unlink(missing_ok=True)
+    return counts
+
+
 def _store(path: Path, digest: bytes, capacity: int, packing: ShardPacking) -> None:
     payload = b"".join(
         np.ascontiguousarray(array, "<i8").tobytes()
@@ -80,11 +124,9 @@ def _store(path: Path, digest: bytes, capacity: int, packing: ShardPacking) -> N
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(descriptor, "wb") as file:
+        with os.fdopen(descriptor, "wb") as file:  # no fsync: derived data, checked by its CRC when loaded
             file.write(header)
             file.write(payload)
-            file.flush()
-            os.fsync(file.fileno())
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)

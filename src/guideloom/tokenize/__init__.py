@@ -1,4 +1,4 @@
-"""Tokenize text files into a TokenStorage, in parallel, one shard per input file.
+"""Tokenize text files into a TokenStorage, in parallel, in shards of a target size.
 
 This is the engine behind ``guideloom tokenize`` and ``examples/quickstart/preprocess.py``; it needs the
 ``tokenize`` extra (``pip install 'guideloom[tokenize]'``).
@@ -21,9 +21,12 @@ Inputs
       ``.jsonl`` too), recursively.
 
 Shards
-    The inputs are sorted (by path) and input ``i`` becomes shard ``i``, so the storage's document order
-    is the sorted input order, records in file order, no matter how many workers ran. An input with no
-    documents writes no shard.
+    ``shard_size`` (``--shard-size``, default 256 MiB) is the bytes of token ids a shard holds. The
+    inputs are sorted (by path) and cut into groups of consecutive files of at least ``shard_size``
+    input bytes; group ``g`` writes its documents in order into shards ``g * 10**6 + k``, each committed
+    once it holds ``shard_size`` bytes of tokens (documents are never cut), the last when the group
+    ends. So the storage's document order is the sorted input order, records in file order, and the
+    shards are the same no matter how many workers ran. A group with no documents writes no shard.
 
 Tokens
     Each document is encoded without the tokenizer's own special tokens (``add_special_tokens=False``),
@@ -40,6 +43,7 @@ Conversations (``chat=True``, ``guideloom tokenize --chat``; the ``chat`` extra)
     template's tokens (no end-of-text id), in a masked storage whose loss mask marks the assistant's
     turns (``train_on="assistant"``: what the template's generation blocks mark, or, without them, what
     rendering growing prefixes of the conversation tells apart) or every token (``train_on="all"``).
+    The files are grouped into shards as text files are (see Shards), and resumed the same way.
     A malformed row or one the template cannot split into turns is a :class:`TokenizeInputError`
     naming the file and the row (counted from 1).
 
@@ -47,19 +51,21 @@ Failures
     Everything that can be checked up front is checked before anything is written: missing or
     unreadable inputs, refused kinds, a Parquet file without the column, the tokenizer file, the output
     (an existing storage must hold tokens and must not already hold the shards to be written, a
-    :class:`~guideloom.ShardExistsError`, unless ``skip_existing``). Each file is written by its own
-    writer, so a file that fails mid-way commits nothing; the first failure stops the other workers
-    (their files in progress are not committed either), files already finished stay committed, and the
-    original exception is raised with a note listing them; a worker process that dies is a
-    :class:`TokenizeWorkerDied`. After fixing the input, ``skip_existing=True`` (``--skip-existing``)
-    writes only the shards still missing. An input without a single document anywhere is a
+    :class:`~guideloom.ShardExistsError`, unless ``skip_existing``). A file that fails mid-way commits
+    nothing more of its group (the shard in progress is not committed); the first failure stops the
+    other workers (their shards in progress are not committed either), shards already finished stay
+    committed, and the original exception is raised with a note counting them; a worker process that
+    dies is a :class:`TokenizeWorkerDied`. After fixing the input, ``skip_existing=True``
+    (``--skip-existing``, same inputs and options) skips the finished groups and resumes the others
+    after the documents their committed shards hold. An input without a single document anywhere is a
     ``ValueError`` and nothing is written.
 
 Modules: ``_inputs`` (reading the inputs) and ``_compression``, ``_tokenizer`` (load, train, end-of-text
 id), ``_chat`` (conversations as documents) and ``_chat_template`` (their tokens and loss masks),
-``_plan`` (the checks and the shard of each file), ``_shard`` (one file into one shard: the unit of
-work any executor runs), ``_pool`` (worker processes), ``_run`` (running a plan, the summary) and
-``_command`` (the ``guideloom tokenize`` command).
+``_groups`` (files into groups, a group's shard ids, what is committed of it), ``_plan`` (the
+checks and the groups to write), ``_shard`` (one group into its shards: the unit of work any executor
+runs), ``_pool`` (worker processes), ``_run`` (running a plan, the summary) and ``_command`` (the
+``guideloom tokenize`` command).
 """
 
 from guideloom._core.errors import TokenizeInputError, TokenizeWorkerDied

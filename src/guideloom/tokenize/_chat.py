@@ -83,7 +83,7 @@ def iter_conversations(file: InputFile) -> Iterator[tuple[Conversation, int, int
 
 
 class ChatDocuments:
-    """What ``tokenize_file`` reads and writes for conversations: rows of messages, tokens with a loss mask."""
+    """What ``tokenize_group`` reads and writes for conversations: rows of messages, tokens with a loss mask."""
 
     def __init__(self, tokenizer: Any, train_on: str, dtype: np.dtype[Any]) -> None:
         self.encoder = ChatEncoder(tokenizer, train_on)

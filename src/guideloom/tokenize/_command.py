@@ -14,13 +14,18 @@ from guideloom._remote.object_store import is_url, parse_storage_options
 from guideloom._shards.layout import TOKEN_DTYPES
 from guideloom._storage.storages import local_path
 from guideloom.tokenize._chat_template import TRAIN_ON, import_transformers
+from guideloom.tokenize._groups import DEFAULT_SHARD_SIZE, parse_shard_size
 from guideloom.tokenize._plan import CLI_NAMES, plan_run
 from guideloom.tokenize._run import execute
 from guideloom.tokenize._tokenizer import import_tokenizers
 
 DESCRIPTION = """\
-Tokenize text into a guideloom token storage, one shard per input file: the
-inputs are sorted and input i becomes shard i, whatever the number of workers.
+Tokenize text into a guideloom token storage in shards of --shard-size bytes
+of tokens (default 256MiB): the sorted inputs are cut into groups of
+consecutive files of at least that many input bytes, and group g writes
+shards g*1000000, g*1000000+1, ...: the same shards whatever the number of
+workers. Documents are never cut; a shard is committed once it holds
+--shard-size bytes of tokens, so it ends with a whole document.
 
   .jsonl     one document per line: the string in --text-field (default "text")
   .parquet   one document per row of the --text-field column (needs pyarrow)
@@ -34,15 +39,16 @@ as they are. After each document the tokenizer's end-of-text id is appended
 Missing or unreadable files, bad Parquet columns and an existing output are
 reported before anything is written (exit status 2). A file that fails (e.g.
 a JSONL line without the field, reported with its line number) commits
-nothing and stops the run with exit status 1; files finished before stay
-committed, and --skip-existing after fixing the input writes only the
-missing shards.
+nothing more and stops the run with exit status 1; shards finished before
+stay committed, and --skip-existing after fixing the input (same inputs,
+same options) writes only what is missing.
 
 --chat reads conversations instead: the "messages" field of .jsonl and
 .parquet rows (a list of {"role", "content"}), rendered with the chat
 template of the Hugging Face tokenizer directory --tokenizer, one
 conversation per document, into a masked storage whose loss mask marks the
-assistant's turns (--train-on all: every token). Needs guideloom[chat].
+assistant's turns (--train-on all: every token). Conversation files are
+grouped into shards as text files are. Needs guideloom[chat].
 """
 
 
@@ -56,6 +62,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _shard_size(text: str) -> int:
+    try:
+        return parse_shard_size(text, "--shard-size")
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error).removeprefix("--shard-size ")) from None
+
+
 def _token_dtype(text: str) -> str:
     if text not in TOKEN_DTYPES:
         raise argparse.ArgumentTypeError(f"{text} is not a token dtype; use one of {', '.join(TOKEN_DTYPES)}")
@@ -66,7 +79,7 @@ def add_tokenize_command(commands: argparse._SubParsersAction[argparse.ArgumentP
     """Register ``guideloom tokenize`` on the command line's subcommands."""
     command = commands.add_parser(
         "tokenize",
-        help="tokenize .txt/.jsonl/.parquet files (compressed or not) into a token storage, one shard per file",
+        help="tokenize .txt/.jsonl/.parquet files (compressed or not) into a token storage",
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -99,7 +112,7 @@ def add_tokenize_command(commands: argparse._SubParsersAction[argparse.ArgumentP
         const="",
         default=None,
         metavar="ADDRESS",
-        help="run one Ray task per input file on the Ray cluster at ADDRESS (default: RAY_ADDRESS, else a "
+        help="run one Ray task per group of input files on the Ray cluster at ADDRESS (default: RAY_ADDRESS, else a "
         "new local cluster); needs the ray extra",
     )
     command.add_argument("--text-field", default="text", help="JSONL field / Parquet column of the text")
@@ -109,7 +122,16 @@ def add_tokenize_command(commands: argparse._SubParsersAction[argparse.ArgumentP
     eos = command.add_mutually_exclusive_group()
     eos.add_argument("--eos-token", default="auto", help="token appended after each document (default: auto)")
     eos.add_argument("--no-eos", dest="eos_token", action="store_const", const=None, help="append nothing")
-    command.add_argument("--skip-existing", action="store_true", help="skip inputs whose shard is already committed")
+    command.add_argument(
+        "--shard-size",
+        type=_shard_size,
+        default=DEFAULT_SHARD_SIZE,
+        metavar="SIZE",
+        help="bytes of token ids per shard: 256MiB (the default), 1GiB, 500MB, 1048576, ...",
+    )
+    command.add_argument(
+        "--skip-existing", action="store_true", help="finish an interrupted run: write only what is not committed"
+    )
     command.add_argument("--quiet", action="store_true", help="no progress bar")
     command.add_argument("--storage-options", metavar="JSON", help="for an OUTPUT URL: fsspec options as a JSON object")
     command.set_defaults(prepare=prepare_tokenize)
@@ -118,7 +140,7 @@ def add_tokenize_command(commands: argparse._SubParsersAction[argparse.ArgumentP
 def prepare_tokenize(arguments: argparse.Namespace) -> Callable[[], int]:
     """Check everything and plan the run; the returned function runs it."""
     if arguments.ray is not None and arguments.workers is not None:
-        raise ValueError("--workers and --ray exclude each other: Ray runs one task per input file")
+        raise ValueError("--workers and --ray exclude each other: Ray runs one task per group of input files")
     if arguments.train_on is not None and not arguments.chat:
         raise ValueError("--train-on applies to conversations only: add --chat")
     if arguments.chat:
@@ -134,6 +156,7 @@ def prepare_tokenize(arguments: argparse.Namespace) -> Callable[[], int]:
         dtype=arguments.dtype,
         eos_token=arguments.eos_token,
         skip_existing=arguments.skip_existing,
+        shard_size=arguments.shard_size,
         train_on=(arguments.train_on or "assistant") if arguments.chat else None,
         names=CLI_NAMES,
     )

@@ -1,12 +1,14 @@
 """Planning a tokenize run: everything that can be checked is checked here, before anything is written.
 
-The plan holds the jobs (input ``i`` of the sorted inputs becomes shard ``i``), the settings every worker
-needs, and the shards skipped because a previous run committed them.
+The plan holds the jobs (the sorted inputs cut into groups of consecutive files, see ``_groups``), the
+settings every worker needs, what earlier runs committed of each group, and the inputs of the groups an
+earlier run finished.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,18 @@ from guideloom._shards.layout import TOKEN_DTYPES, holds_storage, is_unfinished_
 from guideloom._storage.storages import TokenStorage
 from guideloom.tokenize._chat import describe_chat_input
 from guideloom.tokenize._chat_template import TRAIN_ON, load_chat_tokenizer
-from guideloom.tokenize._inputs import InputFile, describe_input, expand_inputs
+from guideloom.tokenize._groups import (
+    DEFAULT_SHARD_SIZE,
+    MAX_GROUPS,
+    SHARDS_PER_GROUP,
+    GroupJob,
+    group_files,
+    group_paths,
+    group_progress,
+    parse_shard_size,
+    shard_contents,
+)
+from guideloom.tokenize._inputs import describe_input, expand_inputs
 from guideloom.tokenize._tokenizer import check_tokenizer_path, find_eos_id, load_tokenizer
 
 
@@ -37,6 +50,7 @@ class OptionNames:
     storage_options: str
     chat: str
     train_on: str
+    shard_size: str
 
 
 PYTHON_NAMES = OptionNames(
@@ -50,6 +64,7 @@ PYTHON_NAMES = OptionNames(
     "storage_options",
     "chat=True",
     "train_on",
+    "shard_size",
 )
 CLI_NAMES = OptionNames(
     "--skip-existing",
@@ -62,23 +77,8 @@ CLI_NAMES = OptionNames(
     "--storage-options",
     "--chat",
     "--train-on",
+    "--shard-size",
 )
-
-
-@dataclass(frozen=True)
-class FileJob:
-    """One input file and the shard it becomes."""
-
-    shard: int
-    file: InputFile
-
-    @property
-    def path(self) -> Path:
-        return self.file.path
-
-    @property
-    def size(self) -> int:
-        return self.file.size
 
 
 @dataclass(frozen=True)
@@ -107,11 +107,11 @@ class TokenizeSettings:
 
 @dataclass(frozen=True)
 class TokenizePlan:
-    """A checked run: the jobs to do, the settings, the loaded tokenizer and the inputs already committed."""
+    """A checked run: the groups to write, the settings, the loaded tokenizer and the inputs already committed."""
 
     settings: TokenizeSettings
-    jobs: list[FileJob]
-    skipped: list[Path]
+    jobs: list[GroupJob]
+    skipped: list[Path]  #: inputs of the groups an earlier run finished
     tokenizer: Any
     names: OptionNames
 
@@ -158,6 +158,29 @@ def _existing_dtype(output: Path | str, storage_options: dict[str, Any] | None, 
     return storage.dtype.name
 
 
+def _with_progress(
+    jobs: list[GroupJob], storage: TokenStorage, committed: set[int], skip_existing: bool, names: OptionNames
+) -> list[GroupJob]:
+    """``jobs`` with what the storage's ``committed`` shards hold of each; ShardExistsError unless ``skip_existing``."""
+    ours = sorted(shard for shard in committed if shard // SHARDS_PER_GROUP < len(jobs))
+    if not ours:
+        return jobs
+    if not skip_existing:
+        first = jobs[ours[0] // SHARDS_PER_GROUP]
+        raise ShardExistsError(
+            f"{storage.location} already holds {len(ours)} of the shards to write (first: shard {ours[0]} for "
+            f"{first.describe()}); write to a new directory, or pass {names.skip_existing} to finish an "
+            "interrupted run with the same inputs and options"
+        )
+    header = storage.header_for_reading()
+    contents = shard_contents(storage, header)
+    started = {shard // SHARDS_PER_GROUP for shard in ours}
+    return [
+        replace(job, resume=group_progress(job, header, contents, committed)) if job.group in started else job
+        for job in jobs
+    ]
+
+
 def _check_chat_options(train_on: object, text_field: object, eos_token: object, names: OptionNames) -> None:
     """Conversations take the template's tokens as they are: the text options do not apply to them."""
     check_choice(names.train_on, train_on, TRAIN_ON)
@@ -179,13 +202,16 @@ def plan_run(
     dtype: object = None,
     eos_token: str | None = "auto",
     skip_existing: bool = False,
+    shard_size: object = DEFAULT_SHARD_SIZE,
     train_on: str | None = None,
     names: OptionNames = PYTHON_NAMES,
 ) -> TokenizePlan:
-    """Check the inputs, the tokenizer and the output, and assign shards; raises before anything is written.
+    """Check the inputs, the tokenizer and the output, and group the inputs; raises before anything is written.
 
-    ``train_on`` (``"assistant"`` or ``"all"``) reads conversations instead of text (see ``_chat``).
+    ``train_on`` (``"assistant"`` or ``"all"``) reads conversations instead of text (see ``_chat``); they
+    are grouped into shards as text is.
     """
+    shard_size = parse_shard_size(shard_size, names.shard_size)
     if train_on is not None:
         _check_chat_options(train_on, text_field, eos_token, names)
     if not isinstance(text_field, str):
@@ -193,16 +219,20 @@ def plan_run(
     if not text_field:
         raise ValueError(f"{names.text_field} must be a non-empty string, got {text_field!r}")
     paths = expand_inputs(inputs)
-    duplicates = sorted({str(p) for p in paths if paths.count(p) > 1})
+    duplicates = sorted(str(path) for path, count in Counter(paths).items() if count > 1)  # 10^5 files: no count()
     if duplicates:
         raise ValueError(f"inputs name the same file more than once: {', '.join(duplicates)}")
-    jobs = [
-        FileJob(shard, describe_input(path, text_field) if train_on is None else describe_chat_input(path))
-        for shard, path in enumerate(paths)
-    ]
-    if all(job.size == 0 for job in jobs):
-        files = "the input file is" if len(jobs) == 1 else f"all {len(jobs)} input files are"
-        raise ValueError(f"the inputs hold no documents: {files} empty")
+    files = [describe_input(path, text_field) if train_on is None else describe_chat_input(path) for path in paths]
+    if all(file.size == 0 for file in files):
+        which = "the input file is" if len(files) == 1 else f"all {len(files)} input files are"
+        raise ValueError(f"the inputs hold no documents: {which} empty")
+    groups = group_files(files, shard_size)
+    if len(groups) > MAX_GROUPS:
+        raise ValueError(
+            f"{names.shard_size} {shard_size} cuts the inputs into {len(groups):,} groups of files; at most "
+            f"{MAX_GROUPS:,} fit the shard ids: give a larger {names.shard_size}"
+        )
+    jobs = [GroupJob(group, group_files_of, shard_size) for group, group_files_of in enumerate(groups)]
     if train_on is None:
         check_tokenizer_path(tokenizer_path, names.tokenizer)
         tokenizer = load_tokenizer(tokenizer_path)
@@ -216,19 +246,14 @@ def plan_run(
     masked = train_on is not None
     storage = TokenStorage(output, chosen, storage_options=storage_options, loss_mask=masked)
     committed = set(storage.committed_shards()) if existing is not None else set()
-    skipped = [job for job in jobs if job.shard in committed]
-    if skipped and not skip_existing:
-        raise ShardExistsError(
-            f"{output} already holds {len(skipped)} of the shards to write (first: shard {skipped[0].shard} for "
-            f"{skipped[0].path}); write to a new directory, or pass {names.skip_existing} to finish an "
-            "interrupted run with the same inputs"
-        )
+    if committed:
+        jobs = _with_progress(jobs, storage, committed, skip_existing, names)
     eos_id = find_eos_id(tokenizer, eos_token, names.eos_token) if train_on is None else None
     settings = TokenizeSettings(output, tokenizer_path, text_field, chosen, eos_id, storage_options, train_on)
     return TokenizePlan(
         settings=settings,
-        jobs=[job for job in jobs if job.shard not in committed],
-        skipped=[job.path for job in skipped],
+        jobs=[job for job in jobs if not job.resume.finished],
+        skipped=group_paths(job for job in jobs if job.resume.finished),
         tokenizer=tokenizer,
         names=names,
     )

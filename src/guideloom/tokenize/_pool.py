@@ -1,10 +1,10 @@
-"""Worker processes for a tokenize run: each tokenizes whole files, one at a time, the largest first.
+"""Worker processes for a tokenize run: each tokenizes whole groups of files, one at a time, the largest first.
 
-A worker asks for its first file once it has loaded the tokenizer (the first ready takes the largest).
+A worker asks for its first group once it has loaded the tokenizer (the first ready takes the largest).
 
 Each worker has two pipes of its own (jobs in, events out), so a worker killed at any instant holds no
 lock the others need; its death is seen through its process sentinel. The first failure cancels the
-others: the parent sends each busy worker a stop message, which :func:`tokenize_file` notices between
+others: the parent sends each busy worker a stop message, which :func:`tokenize_group` notices between
 batches (it polls the job pipe), so their shards in progress are not committed.
 """
 
@@ -21,8 +21,9 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 
 from guideloom._core.errors import TokenizeWorkerDied
-from guideloom.tokenize._plan import FileJob, TokenizeSettings
-from guideloom.tokenize._shard import Cancelled, picklable, tokenize_file
+from guideloom.tokenize._groups import GroupJob
+from guideloom.tokenize._plan import TokenizeSettings
+from guideloom.tokenize._shard import Cancelled, GroupResult, picklable, tokenize_group
 
 STOP_GRACE_SECONDS = 30.0  # how long stopped workers may take to leave their current batch
 
@@ -50,13 +51,13 @@ def _worker_main(settings: TokenizeSettings, threads: int, jobs: Connection, eve
 
     while (job := jobs.recv()) is not None:
         try:
-            counts = tokenize_file(job, settings, tokenizer, report, jobs.poll)
+            result = tokenize_group(job, settings, tokenizer, report, jobs.poll)
         except Cancelled:
-            events.send(("cancelled", job.shard, None, None))
+            events.send(("cancelled", job.group, None, None))
         except Exception as error:
-            events.send(("failed", job.shard, picklable(error), traceback.format_exc()))
+            events.send(("failed", job.group, picklable(error), traceback.format_exc()))
         else:
-            events.send(("done", job.shard, counts, None))
+            events.send(("done", job.group, result, None))
 
 
 @dataclass
@@ -64,7 +65,7 @@ class _Worker:
     process: BaseProcess
     jobs: Connection
     events: Connection
-    job: FileJob | None = None  # the job it is working on
+    job: GroupJob | None = None  # the group it is working on
     stopped: bool = False  # sent the stop message
 
 
@@ -72,12 +73,12 @@ class _Pool:
     """The parent's side of a run: hands out jobs, collects results, notices failures and deaths."""
 
     def __init__(
-        self, jobs: list[FileJob], settings: TokenizeSettings, workers: int, update: Callable[[int], object]
+        self, jobs: list[GroupJob], settings: TokenizeSettings, workers: int, update: Callable[[int], object]
     ) -> None:
         self.pending = deque(sorted(jobs, key=lambda job: -job.size))  # the largest first: busy to the end
         self.settings = settings
         self.update = update
-        self.results: dict[int, tuple[int, int]] = {}
+        self.results: dict[int, GroupResult] = {}
         self.failure: BaseException | None = None
         self.workers: list[_Worker] = []
         context = multiprocessing.get_context("spawn")  # no fork: the parent may hold threads (torch, tokenizers)
@@ -141,7 +142,7 @@ class _Pool:
     def _died(self, worker: _Worker) -> TokenizeWorkerDied:
         code = worker.process.exitcode or 0
         how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
-        doing = f"while writing shard {worker.job.shard} ({worker.job.path})" if worker.job else "while it had no file"
+        doing = f"while writing the shards of {worker.job.describe()}" if worker.job else "while it had no file"
         return TokenizeWorkerDied(
             f"a tokenize worker process died ({how}) {doing}: the shard it was writing was not committed; "
             f"leftovers of {self.settings.output} can be removed with 'guideloom clean'"
@@ -153,7 +154,7 @@ class _Pool:
         self.stop()
 
     def stop(self) -> None:
-        """Ask every worker to stop: a busy one leaves its file uncommitted at its next batch."""
+        """Ask every worker to stop: a busy one leaves its shard in progress uncommitted at its next batch."""
         for worker in self.workers:
             if not worker.stopped:
                 worker.stopped = True
@@ -173,9 +174,9 @@ class _Pool:
 
 
 def run_pool(
-    jobs: list[FileJob], settings: TokenizeSettings, workers: int, update: Callable[[int], object]
-) -> tuple[dict[int, tuple[int, int]], BaseException | None]:
-    """Tokenize ``jobs`` in ``workers`` processes: the results by shard, and the first failure (or None)."""
+    jobs: list[GroupJob], settings: TokenizeSettings, workers: int, update: Callable[[int], object]
+) -> tuple[dict[int, GroupResult], BaseException | None]:
+    """Tokenize ``jobs`` in ``workers`` processes: the results by group, and the first failure (or None)."""
     pool = _Pool(jobs, settings, workers, update)
     try:
         pool.run()

@@ -1,4 +1,4 @@
-"""``guideloom tokenize --ray``: one Ray task per input file, on a running or a new local cluster.
+"""``guideloom tokenize --ray``: one Ray task per group of input files, on a running or a new local cluster.
 
 Beside ``guideloom.ray``, the only guideloom module that imports Ray (the ``ray`` extra); the run
 imports it only when ``--ray`` is given.
@@ -14,15 +14,16 @@ import ray
 
 from guideloom._core.errors import TokenizeWorkerDied
 from guideloom._storage.resumable_write import remove_leftovers
-from guideloom.tokenize._plan import FileJob, TokenizeSettings
+from guideloom.tokenize._groups import GroupJob, shard_range
+from guideloom.tokenize._plan import TokenizeSettings
 from guideloom.tokenize._pool import STOP_GRACE_SECONDS, RemoteTraceback
-from guideloom.tokenize._shard import tokenize_job
+from guideloom.tokenize._shard import GroupResult, tokenize_job
 
 
 def run_tokenize_tasks(
-    jobs: list[FileJob], settings: TokenizeSettings, address: str | None, update: Callable[[int], object]
-) -> tuple[dict[int, tuple[int, int]], BaseException | None]:
-    """Tokenize ``jobs`` as Ray tasks (largest first): the results by shard, and the first failure (or None).
+    jobs: list[GroupJob], settings: TokenizeSettings, address: str | None, update: Callable[[int], object]
+) -> tuple[dict[int, GroupResult], BaseException | None]:
+    """Tokenize ``jobs`` as Ray tasks (largest first): the results by group, and the first failure (or None).
 
     Connects to the cluster at ``address`` (None: ``RAY_ADDRESS`` or a new local cluster) unless Ray is
     already initialised in this process. The first failure cancels the other tasks; their shards in
@@ -33,7 +34,7 @@ def run_tokenize_tasks(
         ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
     task = ray.remote(num_cpus=1, max_retries=3)(tokenize_job)  # a Ray-free function: workers import little
     pending = {task.remote(job, settings): job for job in sorted(jobs, key=lambda job: -job.size)}
-    results: dict[int, tuple[int, int]] = {}
+    results: dict[int, GroupResult] = {}
     failure: BaseException | None = None
     try:
         while pending and failure is None:
@@ -43,11 +44,11 @@ def run_tokenize_tasks(
                 kind, payload, trace = ray.get(ready)
             except ray.exceptions.RayError as error:  # retries exhausted: its worker kept dying
                 failure = TokenizeWorkerDied(
-                    f"the Ray task writing shard {job.shard} ({job.path}) failed: {error}; its shard was not committed"
+                    f"the Ray task writing {job.describe()} failed: {error}; its shard in progress was not committed"
                 )
                 continue
             if kind == "done":
-                results[job.shard] = payload
+                results[job.group] = payload
                 update(job.size)
             else:
                 payload.__cause__ = RemoteTraceback(trace)
@@ -60,6 +61,5 @@ def run_tokenize_tasks(
         if started_here:
             ray.shutdown()
     if failure is None and jobs and isinstance(settings.output, Path):  # a URL's uploads leave nothing behind
-        shards = [job.shard for job in jobs]
-        remove_leftovers(settings.storage().incomplete_files_dir(), min(shards), max(shards) + 1)  # of killed attempts
+        remove_leftovers(settings.storage().incomplete_files_dir(), *shard_range(jobs))  # of killed attempts
     return results, failure

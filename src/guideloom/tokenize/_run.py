@@ -14,9 +14,10 @@ from guideloom._core.checks import check_bool, check_path
 from guideloom._core.text import plural
 from guideloom._remote.object_store import is_url
 from guideloom._storage.storages import local_path
+from guideloom.tokenize._groups import DEFAULT_SHARD_SIZE, SHARDS_PER_GROUP
 from guideloom.tokenize._plan import PYTHON_NAMES, TokenizePlan, plan_run
 from guideloom.tokenize._pool import run_pool
-from guideloom.tokenize._shard import Cancelled, tokenize_file
+from guideloom.tokenize._shard import Cancelled, GroupResult, tokenize_group
 
 # With ``workers=None`` inputs smaller than this are tokenized in the calling process: starting worker
 # processes (each imports numpy, torch and tokenizers) takes longer than tokenizing a few MB.
@@ -36,9 +37,10 @@ class TokenizeSummary:
     eos_id: int | None
     shards: tuple[int, ...] = ()  #: shard ids committed by this run
     empty_files: tuple[Path, ...] = ()  #: inputs without documents (no shard)
-    skipped_files: tuple[Path, ...] = ()  #: inputs whose shard already existed (``skip_existing``)
+    skipped_files: tuple[Path, ...] = ()  #: inputs whose shards an earlier run finished (``skip_existing``)
     processes: int = 0  #: worker processes started (0: the calling process did the work)
-    ray_tasks: int = 0  #: Ray tasks run (``ray=``): one per input file
+    ray_tasks: int = 0  #: Ray tasks run (``ray=``): one per group of input files
+    groups: int = 0  #: groups of input files this run wrote (or finished)
     train_on: str | None = None  #: conversations (``chat=True``): what the loss mask marks; None: text
 
     @property
@@ -65,7 +67,7 @@ class TokenizeSummary:
         if self.empty_files:
             lines.append(f"{plural(len(self.empty_files), 'input file')} held no documents (no shard)")
         if self.skipped_files:
-            whose = "its shard" if len(self.skipped_files) == 1 else "their shards"
+            whose = "its shards" if len(self.skipped_files) == 1 else "their shards"
             lines.append(f"{plural(len(self.skipped_files), 'input file')} skipped: {whose} already existed")
         return "\n".join(lines)
 
@@ -80,24 +82,35 @@ def _progress_bar(total: int, enabled: bool) -> Any:
     return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="tokenize", file=sys.stderr)
 
 
-def _note_committed(error: BaseException, plan: TokenizePlan, results: dict[int, tuple[int, int]]) -> None:
+def _committed_by_run(plan: TokenizePlan, results: dict[int, GroupResult]) -> int:
+    """How many shards this run committed: counted in the storage, since a failed group reports none."""
+    groups = {job.group for job in plan.jobs}
+    try:
+        listed = plan.settings.storage().committed_shards()
+    except Exception:  # the storage cannot be listed now: what the finished groups reported
+        return sum(len(result.shards) for result in results.values())
+    ours = sum(1 for shard in listed if shard // SHARDS_PER_GROUP in groups)
+    return ours - sum(job.resume.shards for job in plan.jobs)
+
+
+def _note_committed(error: BaseException, plan: TokenizePlan, results: dict[int, GroupResult]) -> None:
     """Say on the error what the run committed before it failed, and how to finish it."""
     if isinstance(error, Cancelled | KeyboardInterrupt):
         return
-    done = sorted(shard for shard, (count, _) in results.items() if count)
+    done = _committed_by_run(plan, results)
     if done:
-        verb = "was" if len(done) == 1 else "were"
+        verb = "was" if done == 1 else "were"
         error.add_note(
-            f"{len(done)} of {plural(len(plan.jobs), 'shard')} {verb} committed before the failure (the failed "
-            f"file's shard was not); fix the input and rerun with {plan.names.skip_existing} to write the rest"
+            f"{plural(done, 'shard')} {verb} committed before the failure (the shard in progress was not); "
+            f"fix the input and rerun with {plan.names.skip_existing} to write the rest"
         )
     else:
         error.add_note("no shard of this run was committed")
 
 
-def _run_here(plan: TokenizePlan, update: Callable[[int], object], results: dict[int, tuple[int, int]]) -> None:
+def _run_here(plan: TokenizePlan, update: Callable[[int], object], results: dict[int, GroupResult]) -> None:
     for job in plan.jobs:
-        results[job.shard] = tokenize_file(job, plan.settings, plan.tokenizer, update)
+        results[job.group] = tokenize_group(job, plan.settings, plan.tokenizer, update)
 
 
 def execute(
@@ -106,7 +119,7 @@ def execute(
     """Write the planned shards with ``workers`` processes or as Ray tasks (see :func:`tokenize_files`)."""
     started = time.perf_counter() if started is None else started
     if ray is not False and workers is not None:
-        raise ValueError(f"{plan.names.workers} and {plan.names.ray} exclude each other: Ray runs one task per file")
+        raise ValueError(f"{plan.names.workers} and {plan.names.ray} exclude each other: Ray runs one task per group")
     automatic = workers is None and ray is False
     workers = min(4, os.cpu_count() or 1) if workers is None else workers
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
@@ -116,7 +129,7 @@ def execute(
     if automatic and total < AUTO_PARALLEL_MIN_BYTES:
         workers = 1
     processes = 0 if workers == 1 or len(jobs) <= 1 or ray is not False else min(workers, len(jobs))
-    results: dict[int, tuple[int, int]] = {}
+    results: dict[int, GroupResult] = {}
     bar = _progress_bar(total, progress)
     update: Callable[[int], object] = bar.update if bar is not None else (lambda count: None)
     try:
@@ -146,23 +159,26 @@ def execute(
     finally:
         if bar is not None:
             bar.close()
-    documents = sum(count for count, _ in results.values())
-    if documents == 0 and not plan.skipped:
-        raise ValueError(f"the inputs hold no documents ({plural(len(jobs), 'file')} read, nothing written)")
+    documents = sum(result.documents for result in results.values())
+    files = sum(len(job.files) for job in jobs)
+    resumed = any(job.resume.shards for job in jobs)
+    if documents == 0 and not plan.skipped and not resumed:
+        raise ValueError(f"the inputs hold no documents ({plural(files, 'file')} read, nothing written)")
     return TokenizeSummary(
-        files=len(jobs) + len(plan.skipped),
+        files=files + len(plan.skipped),
         documents=documents,
-        tokens=sum(count for _, count in results.values()),
+        tokens=sum(result.tokens for result in results.values()),
         bytes=total,
         seconds=time.perf_counter() - started,
         dtype=plan.settings.dtype,
         eos_id=plan.settings.eos_id,
         train_on=plan.settings.train_on,
-        shards=tuple(sorted(shard for shard, (count, _) in results.items() if count)),
-        empty_files=tuple(job.path for job in jobs if results.get(job.shard, (1, 0))[0] == 0),
+        shards=tuple(sorted(shard for result in results.values() for shard in result.shards)),
+        empty_files=tuple(sorted(path for result in results.values() for path in result.empty_files)),
         skipped_files=tuple(plan.skipped),
         processes=processes,
         ray_tasks=len(jobs) if ray is not False else 0,
+        groups=len(jobs),
     )
 
 
@@ -179,24 +195,28 @@ def tokenize_files(
     skip_existing: bool = False,
     progress: bool = True,
     ray: bool | str = False,
+    shard_size: int | str = DEFAULT_SHARD_SIZE,
     chat: bool = False,
     train_on: str = "assistant",
 ) -> TokenizeSummary:
-    """Tokenize ``inputs`` into the TokenStorage at ``output``, one shard per input file (see ``guideloom.tokenize``).
+    """Tokenize ``inputs`` into the TokenStorage at ``output`` in shards of ``shard_size`` (see ``guideloom.tokenize``).
 
     ``output`` may be a storage URL, with fsspec's ``storage_options`` (see docs/object-storage.md).
 
-    ``workers`` processes each tokenize whole files; input ``i`` of the sorted list is shard ``i``.
-    ``workers=1`` works in the calling process. The default, ``None``, means ``min(4, cpu count)``
-    processes, or the calling process when the inputs total less than ``AUTO_PARALLEL_MIN_BYTES``
-    (8 MiB), where starting processes costs more than it saves. ``ray=True`` (or a cluster address) runs
-    one Ray task per file instead (needs the ``ray`` extra; excludes ``workers``). The result is the same
-    storage either way.
+    ``shard_size`` is the bytes of token ids after which a shard is committed (an int, or a string such
+    as ``"64MiB"``; default 256 MiB): the sorted inputs are cut into groups of consecutive files of at
+    least that many input bytes, and group ``g`` writes shards ``g * 10**6``, ``+ 1``, ...
+    ``workers`` processes each tokenize whole groups; ``workers=1`` works in the calling process. The
+    default, ``None``, means ``min(4, cpu count)`` processes, or the calling process when the inputs
+    total less than ``AUTO_PARALLEL_MIN_BYTES`` (8 MiB), where starting processes costs more than it
+    saves. ``ray=True`` (or a cluster address) runs one Ray task per group instead (needs the ``ray``
+    extra; excludes ``workers``). The result is the same storage either way.
 
     ``chat=True`` reads conversations instead of text: rows of JSONL or Parquet files with a ``messages``
     field, rendered with the chat template of the Hugging Face tokenizer directory ``tokenizer_path``, into
     a masked token storage whose mask marks the assistant's turns (``train_on="assistant"``) or every
-    token (``train_on="all"``); needs the ``chat`` extra (see docs/conversations.md).
+    token (``train_on="all"``); needs the ``chat`` extra (see docs/conversations.md). Conversation files
+    are grouped into shards as text files are.
     """
     started = time.perf_counter()
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
@@ -213,6 +233,7 @@ def tokenize_files(
         dtype=dtype,
         eos_token=eos_token,
         skip_existing=skip_existing,
+        shard_size=shard_size,
         train_on=train_on if chat else None,
     )
     return execute(plan, workers, progress, started, ray)

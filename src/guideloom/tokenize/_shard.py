@@ -1,8 +1,10 @@
-"""One input file into one shard: the unit of work of every executor (this process, worker processes, ...).
+"""One group of input files into its shards: the unit of work of every executor (this process, workers, Ray).
 
-:func:`tokenize_file` is a plain function of picklable arguments (plus the loaded tokenizer), so any
-executor can run it: it writes the job's shard with its own writer and commits it at the end, or commits
-nothing when it raises.
+:func:`tokenize_group` is a plain function of picklable arguments (plus the loaded tokenizer), so any
+executor can run it. It reads the group's documents in order (:func:`group_batches`), encodes each
+batch (:class:`TextDocuments`) and hands the token arrays to :class:`GroupShards`, which commits each
+shard once it is full and the last one at the end. Raising commits nothing of the shard in progress;
+shards committed before stay.
 """
 
 from __future__ import annotations
@@ -12,15 +14,17 @@ import os
 import pickle
 import traceback
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from guideloom._storage.resumable_write import committed_digest
+from guideloom._storage.storages import TokenStorage
 from guideloom.tokenize._chat import ChatDocuments
+from guideloom.tokenize._groups import GroupJob, GroupProgress, group_progress, shard_contents
 from guideloom.tokenize._inputs import InputFile, iter_documents
-from guideloom.tokenize._plan import FileJob, TokenizeSettings
+from guideloom.tokenize._plan import TokenizeSettings
 from guideloom.tokenize._tokenizer import encode
 
 BATCH_DOCUMENTS = 512
@@ -28,7 +32,7 @@ BATCH_CHARACTERS = 4 << 20
 
 
 class Cancelled(Exception):
-    """Raised inside a writer when another file failed: its shard is not committed."""
+    """Raised inside a writer when another group failed: its shard in progress is not committed."""
 
 
 def _never() -> bool:
@@ -39,8 +43,57 @@ def _ignore(count: int) -> None:
     del count
 
 
+@dataclass
+class GroupResult:
+    """What one run of a group wrote (after what earlier runs had committed of it)."""
+
+    documents: int = 0
+    tokens: int = 0
+    shards: list[int] = field(default_factory=list)  #: shard ids committed by this run
+    empty_files: list[Path] = field(default_factory=list)  #: the group's inputs without documents
+
+
+class GroupShards:
+    """Appends a group's documents to its shards in order, committing each once it holds ``shard_size`` bytes.
+
+    The writer is created at the first document (a group without documents creates nothing). Leaving
+    the ``with`` block normally commits the last shard; leaving it by an exception commits nothing more.
+    """
+
+    def __init__(self, storage: TokenStorage, job: GroupJob, result: GroupResult, start: int = 0) -> None:
+        self._storage = storage
+        self._job = job
+        self._result = result
+        self._stack = contextlib.ExitStack()
+        self._writer: Any = None
+        self.shard = job.first_shard + start  #: the shard being written
+        self._bytes = 0
+
+    def append(self, tokens: np.ndarray, **extras: Any) -> None:
+        """Append one document (``extras`` go to ``writer.append``, e.g. a loss mask)."""
+        if self._writer is None:
+            self._writer = self._stack.enter_context(self._storage.sync_writer())
+        self._writer.append(self.shard, tokens, **extras)
+        self._result.documents += 1
+        self._result.tokens += tokens.size
+        self._bytes += tokens.nbytes
+        if self._bytes >= self._job.shard_size:
+            self._writer.commit(self.shard)
+            self._result.shards.append(self.shard)
+            self.shard += 1
+            self._bytes = 0
+
+    def __enter__(self) -> GroupShards:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: Any) -> None:
+        self._stack.__exit__(kind, error, trace)  # the writer commits the shard in progress, or nothing
+        if error is None and self._bytes:
+            self._result.shards.append(self.shard)
+
+
 class TextDocuments:
-    """What :func:`tokenize_file` reads and writes for text: documents, their ids and the end-of-text id."""
+    """What :func:`tokenize_group` reads and writes for text: documents, their ids and the end-of-text id."""
 
     def __init__(self, tokenizer: Any, settings: TokenizeSettings) -> None:
         self.tokenizer = tokenizer
@@ -49,10 +102,12 @@ class TextDocuments:
         self.dtype = np.dtype(settings.dtype)
 
     def documents(self, file: InputFile) -> Iterator[tuple[str, int, int]]:
+        """``(document, its size in characters, input bytes read so far)`` for each document of ``file``."""
         for text, position in iter_documents(file, self.text_field):
             yield text, len(text), position
 
     def encode(self, file: InputFile, texts: list[str]) -> Iterator[tuple[np.ndarray, None]]:
+        """Each text's ids, then the end-of-text id (if any), as an array of the storage's dtype; no mask."""
         del file
         for ids in encode(self.tokenizer, texts):
             array = np.empty(len(ids) + len(self.eos), self.dtype)
@@ -68,57 +123,67 @@ def document_kind(settings: TokenizeSettings, tokenizer: Any) -> TextDocuments |
     return ChatDocuments(tokenizer, settings.train_on, np.dtype(settings.dtype))
 
 
-def tokenize_file(
-    job: FileJob,
+def group_batches(
+    job: GroupJob,
+    kind: TextDocuments | ChatDocuments,
+    result: GroupResult,
+    report: Callable[[int], object] = _ignore,
+    skip: int = 0,
+) -> Iterator[tuple[InputFile, list[Any]]]:
+    """The group's documents in order, in batches of one file's; the first ``skip`` are read and left out.
+
+    ``report(n)`` is called with the input bytes read since its last call; the group's files without
+    documents go to ``result.empty_files``.
+    """
+    for file in job.files:
+        batch: list[Any] = []
+        characters = reported = documents = 0
+        for document, size, position in kind.documents(file):
+            documents += 1
+            if skip:
+                skip -= 1
+                continue
+            batch.append(document)
+            characters += size
+            if len(batch) >= BATCH_DOCUMENTS or characters >= BATCH_CHARACTERS:
+                yield file, batch
+                batch, characters = [], 0
+                report(position - reported)
+                reported = position
+        if batch:
+            yield file, batch
+        report(file.size - reported)
+        if not documents:
+            result.empty_files.append(file.path)
+
+
+def tokenize_group(
+    job: GroupJob,
     settings: TokenizeSettings,
     tokenizer: Any,
     report: Callable[[int], object] = _ignore,
     cancelled: Callable[[], bool] = _never,
-) -> tuple[int, int]:
-    """Write ``job``'s shard: ``(documents, tokens)``. Raising commits nothing of it.
+    resume: GroupProgress | None = None,
+) -> GroupResult:
+    """Write ``job``'s group after what ``resume`` (default: ``job.resume``) says is committed of it.
 
-    ``report(n)`` is called with the input bytes read since its last call; ``cancelled()`` is polled
-    between batches of documents, and True raises :class:`Cancelled`. An input without documents
-    writes no shard: ``(0, 0)``.
+    ``cancelled()`` is polled between batches of documents, and True raises :class:`Cancelled`.
     """
+    resume = job.resume if resume is None else resume
     if cancelled():
         raise Cancelled
-    storage = settings.storage()
+    result = GroupResult()
     kind = document_kind(settings, tokenizer)
-    documents = tokens = 0
-    reported = 0
-    batch: list[Any] = []
-    characters = 0
-    with contextlib.ExitStack() as stack:
-        writer = None
-
-        def flush(position: int) -> None:
-            nonlocal writer, documents, tokens, reported, characters
+    with GroupShards(settings.storage(), job, result, start=resume.shards) as shards:
+        for file, batch in group_batches(job, kind, result, report, skip=resume.documents):
             if cancelled():
                 raise Cancelled
-            if batch:
-                if writer is None:  # created lazily: an input without documents creates nothing
-                    writer = stack.enter_context(storage.sync_writer())
-                for array, mask in kind.encode(job.file, batch):
-                    if mask is None:
-                        writer.append(job.shard, array)
-                    else:
-                        writer.append(job.shard, array, loss_mask=mask)
-                    tokens += array.size
-                documents += len(batch)
-                batch.clear()
-                characters = 0
-            report(position - reported)
-            reported = position
-
-        position = 0
-        for document, size, position in kind.documents(job.file):
-            batch.append(document)
-            characters += size
-            if len(batch) >= BATCH_DOCUMENTS or characters >= BATCH_CHARACTERS:
-                flush(position)
-        flush(max(position, job.size))
-    return documents, tokens
+            for tokens, mask in kind.encode(file, batch):
+                if mask is None:
+                    shards.append(tokens)
+                else:
+                    shards.append(tokens, loss_mask=mask)
+    return result
 
 
 def picklable(error: BaseException) -> BaseException:
@@ -130,25 +195,37 @@ def picklable(error: BaseException) -> BaseException:
     return error
 
 
-_loaded_tokenizers: dict[Path, Any] = {}  # per process: an executor's reused worker loads a tokenizer once
+_loaded_tokenizers: dict[tuple[Path, bool], Any] = {}  # per process: an executor's reused worker loads a tokenizer once
 
 
-def tokenize_job(job: FileJob, settings: TokenizeSettings) -> tuple[str, Any, str | None]:
-    """``job`` for executors that may run it again (Ray): ``("done", counts, None)`` or ``("failed", error, trace)``.
+def tokenize_job(job: GroupJob, settings: TokenizeSettings) -> tuple[str, Any, str | None]:
+    """``job`` for executors that may run it again (Ray): ``("done", result, None)`` or ``("failed", error, trace)``.
 
-    An attempt that finds the shard committed (an earlier attempt died after committing it) reports
-    the shard's counts: a plan schedules only shards not committed when the run started.
+    An attempt resumes after what is committed of the group now: an earlier attempt may have died
+    after committing some of its shards (or all: then it writes nothing). The shards committed since
+    the run was planned count as this run's.
     """
     os.environ.setdefault("RAYON_NUM_THREADS", "1")  # one CPU per job
     try:
         storage = settings.storage()
         header = storage.create()
-        found = committed_digest(storage, header, job.shard)
-        if found is not None:
-            return "done", (found.records, found.data_size // header.element_size), None
-        tokenizer = _loaded_tokenizers.get(settings.tokenizer_path)
+        committed = set(storage.committed_shards())
+        now = group_progress(job, header, shard_contents(storage, header), committed)
+        earlier = GroupResult(
+            documents=now.documents - job.resume.documents,
+            tokens=now.tokens - job.resume.tokens,
+            shards=list(range(job.first_shard + job.resume.shards, job.first_shard + now.shards)),
+        )
+        if now.finished:
+            return "done", earlier, None
+        key = (settings.tokenizer_path, settings.train_on is not None)  # a tokenizer.json, or a chat directory
+        tokenizer = _loaded_tokenizers.get(key)
         if tokenizer is None:
-            tokenizer = _loaded_tokenizers[settings.tokenizer_path] = settings.load_tokenizer()
-        return "done", tokenize_file(job, settings, tokenizer), None
+            tokenizer = _loaded_tokenizers[key] = settings.load_tokenizer()
+        result = tokenize_group(job, settings, tokenizer, resume=now)
+        result.documents += earlier.documents
+        result.tokens += earlier.tokens
+        result.shards[:0] = earlier.shards
+        return "done", result, None
     except Exception as error:
         return "failed", picklable(error), traceback.format_exc()

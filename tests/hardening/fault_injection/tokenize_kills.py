@@ -6,7 +6,8 @@ Two ways to kill:
            OOM killer of a container does) gets SIGKILL after a random delay within a full run's time;
 ``call``   the command (``--workers 1``: it writes every shard itself) kills itself just before or
            after the k-th call of ``os.fsync``, ``os.link``, ``open``, ... (see ``inject_cli.py``), k
-           uniform over a full run's calls: lands on header creation, commits, and between shards.
+           uniform over a full run's calls: lands on header creation, commits, and between shards
+           (of one group of files and of different groups).
 
 After each kill: every committed shard is byte-identical to an undisturbed run's, the storage opens
 and verifies (or holds no header and no shard yet), and a rerun with ``--skip-existing`` exits 0
@@ -51,8 +52,9 @@ def _command(*arguments: object) -> list[str]:
 
 
 def _tokenize_arguments(setup: Setup, output: Path, workers: int, *extra: str) -> list[str]:
+    # 8 KiB shards: the groups of files write several shards each, so kills also land between a group's shards
     return ["tokenize", str(setup.inputs), str(output), "--tokenizer", str(setup.tokenizer), "--quiet",
-            "--workers", str(workers), *extra]  # fmt: skip
+            "--workers", str(workers), "--shard-size", "8KiB", *extra]  # fmt: skip
 
 
 def prepare(root: Path, files: int = 8, documents: int = 150) -> Setup:

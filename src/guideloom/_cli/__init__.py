@@ -1,10 +1,11 @@
-"""The ``guideloom`` command: inspect, verify and clean storages; tokenize text into one.
+"""The ``guideloom`` command: inspect, verify and clean storages; tokenize text into one; explain a loader state.
 
 Every command is prepared, then run, and its exit status follows one convention:
 
 * 0: done;
 * 1: the command ran and found problems or its work failed (``verify``: damaged shards; ``tokenize``: an
-  input failed mid-run, the shards finished before it stay committed);
+  input failed mid-run, the shards finished before it stay committed; ``explain``: a storage the state
+  names is missing or no longer what the state read);
 * 2: the command could not start: a usage error (an unknown option, a bad value), or a path that is not
   what the command needs (no storage there, a damaged header, a missing input or tokenizer, an output
   that already holds the shards); nothing was changed;
@@ -21,6 +22,9 @@ import sys
 from collections.abc import Callable, Sequence
 
 from guideloom import __version__
+from guideloom._cli.explain_command import add_explain_command
+from guideloom._cli.lengths import Lengths
+from guideloom._cli.plots import check_png
 from guideloom._core.errors import GuideloomError
 from guideloom._core.text import plural
 from guideloom._remote.object_store import is_url, parse_storage_options
@@ -65,6 +69,8 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "
 
 
 def _prepare_inspect(arguments: argparse.Namespace) -> Run:
+    if arguments.plot is not None and not arguments.lengths:
+        raise ValueError("--plot draws the histogram of --lengths: add --lengths")
     storage = _open(arguments.path, arguments.storage_options)
     header = storage.header
     unit = "documents" if header.kind == "tokens" else "records"
@@ -101,9 +107,13 @@ def _prepare_inspect(arguments: argparse.Namespace) -> Run:
                 for shard in shards
             ]
             lines += _table(columns, rows)
+        lengths = Lengths.of(reader, header.kind == "tokens") if arguments.lengths else None
+        lines += lengths.lines() if lengths is not None else []
 
     def run() -> int:
         print("\n".join(lines))
+        if lengths is not None and arguments.plot is not None:
+            lengths.plot(arguments.plot, f"{unit[:-1]} lengths of {storage.location}")
         return EXIT_OK
 
     return run
@@ -183,7 +193,10 @@ def _prepare_clean(arguments: argparse.Namespace) -> Run:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="guideloom",
-        description="Inspect, verify and clean guideloom storages; tokenize text into one.",
+        description=(
+            "Inspect, verify and clean guideloom storages; tokenize text into one; explain what a loader state "
+            "reads next."
+        ),
         epilog="exit status: 0 done, 1 problems found or the work failed, 2 usage error (nothing was changed)",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -191,6 +204,10 @@ def _parser() -> argparse.ArgumentParser:
     inspect = commands.add_parser("inspect", help="print kind, format, dtype, shards, records/tokens, bytes")
     inspect.add_argument("path", help="a storage directory or URL (s3://bucket/prefix, ...)")
     inspect.add_argument("--shards", action="store_true", help="also list every shard")
+    inspect.add_argument("--lengths", action="store_true", help="a histogram of document lengths (from the offsets)")
+    inspect.add_argument(
+        "--plot", type=check_png, metavar="FILE.png", help="with --lengths: draw it (needs matplotlib)"
+    )
     inspect.set_defaults(prepare=_prepare_inspect)
     verify = commands.add_parser("verify", help="recompute every shard's checksums; exit 1 on damage")
     verify.add_argument("path", help="a storage directory or URL")
@@ -209,6 +226,7 @@ def _parser() -> argparse.ArgumentParser:
     from guideloom.tokenize._command import add_tokenize_command  # tokenizers itself is imported only when run
 
     add_tokenize_command(commands)
+    add_explain_command(commands)
     return parser
 
 

@@ -1,0 +1,147 @@
+"""Object-store clients side by side on the local S3 server: whole-object downloads and listings.
+
+    python benchmarks/bench_object_clients.py [--megabytes 64] [--objects 10000] [--repeats 3]
+
+What guideloom needs from a client is a whole shard streamed into a cache file, and one listing of
+a ``shards/`` prefix with many objects. Compared: s3fs through guideloom's own streaming GET (what it
+uses), s3fs's ``cat_file``, obstore (Rust, object_store), and boto3 as the straightforward baseline.
+The server is ``remote/s3_server.py`` in its own process. The best of ``--repeats`` runs counts (a
+shared machine only ever slows a run). Results go to ``results/object_clients.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "src"))
+BUCKET = "clients"
+
+
+def _best(repeats: int, run: Callable[[], None]) -> float:
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+def _s3fs(endpoint: str) -> Any:
+    from guideloom._remote.object_store import ObjectStore
+
+    return ObjectStore(f"s3://{BUCKET}", {"endpoint_url": endpoint})
+
+
+def _obstore(endpoint: str) -> Any:
+    from obstore.store import S3Store
+
+    return S3Store(
+        BUCKET,
+        endpoint=endpoint,
+        access_key_id="bench",
+        secret_access_key="bench",
+        region="us-east-1",
+        client_options={"allow_http": True},
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--megabytes", type=int, default=64)
+    parser.add_argument("--objects", type=int, default=10_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    arguments = parser.parse_args()
+    import boto3
+    import obstore
+
+    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1")
+    port = 18000 + os.getpid() % 1000
+    endpoint = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(
+        [sys.executable, str(HERE / "remote" / "s3_server.py"), str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    work = Path(tempfile.mkdtemp(prefix="guideloom-clients-"))
+    try:
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(f"{endpoint}/_bench/counters", timeout=1).read()
+                break
+            except OSError:
+                time.sleep(0.1)
+        client = boto3.client("s3", endpoint_url=endpoint)
+        client.create_bucket(Bucket=BUCKET)
+        size = arguments.megabytes << 20
+        client.put_object(Bucket=BUCKET, Key="big.shard", Body=os.urandom(size))
+
+        def put_empty(index: int) -> None:
+            client.put_object(Bucket=BUCKET, Key=f"many/{index:012d}.shard", Body=b"")
+
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(put_empty, range(arguments.objects)))
+        s3fs_store, object_store = _s3fs(endpoint), _obstore(endpoint)
+        target = work / "download"
+
+        def obstore_download() -> None:
+            with open(target, "wb") as file:
+                for chunk in obstore.get(object_store, "big.shard").stream(min_chunk_size=4 << 20):
+                    file.write(chunk)
+
+        downloads: dict[str, Callable[[], None]] = {
+            "s3fs, guideloom's streaming GET": lambda: s3fs_store.download("big.shard", target),
+            "s3fs cat_file": lambda: target.write_bytes(s3fs_store.fs.cat_file(f"{BUCKET}/big.shard")),
+            "obstore get, streamed": obstore_download,
+            "boto3 download_fileobj": lambda: client.download_file(BUCKET, "big.shard", str(target)),
+        }
+        listings: dict[str, Callable[[], None]] = {
+            "s3fs ls (guideloom's listing)": lambda: s3fs_store.listing("many"),
+            "obstore list": lambda: [item for batch in obstore.list(object_store, "many/") for item in batch],
+            "boto3 list_objects_v2 pages": lambda: [
+                page for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix="many/")
+            ],
+        }
+        results: dict[str, Any] = {"megabytes": arguments.megabytes, "objects": arguments.objects}
+        results["download_mb_per_s"] = {
+            name: size / 1e6 / _best(arguments.repeats, run) for name, run in downloads.items()
+        }
+        results["listing_s"] = {name: _best(arguments.repeats, run) for name, run in listings.items()}
+    finally:
+        server.kill()
+        server.wait()
+        for path in work.iterdir():
+            path.unlink()
+        work.rmdir()
+    lines = [
+        f"One {arguments.megabytes} MB object, streamed into a file (MB/s, best of {arguments.repeats}):",
+        "",
+        "| client | MB/s |",
+        "|---|---:|",
+        *(f"| {name} | {rate:.0f} |" for name, rate in results["download_mb_per_s"].items()),
+        "",
+        f"Listing {arguments.objects:,} objects under one prefix (s, best of {arguments.repeats}):",
+        "",
+        "| client | s |",
+        "|---|---:|",
+        *(f"| {name} | {seconds:.2f} |" for name, seconds in results["listing_s"].items()),
+    ]
+    (HERE / "results").mkdir(exist_ok=True)
+    (HERE / "results" / "object_clients.json").write_text(json.dumps(results, indent=2) + "\n")
+    (HERE / "results" / "object_clients.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""Provenance: which samples the next batches hold, skipping batches, and the digest a state records of them.
+
+All of it is arithmetic on the loader's place, ``(epoch, position)``, and its settings, as iteration
+is: `upcoming` walks the batches iteration would yield (into the following epochs, whose source may be
+a grown storage's), the sources describe their samples from their indexes (``describe``), and
+`skipped` is the place after whole batches, computed in O(1) however many epochs they span.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from guideloom._core.checks import check_int
+from guideloom._core.errors import StateMismatchError
+from guideloom._loading.state import DROP_LAST, LOCAL_BATCH_SIZE, NEXT_BATCH, SOURCE, WORLD_SIZE, OrderSettings
+from guideloom._sampling.epoch_order import BatchPlan, EpochOrder
+from guideloom._sources.describe import SamplePieces
+from guideloom._sources.source import SampleSource
+
+__all__ = ["DigestCache", "Place", "check_next_batch", "explain_batches", "skipped"]
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a loader stands: ``position`` in ``epoch``, read from ``source``; the later epochs from ``next_source``."""
+
+    epoch: int
+    position: int
+    source: SampleSource
+    next_source: SampleSource
+
+
+def plan_of(settings: OrderSettings, source: SampleSource, start: int) -> BatchPlan:
+    return BatchPlan(source.sample_count, settings.local_batch_size, settings.world_size, settings.drop_last, start)
+
+
+def describe_positions(
+    source: SampleSource, settings: OrderSettings, epoch: int, positions: np.ndarray
+) -> SamplePieces:
+    """The samples at these positions of epoch ``epoch``'s order (past the end: wrapping around, as padding does)."""
+    order = EpochOrder(
+        source.sample_count, shuffle=settings.shuffle and not source.orders_itself, seed=settings.seed, epoch=epoch
+    )
+    return source.describe(order.sample_at(positions), epoch)
+
+
+def upcoming(
+    place: Place, settings: OrderSettings, batches: int
+) -> Iterator[tuple[int, int, SampleSource, BatchPlan, int]]:
+    """The next ``batches`` batches as iteration yields them: ``(epoch, batch number in the epoch, source, plan,
+    batch of the plan)``. A batch's number counts the epoch's batches before it, the same on every rank."""
+    epoch, position, source, left = place.epoch, place.position, place.source, batches
+    while left:
+        plan = plan_of(settings, source, position)
+        if plan.batch_count == 0:  # the epoch is complete: iteration starts the next one
+            epoch, position, source = epoch + 1, 0, place.next_source
+            continue
+        first = position // plan.global_batch_size
+        for batch in range(min(left, plan.batch_count)):
+            yield epoch, first + batch, source, plan, batch
+        left -= min(left, plan.batch_count)
+        position = source.sample_count
+
+
+def explain_batches(place: Place, settings: OrderSettings, batches: object, rank: object) -> list[dict[str, Any]]:
+    """`StatefulDataLoader.explain`: one dict per batch, ``{"epoch", "batch", "rank", "samples"}``."""
+    count = check_int("batches", batches, minimum=1)
+    rank = check_int("rank", rank, minimum=0)
+    if rank >= settings.world_size:
+        raise ValueError(f"rank must be < world_size ({settings.world_size}), got {rank}")
+    described = []
+    for epoch, number, source, plan, batch in upcoming(place, settings, count):
+        pieces = describe_positions(source, settings, epoch, plan.rank_positions(batch, rank))
+        described.append({"epoch": epoch, "batch": number, "rank": rank, "samples": pieces.samples()})
+    return described
+
+
+def skipped(place: Place, settings: OrderSettings, batches: int) -> tuple[int, int, bool]:
+    """The ``(epoch, position)`` after ``batches`` more batches, and whether it lies past the current epoch (so the
+    next epoch's source serves it). Ending exactly at an epoch's end leaves that epoch complete, as reading does."""
+    plan = plan_of(settings, place.source, place.position)
+    if batches <= plan.batch_count:
+        return place.epoch, plan.batch_end(batches - 1) if batches else place.position, False
+    left = batches - plan.batch_count
+    epoch_plan = plan_of(settings, place.next_source, 0)
+    whole, left = divmod(left, epoch_plan.full_epoch_batch_count)
+    if left == 0:
+        return place.epoch + whole, place.next_source.sample_count, True
+    return place.epoch + whole + 1, epoch_plan.batch_end(left - 1), True
+
+
+def next_batch(source: SampleSource, settings: OrderSettings, epoch: int, position: int) -> str:
+    """What a state records of the batch it stands before: a digest of that global batch's first sample.
+
+    It depends on the order only, not on this rank or on how many ranks share the batch, so an elastic
+    resume finds the same one. At an epoch's end it is the next epoch's first sample as this source would
+    serve it (a storage grown since joins only then, and is left out). One sample, located in plain integer
+    arithmetic and keyed by what the source knows without opening a shard (``sample_keys``), keeps
+    ``state_dict()`` cheap at every step and free of downloads, and tells another order apart all the same.
+    """
+    if plan_of(settings, source, position).batch_count == 0:
+        epoch, position = epoch + 1, 0
+    index = position
+    if settings.shuffle and not source.orders_itself:
+        index = EpochOrder(source.sample_count, shuffle=True, seed=settings.seed, epoch=epoch).sample_at_one(position)
+    keys = source.sample_keys(np.array([index % source.sample_count], np.int64), epoch)
+    return hashlib.blake2b(np.ascontiguousarray(keys, "<i8").tobytes(), digest_size=8).hexdigest()
+
+
+class DigestCache:
+    """The last place's `next_batch`: ``state_dict()`` is called often, and mostly twice at one place."""
+
+    def __init__(self) -> None:
+        self._key: tuple[int, int, int, OrderSettings] | None = None
+        self._value = ""
+
+    def of(self, source: SampleSource, settings: OrderSettings, epoch: int, position: int) -> str:
+        key = (epoch, position, id(source), settings)
+        if key != self._key:
+            self._value, self._key = next_batch(source, settings, epoch, position), key
+        return self._value
+
+
+def check_next_batch(
+    state: dict[str, Any], source: SampleSource, settings: OrderSettings, epoch: int, position: int
+) -> None:
+    """StateMismatchError if the batch a state stands before is not the one ``source`` serves there.
+
+    Checked when the state records one (version 3) and was taken from a source of this very identity (a
+    mixture whose schedule was changed from the state's position on may serve other samples, by design).
+    The batch is the state's: its batch sizes, not this loader's, say which samples it holds.
+    """
+    if NEXT_BATCH not in state or _placeless(state.get(SOURCE)) != _placeless(source.identity()):
+        return
+    recorded = state[NEXT_BATCH]
+    local_batch_size, world_size, drop_last = (state.get(key) for key in (LOCAL_BATCH_SIZE, WORLD_SIZE, DROP_LAST))
+    sizes_fit = all(
+        isinstance(size, int) and not isinstance(size, bool) and size >= 1 for size in (local_batch_size, world_size)
+    )
+    if not (sizes_fit and isinstance(drop_last, bool) and isinstance(recorded, str)):
+        raise StateMismatchError(f"the state's {NEXT_BATCH!r} and batch sizes are not what guideloom writes")
+    assert isinstance(local_batch_size, int) and isinstance(world_size, int)
+    then = replace(settings, local_batch_size=local_batch_size, world_size=world_size, drop_last=drop_last)
+    if next_batch(source, then, epoch, position) != recorded:
+        raise StateMismatchError(
+            "the state's next batch is not the one this loader would read there (their digests differ): the "
+            "order of the samples changed since the state was taken (another guideloom version, or a setting "
+            "the state does not record), so resuming would read other data"
+        )
+
+
+def _placeless(identity: Any) -> Any:
+    """A source's identity but for where its storages are: a storage moved since still serves its batches."""
+    return (
+        {key: value for key, value in identity.items() if key not in ("path", "storages")}
+        if isinstance(identity, dict)
+        else identity
+    )

@@ -1,0 +1,174 @@
+"""Retries of requests to an object store: transient failures are tried again, bounded in count and time.
+
+Transient: throttling and server errors by HTTP status (429, 500, 502, 503, 504, whatever the error
+code says), connection resets and refusals, timeouts, and bodies cut short. Each retry waits an
+exponential backoff with full jitter (a uniform draw below ``0.1 s * 2**retry``, at most 10 s), is
+logged (logger ``guideloom``, level WARNING) and counted; when the attempts or the deadline run out,
+the caller turns the last error into a ``ConnectionError`` naming the object. Everything else (403,
+404, 412, a local disk error) is permanent and raised at once.
+
+The clients' own retries (botocore's and s3fs's) are switched off for S3, so these are the only ones
+and the bounds hold as stated (see ``ObjectStore``).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+LOGGER = logging.getLogger("guideloom")
+TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+DEFAULT_ATTEMPTS = 6
+DEFAULT_DEADLINE_S = 60.0
+BASE_DELAY_S = 0.1
+MAX_DELAY_S = 10.0
+ATTEMPTS_OPTION = "request_attempts"
+DEADLINE_OPTION = "request_deadline_s"
+# Exception classes of botocore, aiohttp and s3fs that mean "the connection failed or the response was
+# incomplete", matched by name so that neither library is imported here.
+_TRANSIENT_CLASS_NAMES = frozenset(
+    {
+        "HTTPClientError",  # botocore: connection closed, read timeout, streaming errors
+        "IncompleteReadError",
+        "ResponseParserError",  # a throttling response with a garbled body
+        "ClientPayloadError",  # aiohttp: the body ended early
+        "ClientConnectionError",  # aiohttp: resets, refusals, disconnects
+        "EndpointConnectionError",
+        "IncompleteRead",
+        "FSTimeoutError",
+    }
+)
+
+T = TypeVar("T")
+
+
+class ShortBody(ConnectionError):
+    """A response whose body ended before the length its headers promised."""
+
+
+def http_status(error: BaseException) -> int | None:
+    """The HTTP status of a failed request, from the error or what it was raised from; None if there is none."""
+    for link in _chain(error):
+        response = getattr(link, "response", None)
+        if isinstance(response, dict):
+            status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if isinstance(status, int):
+                return status
+            code = str(response.get("Error", {}).get("Code", ""))
+            if code.isdigit():
+                return int(code)
+    return None
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether trying the same request again may succeed."""
+    status = http_status(error)
+    if status is not None:
+        return status in TRANSIENT_STATUSES
+    for link in _chain(error):
+        if isinstance(link, PermissionError | FileNotFoundError | FileExistsError):
+            return False
+        if isinstance(link, ConnectionError | TimeoutError):
+            return True
+        if any(kind.__name__ in _TRANSIENT_CLASS_NAMES for kind in type(link).__mro__):
+            return True
+    return False
+
+
+def describe(error: BaseException) -> str:
+    """A short account of an error: its status where it has one, its type and message."""
+    status = http_status(error)
+    text = str(error) or type(error).__name__
+    if status is not None and str(status) not in text:
+        return f"HTTP {status}: {text}"
+    return f"{type(error).__name__}: {text}"
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    links: list[BaseException] = []
+    link: BaseException | None = error
+    while link is not None and len(links) < 8 and link not in links:
+        links.append(link)
+        link = link.__cause__ or link.__context__
+    return links
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """At most ``attempts`` tries of one request, none started after ``deadline_s`` seconds."""
+
+    attempts: int = DEFAULT_ATTEMPTS
+    deadline_s: float = DEFAULT_DEADLINE_S
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any]) -> tuple[RetryPolicy, dict[str, Any]]:
+        """The policy given by guideloom's own ``storage_options`` keys, and the options left for fsspec."""
+        rest = dict(options)
+        attempts = rest.pop(ATTEMPTS_OPTION, DEFAULT_ATTEMPTS)
+        deadline = rest.pop(DEADLINE_OPTION, DEFAULT_DEADLINE_S)
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            raise ValueError(f"storage_options[{ATTEMPTS_OPTION!r}] must be an int of 1 or more, got {attempts!r}")
+        if isinstance(deadline, bool) or not isinstance(deadline, int | float) or not deadline > 0:
+            raise ValueError(f"storage_options[{DEADLINE_OPTION!r}] must be a positive number, got {deadline!r}")
+        return cls(attempts, float(deadline)), rest
+
+
+class RetriesExhausted(Exception):
+    """A transient failure that outlasted the policy: ``last`` is the last attempt's error."""
+
+    def __init__(self, last: BaseException, attempts: int, elapsed: float) -> None:
+        super().__init__(f"after {attempts} attempt{'s' * (attempts > 1)} in {elapsed:.1f} s: {describe(last)}")
+        self.last = last
+        self.attempts = attempts
+
+
+class Retrying:
+    """Runs requests under a policy and counts the retries it made (shared by threads; per process)."""
+
+    def __init__(self, policy: RetryPolicy) -> None:
+        self.policy = policy
+        self.count = 0
+        self._lock = threading.Lock()
+        self._random = random.Random()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"policy": self.policy, "count": 0}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["policy"])  # type: ignore[misc]
+
+    def call(self, what: str, request: Callable[[int], T]) -> T:
+        """``request(attempt)`` (attempt 1, 2, ...) until it succeeds, fails permanently, or the policy ends.
+
+        Raises RetriesExhausted (from the last error) when a transient failure outlasts the policy.
+        """
+        start = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return request(attempt)
+            except Exception as error:
+                if not is_transient(error):
+                    raise
+                elapsed = time.monotonic() - start
+                with self._lock:
+                    delay = self._random.uniform(0, min(MAX_DELAY_S, BASE_DELAY_S * 2 ** (attempt - 1)))
+                if attempt >= self.policy.attempts or elapsed + delay >= self.policy.deadline_s:
+                    raise RetriesExhausted(error, attempt, elapsed) from error
+                with self._lock:
+                    self.count += 1
+                LOGGER.warning(
+                    "%s: attempt %d of %d failed (%s); retrying in %.2f s",
+                    what,
+                    attempt,
+                    self.policy.attempts,
+                    describe(error),
+                    delay,
+                )
+            time.sleep(delay)

@@ -1,0 +1,257 @@
+"""A fault-injecting HTTP proxy on 127.0.0.1 in front of the S3 API server, as real stores misbehave.
+
+Every request is either forwarded to the server unchanged or meets one fault: a 503 SlowDown, a
+429, a 500 (answered by the proxy, the server never sees the request), a connection reset before the
+request is forwarded, a reset after the server handled it (the response is lost: a create landed but
+its writer does not know), a body cut short (headers promise the whole object, half of it is sent),
+or a delay. Which fault a request meets is a function of the seed, the request line and how many
+times that same request line was seen before, so it does not depend on how threads interleave; at
+most ``max_in_a_row`` consecutive faults hit one request line, so a client that retries gets through.
+
+``python tests/remote/fault_proxy.py UPSTREAM_PORT PORT SEED RATES_JSON`` runs one as a process
+(the benchmarks do); tests start it in their own process with ``FaultProxy(...).start()``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import socket
+import struct
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+FAULTS = ("slow_down", "too_many", "internal", "forbidden", "reset_before", "reset_after", "short_body", "delay")
+_ANSWERED = {
+    "slow_down": (503, "SlowDown", "Please reduce your request rate."),
+    "too_many": (429, "TooManyRequests", "Too many requests."),  # an S3-compatible store's throttling
+    "internal": (500, "InternalError", "We encountered an internal error. Please try again."),
+    "forbidden": (403, "AccessDenied", "Access Denied"),
+}
+_HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "upgrade",
+    "expect",
+}
+CHUNK = 1 << 20
+
+
+class FaultProxy:
+    """The proxy: ``rates`` maps fault names (FAULTS) to the share of requests that meet them."""
+
+    def __init__(
+        self,
+        upstream_port: int,
+        rates: dict[str, float],
+        seed: int = 0,
+        port: int = 0,
+        delay_s: float = 0.05,
+        max_in_a_row: int = 2,
+        applies: Callable[[str, str], bool] | None = None,
+    ) -> None:
+        unknown = set(rates) - set(FAULTS)
+        if unknown:
+            raise ValueError(f"unknown faults {sorted(unknown)}; known: {FAULTS}")
+        self.upstream_port = upstream_port
+        self.rates = dict(rates)
+        self.seed = seed
+        self.delay_s = delay_s
+        self.max_in_a_row = max_in_a_row
+        self.applies = applies  # (method, path) -> whether faults may hit this request; None: all
+        self.delivered: Counter[tuple[str, str]] = Counter()  # responses relayed whole with a 2xx status
+        self.injected: Counter[str] = Counter()
+        self.forwarded = 0
+        self._seen: Counter[str] = Counter()
+        self._in_a_row: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), _handler_for(self))
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> FaultProxy:
+        self._thread = threading.Thread(target=self._server.serve_forever, name="fault-proxy", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def choose(self, method: str, target: str) -> str | None:
+        """The fault this request meets (None: forwarded as it is)."""
+        line = f"{method} {target}"
+        if self.applies is not None and not self.applies(method, target):
+            return None
+        with self._lock:
+            occurrence = self._seen[line]
+            self._seen[line] += 1
+            if self._in_a_row[line] >= self.max_in_a_row:
+                self._in_a_row[line] = 0
+                return None
+            digest = hashlib.sha256(f"{self.seed}\0{line}\0{occurrence}".encode()).digest()
+            draw = int.from_bytes(digest[:8], "big") / 2**64
+            fault = None
+            for name in FAULTS:
+                rate = self.rates.get(name, 0.0)
+                if draw < rate:
+                    fault = name
+                    break
+                draw -= rate
+            if fault is None:
+                self._in_a_row[line] = 0
+            else:
+                self._in_a_row[line] += 1
+                self.injected[fault] += 1
+            return fault
+
+
+def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        upstream: http.client.HTTPConnection | None = None
+
+        def log_message(self, format: str, *args: Any) -> None:  # the server's own log is enough
+            pass
+
+        def _body(self) -> bytes:
+            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                parts = []
+                while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
+                    parts.append(self.rfile.read(size))
+                    self.rfile.readline()
+                while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    pass  # trailers
+                return b"".join(parts)
+            return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+        def _reset(self) -> None:
+            """Close the connection with a TCP reset, as a dropped connection looks to the client."""
+            self.close_connection = True
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()
+
+        def _answer(self, fault: str) -> None:
+            status, code, message = _ANSWERED[fault]
+            body = (
+                f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code><Message>{message}</Message>'
+                f"<Resource>{self.path}</Resource><RequestId>fault-proxy</RequestId></Error>"
+            ).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        def _forward(self, body: bytes) -> http.client.HTTPResponse:
+            if self.upstream is None:
+                self.upstream = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=120)
+            headers = {name: value for name, value in self.headers.items() if name.lower() not in _HOP_BY_HOP}
+            headers["Content-Length"] = str(len(body))
+            for attempt in range(2):  # the kept-alive upstream connection may have been closed meanwhile
+                try:
+                    self.upstream.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
+                    for name, value in headers.items():
+                        self.upstream.putheader(name, value)
+                    self.upstream.endheaders(body)
+                    return self.upstream.getresponse()
+                except (http.client.HTTPException, OSError):
+                    self.upstream.close()
+                    if attempt:
+                        raise
+            raise AssertionError("unreachable")
+
+        def _relay(self, response: http.client.HTTPResponse, cut_short: bool) -> None:
+            length = response.getheader("Content-Length")
+            has_body = self.command != "HEAD" and response.status not in (204, 304)
+            data = b"" if length is not None or not has_body else response.read()
+            size = len(data) if length is None else int(length)
+            self.send_response_only(response.status, response.reason)
+            for name, value in response.getheaders():
+                if name.lower() not in _HOP_BY_HOP and name.lower() != "content-length":
+                    self.send_header(name, value)
+            self.send_header("Content-Length", str(size))
+            self.end_headers()
+            if not has_body:
+                if response.status < 300:
+                    with proxy._lock:
+                        proxy.delivered[(self.command, self.path)] += 1
+                return
+            limit = size // 2 if cut_short else size
+            sent = 0
+            if data:
+                self.wfile.write(data[:limit])
+                sent = min(limit, len(data))
+            while sent < limit and (chunk := response.read(min(CHUNK, limit - sent))):
+                self.wfile.write(chunk)
+                sent += len(chunk)
+            if cut_short:
+                response.read()  # drain, so the upstream connection can be reused
+                self.wfile.flush()
+                self._reset()
+            elif response.status < 300:
+                with proxy._lock:
+                    proxy.delivered[(self.command, self.path)] += 1
+
+        def _handle(self) -> None:
+            body = self._body()
+            fault = proxy.choose(self.command, self.path)
+            if fault == "short_body" and self.command != "GET":
+                fault = "reset_after"  # nothing to cut short: the response is lost instead
+            if fault in _ANSWERED:
+                self._answer(fault)
+                return
+            if fault == "reset_before":
+                self._reset()
+                return
+            if fault == "delay":
+                time.sleep(proxy.delay_s)
+            response = self._forward(body)
+            with proxy._lock:
+                proxy.forwarded += 1
+            if fault == "reset_after":
+                response.read()
+                self._reset()
+                return
+            self._relay(response, cut_short=fault == "short_body")
+
+        do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _handle
+
+        def finish(self) -> None:
+            try:
+                super().finish()
+            except (OSError, ValueError):
+                pass  # the connection was reset on purpose
+            if self.upstream is not None:
+                self.upstream.close()
+
+    return Handler
+
+
+def main(upstream_port: str, port: str, seed: str, rates: str) -> None:
+    proxy = FaultProxy(int(upstream_port), json.loads(rates), seed=int(seed), port=int(port))
+    print(proxy.endpoint, flush=True)
+    proxy._server.serve_forever()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

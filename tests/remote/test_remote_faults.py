@@ -1,0 +1,260 @@
+"""A store that throttles, resets connections and cuts bodies short (a fault proxy in front of the server).
+
+Writers commit exactly their shards, loaders read exactly the fault-free batches, resume works,
+the cache never shows a partial shard, and processes sharing a cache still download each shard once.
+Retries are bounded, logged and counted; permanent errors are not retried.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import numpy as np
+import pytest
+
+from guideloom import StatefulDataLoader, TokenStorage
+from guideloom._remote.object_store import ObjectStore
+from tests.remote.fault_proxy import FaultProxy
+from tests.remote.remote_child import shard_tokens
+from tests.remote.s3_support import S3Server
+
+CHILD = Path(__file__).with_name("remote_child.py")
+# A share of every kind of fault: about one request in three meets one.
+MIXED = {
+    "slow_down": 0.08,
+    "too_many": 0.04,
+    "internal": 0.04,
+    "reset_before": 0.04,
+    "reset_after": 0.05,
+    "short_body": 0.08,
+    "delay": 0.05,
+}
+
+
+@pytest.fixture
+def faulty(s3_server: S3Server) -> Iterator[FaultProxy]:
+    proxy = FaultProxy(s3_server.port, MIXED, seed=7).start()
+    yield proxy
+    proxy.stop()
+
+
+def _storage(url: str, endpoint: str, cache: Path, **options: Any) -> TokenStorage:
+    return TokenStorage(url, storage_options={"endpoint_url": endpoint, **options}, cache_dir=cache)
+
+
+def _write(storage: TokenStorage, shards: range) -> None:
+    with storage.sync_writer() as writer:
+        for shard in shards:
+            for tokens in shard_tokens(shard, documents=6, length=300):
+                writer.append(shard, tokens)
+
+
+def _epoch(storage: TokenStorage, **options: Any) -> list[list[list[int]]]:
+    with StatefulDataLoader.from_storage(
+        storage, device="cpu", local_batch_size=4, sequence_length=64, shuffle=True, seed=3, **options
+    ) as loader:
+        return [batch.tolist() for batch in loader]
+
+
+def _keys(s3_server: S3Server, bucket: str) -> list[str]:
+    listing = boto3.client("s3", endpoint_url=s3_server.endpoint).list_objects_v2(Bucket=bucket)
+    return sorted(item["Key"] for item in listing.get("Contents", []))
+
+
+def test_writers_commit_exactly_their_shards_through_faults(
+    s3_url: str, bucket: str, s3_server: S3Server, faulty: FaultProxy, tmp_path: Path
+) -> None:
+    storage = _storage(s3_url, faulty.endpoint, tmp_path / "w")
+    _write(storage, range(6))
+    shard_keys = [key for key in _keys(s3_server, bucket) if key.endswith(".shard")]
+    assert shard_keys == [f"corpus/shards/{shard:012d}.shard" for shard in range(6)]
+    assert faulty.injected["reset_after"] > 0 and storage.retry_count > 0  # creates landed, answers lost
+    direct = _storage(s3_url, s3_server.endpoint, tmp_path / "r")
+    with direct.sync_reader() as reader:
+        expected = [tokens for shard in range(6) for tokens in shard_tokens(shard, documents=6, length=300)]
+        assert [reader.read(i).tolist() for i in range(len(reader))] == [tokens.tolist() for tokens in expected]
+
+
+def test_a_loader_reads_the_fault_free_epoch_and_resumes(
+    s3_url: str, s3_server: S3Server, faulty: FaultProxy, tmp_path: Path
+) -> None:
+    _write(_storage(s3_url, s3_server.endpoint, tmp_path / "w"), range(6))
+    expected = _epoch(_storage(s3_url, s3_server.endpoint, tmp_path / "clean"))
+    storage = _storage(s3_url, faulty.endpoint, tmp_path / "faulty")
+    with StatefulDataLoader.from_storage(
+        storage, device="cpu", local_batch_size=4, sequence_length=64, shuffle=True, seed=3, num_workers=2
+    ) as loader:
+        batches = iter(loader)
+        taken = [next(batches).tolist() for _ in range(5)]
+        state = loader.state_dict()
+    resumed = _storage(s3_url, faulty.endpoint, tmp_path / "resumed")
+    with StatefulDataLoader.from_storage(
+        resumed, device="cpu", local_batch_size=4, sequence_length=64, shuffle=True, seed=3
+    ) as loader:
+        loader.load_state_dict(state)
+        taken += [batch.tolist() for batch in loader]
+    assert taken == expected
+    assert faulty.injected["short_body"] > 0 and sum(faulty.injected.values()) > 3
+
+
+def test_the_cache_never_shows_a_partial_shard(
+    s3_url: str, s3_server: S3Server, faulty: FaultProxy, tmp_path: Path
+) -> None:
+    _write(_storage(s3_url, s3_server.endpoint, tmp_path / "w"), range(6))
+    local = TokenStorage(tmp_path / "local")
+    _write(local, range(6))
+    sizes = {path.stat().st_size for path in (tmp_path / "local" / "shards").iterdir()}
+    cache = tmp_path / "cache"
+    seen: list[tuple[str, int]] = []
+    stop = threading.Event()
+
+    def watch() -> None:  # every visible shard file, while the epoch downloads them
+        while not stop.is_set():
+            for path in cache.rglob("*.shard"):
+                seen.append((path.name, path.stat().st_size))
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        assert _epoch(_storage(s3_url, faulty.endpoint, cache)) == _epoch(local)
+    finally:
+        stop.set()
+        watcher.join()
+    assert seen and {size for _, size in seen} <= sizes
+    assert list(cache.rglob("*.part")) == []
+
+
+def test_two_processes_sharing_a_cache_download_each_shard_once_through_faults(
+    s3_url: str, bucket: str, s3_server: S3Server, tmp_path: Path
+) -> None:
+    _write(_storage(s3_url, s3_server.endpoint, tmp_path / "w"), range(3))
+    proxy = FaultProxy(s3_server.port, {**MIXED, "reset_after": 0.0, "short_body": 0.0}, seed=11).start()
+    try:
+        readers = [
+            subprocess.Popen(
+                [sys.executable, str(CHILD), proxy.endpoint, "read", s3_url, str(tmp_path / "shared")],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+        outputs = [reader.communicate(timeout=120) for reader in readers]
+    finally:
+        proxy.stop()
+    total = sum(int(tokens.sum()) for shard in range(3) for tokens in shard_tokens(shard, documents=6, length=300))
+    assert [out.strip() for out, _ in outputs] == [str(total)] * 2, outputs
+    downloads = {path: count for (method, path), count in proxy.delivered.items() if path.endswith(".shard")}
+    assert downloads == {f"/{bucket}/corpus/shards/{shard:012d}.shard": 1 for shard in range(3)}
+    assert sum(proxy.injected.values()) > 0
+
+
+def test_a_create_whose_answer_was_lost_is_committed(
+    s3_url: str, bucket: str, s3_server: S3Server, tmp_path: Path
+) -> None:
+    _storage(s3_url, s3_server.endpoint, tmp_path / "w").sync_writer().close()  # the header
+    # Every PUT lands, then its connection is reset: the retry meets 412 on the writer's own object.
+    proxy = FaultProxy(
+        s3_server.port, {"reset_after": 1.0}, max_in_a_row=1, applies=lambda method, path: method == "PUT"
+    ).start()
+    try:
+        storage = _storage(s3_url, proxy.endpoint, tmp_path / "w")
+        _write(storage, range(2))
+    finally:
+        proxy.stop()
+    # Each shard's and marker's first PUT landed unanswered; the resend (ours, or aiohttp's own on a
+    # kept-alive connection) met 412 and found the writer's own bytes.
+    assert proxy.injected["reset_after"] >= 4
+    with _storage(s3_url, s3_server.endpoint, tmp_path / "r").sync_reader() as reader:
+        assert len(reader) == 12
+
+
+def test_a_retry_meeting_another_object_is_not_committed(bucket: str, s3_server: S3Server) -> None:
+    boto3.client("s3", endpoint_url=s3_server.endpoint).put_object(Bucket=bucket, Key="corpus/x", Body=b"theirs")
+    # The first attempt is reset before it reaches the server; the retry finds someone else's object.
+    proxy = FaultProxy(s3_server.port, {"reset_before": 1.0}, max_in_a_row=1).start()
+    try:
+        store = ObjectStore(f"s3://{bucket}/corpus", {"endpoint_url": proxy.endpoint})
+        assert store.create("x", b"mine") is False
+    finally:
+        proxy.stop()
+    assert proxy.injected["reset_before"] >= 1
+    stored = boto3.client("s3", endpoint_url=s3_server.endpoint).get_object(Bucket=bucket, Key="corpus/x")
+    assert stored["Body"].read() == b"theirs"
+
+
+def test_retries_are_bounded_logged_and_name_the_object(
+    s3_url: str, s3_server: S3Server, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _write(_storage(s3_url, s3_server.endpoint, tmp_path / "w"), range(1))
+    proxy = FaultProxy(s3_server.port, {"too_many": 1.0}, max_in_a_row=100).start()  # 429, an unknown code
+    try:
+        with caplog.at_level(logging.WARNING, logger="guideloom"):
+            with pytest.raises(ConnectionError, match=r"reading s3://.*guideloom\.json failed.*3 attempts.*429"):
+                _storage(s3_url, proxy.endpoint, tmp_path / "r", request_attempts=3)
+    finally:
+        proxy.stop()
+    assert proxy.injected["too_many"] == 3
+    retries = [record for record in caplog.records if record.name == "guideloom"]
+    assert [record.getMessage().split(": attempt")[0] for record in retries] == [f"reading {s3_url}/guideloom.json"] * 2
+
+
+def test_a_denied_request_is_not_retried(s3_url: str, s3_server: S3Server, tmp_path: Path) -> None:
+    _write(_storage(s3_url, s3_server.endpoint, tmp_path / "w"), range(1))
+    proxy = FaultProxy(s3_server.port, {"forbidden": 1.0}, max_in_a_row=100).start()
+    try:
+        with pytest.raises(PermissionError, match=r"reading s3://.*guideloom\.json was denied"):
+            _storage(s3_url, proxy.endpoint, tmp_path / "r")
+    finally:
+        proxy.stop()
+    assert proxy.injected["forbidden"] == 1
+
+
+def test_retry_options_are_checked(s3_url: str, s3_server: S3Server, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"request_attempts.*1 or more"):
+        _storage(s3_url, s3_server.endpoint, tmp_path, request_attempts=0)
+    with pytest.raises(ValueError, match=r"request_deadline_s.*positive"):
+        _storage(s3_url, s3_server.endpoint, tmp_path, request_deadline_s="soon")
+
+
+def test_an_iterator_whose_batch_failed_keeps_raising_and_a_fresh_one_continues(
+    s3_url: str, s3_server: S3Server, tmp_path: Path
+) -> None:
+    local = TokenStorage(tmp_path / "local")
+    _write(local, range(6))
+    _write(_storage(s3_url, s3_server.endpoint, tmp_path / "w"), range(6))
+    expected = [batch.tolist() for batch in _loader_batches(local)]
+    largest = max(path.stat().st_size for path in (tmp_path / "local" / "shards").iterdir())
+    remote = TokenStorage(
+        s3_url,
+        storage_options={"endpoint_url": s3_server.endpoint, "request_attempts": 1},
+        cache_dir=tmp_path / "cache",
+        cache_limit_bytes=2 * largest,  # no room to prefetch: later shards are fetched when read
+    )
+    with StatefulDataLoader.from_storage(remote, device="cpu", local_batch_size=4, sequence_length=64) as loader:
+        batches = iter(loader)
+        taken = [next(batches).tolist()]
+        s3_server.stop()
+        try:
+            with pytest.raises(ConnectionError, match=r"cannot be reached"):
+                while True:
+                    taken.append(next(batches).tolist())
+            with pytest.raises(RuntimeError, match=r"call iter\(loader\) again") as again:
+                next(batches)
+            assert isinstance(again.value.__cause__, ConnectionError)
+        finally:
+            s3_server.start()
+        taken += [batch.tolist() for batch in loader]
+    assert taken == expected
+
+
+def _loader_batches(storage: TokenStorage) -> list[Any]:
+    with StatefulDataLoader.from_storage(storage, device="cpu", local_batch_size=4, sequence_length=64) as loader:
+        return [np.asarray(batch) for batch in loader]

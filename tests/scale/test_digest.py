@@ -1,0 +1,64 @@
+"""The shard digest and fingerprint, computed over whole arrays, equal the per-shard formulas they replace.
+
+States written before (per-shard Python loops) must still compare equal, so the reference formulas
+are spelled out here as guideloom 0.2 computed them.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from guideloom._shards.index import ShardTable
+from guideloom._shards.layout import ShardInfo, StorageHeader
+from guideloom._shards.reader import snapshot_fingerprint
+from guideloom._sources.recorded_shards import PRIME, ShardSetDigest, describe_shards
+
+MASK64 = (1 << 64) - 1
+
+
+def reference_digest(shards: list[tuple[int, int, int]]) -> tuple[int, int, int]:
+    a = b = c = 0
+    for key, record_count, checksum in shards:
+        x = (key * 0x9E3779B97F4A7C15 ^ record_count * 0xC2B2AE3D27D4EB4F ^ checksum) & MASK64
+        for multiplier in (0xBF58476D1CE4E5B9, 0x94D049BB133111EB):
+            x = ((x ^ (x >> 31)) * multiplier) & MASK64
+        h = x % (PRIME - 1) + 1
+        a, b, c = (a + h) % PRIME, (b + key * h) % PRIME, (c + key * key % PRIME * h) % PRIME
+    return a, b, c
+
+
+shard_entries = st.lists(
+    st.tuples(st.integers(0, 2**60), st.integers(0, 2**40), st.integers(0, 2**32 - 1)), max_size=60
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(shard_entries)
+def test_the_digest_of_arrays_is_the_per_shard_sum(shards: list[tuple[int, int, int]]) -> None:
+    digest = ShardSetDigest.of(shards)
+    assert (digest.a, digest.b, digest.c) == reference_digest(shards)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 10**12 - 1), unique=True, max_size=40))
+def test_ranges_and_fingerprint_match_the_per_shard_loops(ids: list[int]) -> None:
+    ids.sort()
+    infos = [ShardInfo(shard, shard % 7, shard % 11, zlib.crc32(str(shard).encode()), 100) for shard in ids]
+    header = StorageHeader("tokens", dtype="uint16")
+    crc = zlib.crc32(header.to_json())
+    for info in infos:
+        crc = zlib.crc32(np.array([info.id, info.record_count, info.data_crc], "<u8").tobytes(), crc)
+    records = sum(info.record_count for info in infos)
+    assert snapshot_fingerprint(header, ShardTable.of(infos)) == f"{crc:08x}-{len(infos)}-{records}"
+    ranges = []
+    for shard in ids:
+        if ranges and ranges[-1][1] == shard - 1:
+            ranges[-1][1] = shard
+        else:
+            ranges.append([shard, shard])
+    expected = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges) or "none"
+    assert describe_shards(ids) == expected

@@ -1,0 +1,118 @@
+"""Opening a storage reads one listing and one small index (``shards.index``), never every shard.
+
+The index is derived data that commits append to: a shard it lacks (a 0.2 storage, a writer killed
+between its commit and its index record) is indexed from its footer once, a torn record is ignored,
+and a record that disagrees with its shard is refused when the shard is opened.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from guideloom import CorruptStorageError, StatefulDataLoader, TokenStorage
+from guideloom._shards.index import INDEX_NAME, RECORD, read_facts
+from tests.scale.many_shards import document_shards, token_shards
+
+
+def mapped_shards() -> int:
+    with open("/proc/self/maps") as maps:
+        return sum(1 for line in maps if line.rstrip().endswith(".shard"))
+
+
+def batches(storage: TokenStorage, **arguments: object) -> list[list[int]]:
+    with StatefulDataLoader.from_storage(
+        storage, device="cpu", local_batch_size=5, sequence_length=8, shuffle=True, seed=4, **arguments
+    ) as loader:
+        return [batch.tolist() for batch in loader]
+
+
+def test_a_writer_s_commit_records_the_shard_in_the_index(storage_path: Path) -> None:
+    storage = TokenStorage(storage_path)
+    with storage.sync_writer() as writer:
+        writer.append(3, np.arange(10))
+        writer.append(1, np.arange(4))
+        writer.append(1, np.arange(5))
+    facts = read_facts(storage_path)
+    assert sorted(facts["id"].tolist()) == [1, 3]
+    by_id = {int(row["id"]): (int(row["record_count"]), int(row["element_count"])) for row in facts}
+    assert by_id == {1: (2, 9), 3: (1, 10)}
+
+
+def test_construction_and_state_open_no_shard(tmp_path: Path) -> None:
+    storage = token_shards(tmp_path / "tokens", 2_000)
+    with StatefulDataLoader.from_storage(storage, device="cpu", local_batch_size=2, sequence_length=8) as loader:
+        assert len(loader) == 2_000 and mapped_shards() == 0
+        state = loader.state_dict()
+        assert mapped_shards() == 0
+        next(iter(loader))
+        assert mapped_shards() == 1
+    with StatefulDataLoader.from_storage(storage, device="cpu", local_batch_size=2, sequence_length=8) as fresh:
+        fresh.load_state_dict(state)
+        assert mapped_shards() == 0
+
+
+def test_a_storage_without_an_index_opens_the_same_and_gets_one(tmp_path: Path) -> None:
+    indexed = batches(token_shards(tmp_path / "indexed", 40))
+    old = token_shards(tmp_path / "old", 40, indexed=False)  # as guideloom 0.2 wrote it
+    assert not (tmp_path / "old" / INDEX_NAME).exists()
+    assert batches(old) == indexed
+    assert sorted(read_facts(tmp_path / "old")["id"].tolist()) == list(range(40))  # written when first seen
+    assert batches(old) == indexed
+
+
+def test_an_index_that_cannot_be_written_does_not_stop_readers_or_writers(tmp_path: Path) -> None:
+    storage = document_shards(tmp_path / "documents", 5, indexed=False)
+    (tmp_path / "documents" / INDEX_NAME).mkdir()  # as unwritable as a read-only file system, even for root
+    with storage.sync_writer() as writer:
+        writer.append(5, {"id": 10})
+    with storage.sync_reader() as reader:
+        assert [reader.read(i) for i in range(len(reader))] == [{"id": i} for i in range(11)]
+
+
+def test_a_torn_record_at_the_end_is_ignored(tmp_path: Path) -> None:
+    storage = token_shards(tmp_path / "tokens", 6)
+    expected = batches(storage)
+    with open(tmp_path / "tokens" / INDEX_NAME, "ab") as index:
+        index.write(b"\x07" * (RECORD.itemsize // 2))  # a writer killed in the middle of its append
+    assert batches(storage) == expected
+
+
+def test_a_damaged_record_is_ignored_and_its_shard_read_from_its_footer(tmp_path: Path) -> None:
+    storage = token_shards(tmp_path / "tokens", 6)
+    expected = batches(storage)
+    index = tmp_path / "tokens" / INDEX_NAME
+    raw = bytearray(index.read_bytes())
+    raw[RECORD.itemsize * 2 + 9] ^= 0x40  # shard 2's record count, under its checksum
+    index.write_bytes(bytes(raw))
+    assert batches(storage) == expected
+
+
+def test_a_record_that_disagrees_with_its_shard_is_refused_when_the_shard_is_opened(tmp_path: Path) -> None:
+    token_shards(tmp_path / "tokens", 4)
+    token_shards(tmp_path / "other", 4, tokens_per_document=9, indexed=False)
+    other_shard = tmp_path / "other" / "shards" / "000000000002.shard"
+    (tmp_path / "tokens" / "shards" / "000000000002.shard").write_bytes(other_shard.read_bytes())  # rewritten
+    with TokenStorage(tmp_path / "tokens").sync_reader() as reader, pytest.raises(CorruptStorageError, match="shard 2"):
+        reader.read(4)
+
+
+def test_shards_committed_later_are_not_seen_by_an_open_reader(tmp_path: Path) -> None:
+    storage = token_shards(tmp_path / "tokens", 3)
+    with storage.sync_reader() as reader:
+        with storage.sync_writer() as writer:
+            writer.append(7, np.arange(5))
+        assert len(reader) == 6
+    with storage.sync_reader() as reader:
+        assert len(reader) == 7 and reader.read(6).tolist() == list(range(5))
+
+
+def test_crafted_names_beside_the_shards_leave_the_listing_sorted_and_exact(tmp_path: Path) -> None:
+    storage = token_shards(tmp_path / "tokens", 12)
+    expected = batches(storage)
+    shards = tmp_path / "tokens" / "shards"
+    for name in ("00000000000\u0661.shard", "000000000003.shard.tmp", "x" * 18):
+        (shards / name).write_bytes((shards / "000000000003.shard").read_bytes())
+    assert batches(storage) == expected
