@@ -292,6 +292,31 @@ def test_tokenize_with_ray_writes_what_worker_processes_write(
     assert leftovers(tmp_path / "ray") == []
 
 
+def test_tokenize_conversations_with_ray(ray_cluster: str, tmp_path: Path) -> None:
+    from tests.chat_tokenizers import PLAIN_TEMPLATE, conversation, make_chat_tokenizer
+
+    tokenizer = make_chat_tokenizer(tmp_path / "chat-tokenizer", PLAIN_TEMPLATE)
+    inputs = []
+    for part in range(2):
+        inputs.append(tmp_path / f"chats-{part}.jsonl")
+        inputs[-1].write_text("".join(json.dumps({"messages": conversation(part * 10 + i)}) + "\n" for i in range(10)))
+    size = min(path.stat().st_size for path in inputs)  # each file a group of its own: one Ray task each
+    summary = tokenize_files(inputs, tmp_path / "ray", tokenizer, chat=True, ray=True, progress=False, shard_size=size)
+    assert summary.ray_tasks == 2 and summary.groups == 2 and summary.documents == 20
+    here_summary = tokenize_files(
+        inputs, tmp_path / "here", tokenizer, chat=True, workers=1, progress=False, shard_size=size
+    )
+    assert here_summary.shards == summary.shards and {shard // 10**6 for shard in summary.shards} == {0, 1}
+    with (
+        TokenStorage(tmp_path / "ray").sync_reader() as ray_written,
+        TokenStorage(tmp_path / "here").sync_reader() as here,
+    ):
+        assert len(ray_written) == len(here) == 20
+        for index in range(20):
+            assert ray_written.read(index).tolist() == here.read(index).tolist()
+            assert ray_written.loss_mask(index).tolist() == here.loss_mask(index).tolist()
+
+
 def test_tokenize_with_ray_reports_a_bad_file(ray_cluster: str, tmp_path: Path, tokenizer_path: Path) -> None:
     inputs = text_inputs(tmp_path / "inputs", files=2)
     inputs[1].write_text('{"text": "fine"}\n{"body": "no text field"}\n')

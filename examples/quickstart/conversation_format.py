@@ -15,6 +15,10 @@ and ``np.frombuffer`` without copying or pickle::
 format's ``name`` is recorded in the storage, so the class can move between
 modules; the layout itself is this module's responsibility: change it, change
 the name (``-v2``).
+
+To train on token ids alone, ``guideloom tokenize --chat`` writes a masked token storage
+instead (the chat template's tokens, a loss mask marking the assistant's turns), which packs
+into padding-free batches with no format and no collate: see docs/conversations.md.
 """
 
 from __future__ import annotations

@@ -36,6 +36,17 @@ Tokens
     a token string to choose it or ``None`` to append nothing. The dtype is ``uint16`` when every id of
     the vocabulary fits, else ``uint32``.
 
+Conversations (``chat=True``, ``guideloom tokenize --chat``; the ``chat`` extra)
+    Rows of ``.jsonl`` / ``.parquet`` inputs hold a conversation in their ``messages`` field (a list of
+    ``{"role", "content"}``). ``tokenizer_path`` is then a Hugging Face tokenizer directory; each
+    conversation is rendered with its chat template, stored as one document holding exactly the
+    template's tokens (no end-of-text id), in a masked storage whose loss mask marks the assistant's
+    turns (``train_on="assistant"``: what the template's generation blocks mark, or, without them, what
+    rendering growing prefixes of the conversation tells apart) or every token (``train_on="all"``).
+    The files are grouped into shards as text files are (see Shards), and resumed the same way.
+    A malformed row or one the template cannot split into turns is a :class:`TokenizeInputError`
+    naming the file and the row (counted from 1).
+
 Failures
     Everything that can be checked up front is checked before anything is written: missing or
     unreadable inputs, refused kinds, a Parquet file without the column, the tokenizer file, the output
@@ -50,7 +61,8 @@ Failures
     ``ValueError`` and nothing is written.
 
 Modules: ``_inputs`` (reading the inputs) and ``_compression``, ``_tokenizer`` (load, train, end-of-text
-id), ``_groups`` (files into groups, a group's shard ids, what is committed of it), ``_plan`` (the
+id), ``_chat`` (conversations as documents) and ``_chat_template`` (their tokens and loss masks),
+``_groups`` (files into groups, a group's shard ids, what is committed of it), ``_plan`` (the
 checks and the groups to write), ``_shard`` (one group into its shards: the unit of work any executor
 runs), ``_pool`` (worker processes), ``_run`` (running a plan, the summary) and ``_command`` (the
 ``guideloom tokenize`` command).

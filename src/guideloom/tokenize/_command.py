@@ -13,6 +13,7 @@ from guideloom._core.checks import check_path
 from guideloom._remote.object_store import is_url, parse_storage_options
 from guideloom._shards.layout import TOKEN_DTYPES
 from guideloom._storage.storages import local_path
+from guideloom.tokenize._chat_template import TRAIN_ON, import_transformers
 from guideloom.tokenize._groups import DEFAULT_SHARD_SIZE, parse_shard_size
 from guideloom.tokenize._plan import CLI_NAMES, plan_run
 from guideloom.tokenize._run import execute
@@ -41,6 +42,13 @@ a JSONL line without the field, reported with its line number) commits
 nothing more and stops the run with exit status 1; shards finished before
 stay committed, and --skip-existing after fixing the input (same inputs,
 same options) writes only what is missing.
+
+--chat reads conversations instead: the "messages" field of .jsonl and
+.parquet rows (a list of {"role", "content"}), rendered with the chat
+template of the Hugging Face tokenizer directory --tokenizer, one
+conversation per document, into a masked storage whose loss mask marks the
+assistant's turns (--train-on all: every token). Conversation files are
+grouped into shards as text files are. Needs guideloom[chat].
 """
 
 
@@ -77,7 +85,21 @@ def add_tokenize_command(commands: argparse._SubParsersAction[argparse.ArgumentP
     )
     command.add_argument("inputs", nargs="+", metavar="INPUT", help="input files or directories")
     command.add_argument("output", metavar="OUTPUT", help="the token storage directory (or URL) to write")
-    command.add_argument("--tokenizer", required=True, metavar="TOKENIZER_JSON", help="a tokenizers tokenizer.json")
+    command.add_argument(
+        "--tokenizer",
+        required=True,
+        metavar="TOKENIZER",
+        help="a tokenizers tokenizer.json; with --chat, a Hugging Face tokenizer directory with a chat template",
+    )
+    command.add_argument(
+        "--chat", action="store_true", help="read conversations (the messages field) into a masked storage"
+    )
+    command.add_argument(
+        "--train-on",
+        choices=TRAIN_ON,
+        default=None,
+        help="with --chat: the tokens the loss mask marks (default: assistant, the assistant's turns)",
+    )
     command.add_argument(
         "--workers",
         type=_positive_int,
@@ -119,7 +141,12 @@ def prepare_tokenize(arguments: argparse.Namespace) -> Callable[[], int]:
     """Check everything and plan the run; the returned function runs it."""
     if arguments.ray is not None and arguments.workers is not None:
         raise ValueError("--workers and --ray exclude each other: Ray runs one task per group of input files")
-    import_tokenizers()
+    if arguments.train_on is not None and not arguments.chat:
+        raise ValueError("--train-on applies to conversations only: add --chat")
+    if arguments.chat:
+        import_transformers()
+    else:
+        import_tokenizers()
     plan = plan_run(
         arguments.inputs,
         arguments.output if is_url(arguments.output) else local_path(arguments.output, "OUTPUT"),
@@ -130,6 +157,7 @@ def prepare_tokenize(arguments: argparse.Namespace) -> Callable[[], int]:
         eos_token=arguments.eos_token,
         skip_existing=arguments.skip_existing,
         shard_size=arguments.shard_size,
+        train_on=(arguments.train_on or "assistant") if arguments.chat else None,
         names=CLI_NAMES,
     )
 

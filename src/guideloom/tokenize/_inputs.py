@@ -173,7 +173,11 @@ def _jsonl_lines(file: InputFile) -> Iterator[tuple[bytes, int]]:
                 yield line, reader.consumed
 
 
-def _jsonl_documents(file: InputFile, text_field: str) -> Iterator[tuple[str, int]]:
+def jsonl_values(file: InputFile, field: str) -> Iterator[tuple[Any, int, int]]:
+    """``(record[field], line number, bytes read so far)`` for every non-blank line of a JSONL file.
+
+    A line that is not JSON, not an object or lacks the field is a TokenizeInputError naming the file and line.
+    """
     path = file.path
     for number, (line, position) in enumerate(_jsonl_lines(file), 1):
         if not line.strip():
@@ -184,26 +188,38 @@ def _jsonl_documents(file: InputFile, text_field: str) -> Iterator[tuple[str, in
             raise TokenizeInputError(f"{path}:{number}: not valid JSON: {error}") from None
         if not isinstance(record, dict):
             raise TokenizeInputError(f"{path}:{number}: a JSON object was expected, got {type(record).__name__}")
-        if text_field not in record:
+        if field not in record:
             fields = ", ".join(map(str, record)) or "none"
-            raise TokenizeInputError(f"{path}:{number}: no field {text_field!r} (fields: {fields})")
-        text = record[text_field]
+            raise TokenizeInputError(f"{path}:{number}: no field {field!r} (fields: {fields})")
+        yield record[field], number, position
+
+
+def _jsonl_documents(file: InputFile, text_field: str) -> Iterator[tuple[str, int]]:
+    for text, number, position in jsonl_values(file, text_field):
         if not isinstance(text, str):
-            raise TokenizeInputError(f"{path}:{number}: field {text_field!r} holds {type(text).__name__}, not a string")
+            raise TokenizeInputError(
+                f"{file.path}:{number}: field {text_field!r} holds {type(text).__name__}, not a string"
+            )
         yield text, position
 
 
-def _parquet_documents(file: InputFile, text_field: str) -> Iterator[tuple[str, int]]:
-    parquet = parquet_file(file.path, text_field)
+def parquet_values(file: InputFile, column: str) -> Iterator[tuple[Any, int, int]]:
+    """``(value, row number from 1, bytes read so far, estimated)`` for every row of a Parquet file's ``column``."""
+    parquet = parquet_file(file.path, column)
     total_rows = max(1, int(parquet.metadata.num_rows))
     row = 0
-    for batch in parquet.iter_batches(columns=[text_field], batch_size=4096):
-        for text in batch.column(0).to_pylist():
-            if not isinstance(text, str):
-                what = "null" if text is None else type(text).__name__
-                raise TokenizeInputError(f"{file.path}: row {row} of column {text_field!r} is {what}, not a string")
+    for batch in parquet.iter_batches(columns=[column], batch_size=4096):
+        for value in batch.column(0).to_pylist():
             row += 1
-            yield text, file.size * row // total_rows
+            yield value, row, file.size * row // total_rows
+
+
+def _parquet_documents(file: InputFile, text_field: str) -> Iterator[tuple[str, int]]:
+    for text, row, position in parquet_values(file, text_field):
+        if not isinstance(text, str):
+            what = "null" if text is None else type(text).__name__
+            raise TokenizeInputError(f"{file.path}: row {row - 1} of column {text_field!r} is {what}, not a string")
+        yield text, position
 
 
 def iter_documents(source: Path | InputFile, text_field: str = "text") -> Iterator[tuple[str, int]]:

@@ -14,10 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from guideloom._core.checks import check_choice
 from guideloom._core.errors import ShardExistsError, StorageNotFoundError
 from guideloom._remote.object_store import is_url
 from guideloom._shards.layout import TOKEN_DTYPES, holds_storage, is_unfinished_storage
 from guideloom._storage.storages import TokenStorage
+from guideloom.tokenize._chat import describe_chat_input
+from guideloom.tokenize._chat_template import TRAIN_ON, load_chat_tokenizer
 from guideloom.tokenize._groups import (
     DEFAULT_SHARD_SIZE,
     MAX_GROUPS,
@@ -45,6 +48,8 @@ class OptionNames:
     workers: str
     ray: str
     storage_options: str
+    chat: str
+    train_on: str
     shard_size: str
 
 
@@ -57,6 +62,8 @@ PYTHON_NAMES = OptionNames(
     "workers",
     "ray",
     "storage_options",
+    "chat=True",
+    "train_on",
     "shard_size",
 )
 CLI_NAMES = OptionNames(
@@ -68,6 +75,8 @@ CLI_NAMES = OptionNames(
     "--workers",
     "--ray",
     "--storage-options",
+    "--chat",
+    "--train-on",
     "--shard-size",
 )
 
@@ -82,10 +91,18 @@ class TokenizeSettings:
     dtype: str
     eos_id: int | None
     storage_options: dict[str, Any] | None = None
+    train_on: str | None = None  # conversations: what their loss mask marks ("assistant", "all"); None: text
 
     def storage(self) -> TokenStorage:
-        """The output storage (for a URL: through this machine's default cache)."""
-        return TokenStorage(self.output, self.dtype, storage_options=self.storage_options)
+        """The output storage (for a URL: through this machine's default cache); masked for conversations."""
+        masked = self.train_on is not None
+        return TokenStorage(self.output, self.dtype, storage_options=self.storage_options, loss_mask=masked)
+
+    def load_tokenizer(self) -> Any:
+        """The run's tokenizer, as a worker loads it: a tokenizer.json, or a tokenizer directory for conversations."""
+        if self.train_on is None:
+            return load_tokenizer(self.tokenizer_path)
+        return load_chat_tokenizer(self.tokenizer_path)
 
 
 @dataclass(frozen=True)
@@ -164,6 +181,17 @@ def _with_progress(
     ]
 
 
+def _check_chat_options(train_on: object, text_field: object, eos_token: object, names: OptionNames) -> None:
+    """Conversations take the template's tokens as they are: the text options do not apply to them."""
+    check_choice(names.train_on, train_on, TRAIN_ON)
+    for value, default, option in ((text_field, "text", names.text_field), (eos_token, "auto", names.eos_token)):
+        if value != default:
+            raise ValueError(
+                f"{option} does not apply to conversations ({names.chat}): they are read from the 'messages' "
+                "field and hold exactly the chat template's tokens"
+            )
+
+
 def plan_run(
     inputs: Any,
     output: Path | str,
@@ -175,10 +203,17 @@ def plan_run(
     eos_token: str | None = "auto",
     skip_existing: bool = False,
     shard_size: object = DEFAULT_SHARD_SIZE,
+    train_on: str | None = None,
     names: OptionNames = PYTHON_NAMES,
 ) -> TokenizePlan:
-    """Check the inputs, the tokenizer and the output, and group the inputs; raises before anything is written."""
+    """Check the inputs, the tokenizer and the output, and group the inputs; raises before anything is written.
+
+    ``train_on`` (``"assistant"`` or ``"all"``) reads conversations instead of text (see ``_chat``); they
+    are grouped into shards as text is.
+    """
     shard_size = parse_shard_size(shard_size, names.shard_size)
+    if train_on is not None:
+        _check_chat_options(train_on, text_field, eos_token, names)
     if not isinstance(text_field, str):
         raise TypeError(f"{names.text_field} must be a str, got {type(text_field).__name__}")
     if not text_field:
@@ -187,7 +222,7 @@ def plan_run(
     duplicates = sorted(str(path) for path, count in Counter(paths).items() if count > 1)  # 10^5 files: no count()
     if duplicates:
         raise ValueError(f"inputs name the same file more than once: {', '.join(duplicates)}")
-    files = [describe_input(path, text_field) for path in paths]
+    files = [describe_input(path, text_field) if train_on is None else describe_chat_input(path) for path in paths]
     if all(file.size == 0 for file in files):
         which = "the input file is" if len(files) == 1 else f"all {len(files)} input files are"
         raise ValueError(f"the inputs hold no documents: {which} empty")
@@ -198,17 +233,23 @@ def plan_run(
             f"{MAX_GROUPS:,} fit the shard ids: give a larger {names.shard_size}"
         )
     jobs = [GroupJob(group, group_files_of, shard_size) for group, group_files_of in enumerate(groups)]
-    check_tokenizer_path(tokenizer_path, names.tokenizer)
-    tokenizer = load_tokenizer(tokenizer_path)
+    if train_on is None:
+        check_tokenizer_path(tokenizer_path, names.tokenizer)
+        tokenizer = load_tokenizer(tokenizer_path)
+        vocab_size = int(tokenizer.get_vocab_size(with_added_tokens=True))
+    else:
+        tokenizer = load_chat_tokenizer(tokenizer_path, names.tokenizer)
+        vocab_size = len(tokenizer)
     existing = _existing_dtype(output, storage_options, names)
-    chosen = choose_dtype(int(tokenizer.get_vocab_size(with_added_tokens=True)), dtype, existing, names)
-    # an existing storage of another kind or dtype fails here, before writing
-    storage = TokenStorage(output, chosen, storage_options=storage_options)
+    chosen = choose_dtype(vocab_size, dtype, existing, names)
+    # an existing storage of another kind, dtype or mask fails here, before writing
+    masked = train_on is not None
+    storage = TokenStorage(output, chosen, storage_options=storage_options, loss_mask=masked)
     committed = set(storage.committed_shards()) if existing is not None else set()
     if committed:
         jobs = _with_progress(jobs, storage, committed, skip_existing, names)
-    eos_id = find_eos_id(tokenizer, eos_token, names.eos_token)
-    settings = TokenizeSettings(output, tokenizer_path, text_field, chosen, eos_id, storage_options)
+    eos_id = find_eos_id(tokenizer, eos_token, names.eos_token) if train_on is None else None
+    settings = TokenizeSettings(output, tokenizer_path, text_field, chosen, eos_id, storage_options, train_on)
     return TokenizePlan(
         settings=settings,
         jobs=[job for job in jobs if not job.resume.finished],

@@ -24,7 +24,6 @@ from guideloom._core.errors import TokenizeWorkerDied
 from guideloom.tokenize._groups import GroupJob
 from guideloom.tokenize._plan import TokenizeSettings
 from guideloom.tokenize._shard import Cancelled, GroupResult, picklable, tokenize_group
-from guideloom.tokenize._tokenizer import load_tokenizer
 
 STOP_GRACE_SECONDS = 30.0  # how long stopped workers may take to leave their current batch
 
@@ -41,7 +40,7 @@ def _worker_main(settings: TokenizeSettings, threads: int, jobs: Connection, eve
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the workers
     os.environ["RAYON_NUM_THREADS"] = str(threads)  # the tokenizer's threads: cores / workers
     try:
-        tokenizer = load_tokenizer(settings.tokenizer_path)
+        tokenizer = settings.load_tokenizer()
     except Exception as error:
         events.send(("failed", None, picklable(error), traceback.format_exc()))
         return

@@ -41,6 +41,7 @@ class TokenizeSummary:
     processes: int = 0  #: worker processes started (0: the calling process did the work)
     ray_tasks: int = 0  #: Ray tasks run (``ray=``): one per group of input files
     groups: int = 0  #: groups of input files this run wrote (or finished)
+    train_on: str | None = None  #: conversations (``chat=True``): what the loss mask marks; None: text
 
     @property
     def tokens_per_second(self) -> float:
@@ -58,7 +59,10 @@ class TokenizeSummary:
             f"{plural(self.tokens, 'token')} ({self.dtype}) in {self.seconds:.1f} s = "
             f"{self.tokens_per_second:,.0f} tokens/s {where}",
         ]
-        if self.eos_id is None:
+        if self.train_on is not None:
+            marked = "the assistant's turns" if self.train_on == "assistant" else "every token"
+            lines.append(f"one conversation per document, as its chat template renders it; loss mask: {marked}")
+        elif self.eos_id is None:
             lines.append("no end-of-text id appended")
         if self.empty_files:
             lines.append(f"{plural(len(self.empty_files), 'input file')} held no documents (no shard)")
@@ -168,6 +172,7 @@ def execute(
         seconds=time.perf_counter() - started,
         dtype=plan.settings.dtype,
         eos_id=plan.settings.eos_id,
+        train_on=plan.settings.train_on,
         shards=tuple(sorted(shard for result in results.values() for shard in result.shards)),
         empty_files=tuple(sorted(path for result in results.values() for path in result.empty_files)),
         skipped_files=tuple(plan.skipped),
@@ -191,6 +196,8 @@ def tokenize_files(
     progress: bool = True,
     ray: bool | str = False,
     shard_size: int | str = DEFAULT_SHARD_SIZE,
+    chat: bool = False,
+    train_on: str = "assistant",
 ) -> TokenizeSummary:
     """Tokenize ``inputs`` into the TokenStorage at ``output`` in shards of ``shard_size`` (see ``guideloom.tokenize``).
 
@@ -204,12 +211,19 @@ def tokenize_files(
     total less than ``AUTO_PARALLEL_MIN_BYTES`` (8 MiB), where starting processes costs more than it
     saves. ``ray=True`` (or a cluster address) runs one Ray task per group instead (needs the ``ray``
     extra; excludes ``workers``). The result is the same storage either way.
+
+    ``chat=True`` reads conversations instead of text: rows of JSONL or Parquet files with a ``messages``
+    field, rendered with the chat template of the Hugging Face tokenizer directory ``tokenizer_path``, into
+    a masked token storage whose mask marks the assistant's turns (``train_on="assistant"``) or every
+    token (``train_on="all"``); needs the ``chat`` extra (see docs/conversations.md). Conversation files
+    are grouped into shards as text files are.
     """
     started = time.perf_counter()
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ValueError(f"{PYTHON_NAMES.workers} must be a positive int, got {workers!r}")
     skip_existing = check_bool("skip_existing", skip_existing)
     progress = check_bool("progress", progress)
+    chat = check_bool("chat", chat)
     plan = plan_run(
         inputs,
         output if isinstance(output, str) and is_url(output) else local_path(output, "output"),
@@ -220,5 +234,6 @@ def tokenize_files(
         eos_token=eos_token,
         skip_existing=skip_existing,
         shard_size=shard_size,
+        train_on=train_on if chat else None,
     )
     return execute(plan, workers, progress, started, ray)

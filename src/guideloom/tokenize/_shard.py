@@ -21,10 +21,11 @@ from typing import Any
 import numpy as np
 
 from guideloom._storage.storages import TokenStorage
+from guideloom.tokenize._chat import ChatDocuments
 from guideloom.tokenize._groups import GroupJob, GroupProgress, group_progress, shard_contents
 from guideloom.tokenize._inputs import InputFile, iter_documents
 from guideloom.tokenize._plan import TokenizeSettings
-from guideloom.tokenize._tokenizer import encode, load_tokenizer
+from guideloom.tokenize._tokenizer import encode
 
 BATCH_DOCUMENTS = 512
 BATCH_CHARACTERS = 4 << 20
@@ -115,13 +116,19 @@ class TextDocuments:
             yield array, None
 
 
-def document_kind(settings: TokenizeSettings, tokenizer: Any) -> TextDocuments:
-    """How the run's inputs become documents."""
-    return TextDocuments(tokenizer, settings)
+def document_kind(settings: TokenizeSettings, tokenizer: Any) -> TextDocuments | ChatDocuments:
+    """How the run's inputs become documents: text, or conversations (``settings.train_on``)."""
+    if settings.train_on is None:
+        return TextDocuments(tokenizer, settings)
+    return ChatDocuments(tokenizer, settings.train_on, np.dtype(settings.dtype))
 
 
 def group_batches(
-    job: GroupJob, kind: TextDocuments, result: GroupResult, report: Callable[[int], object] = _ignore, skip: int = 0
+    job: GroupJob,
+    kind: TextDocuments | ChatDocuments,
+    result: GroupResult,
+    report: Callable[[int], object] = _ignore,
+    skip: int = 0,
 ) -> Iterator[tuple[InputFile, list[Any]]]:
     """The group's documents in order, in batches of one file's; the first ``skip`` are read and left out.
 
@@ -188,7 +195,7 @@ def picklable(error: BaseException) -> BaseException:
     return error
 
 
-_loaded_tokenizers: dict[Path, Any] = {}  # per process: an executor's reused worker loads a tokenizer once
+_loaded_tokenizers: dict[tuple[Path, bool], Any] = {}  # per process: an executor's reused worker loads a tokenizer once
 
 
 def tokenize_job(job: GroupJob, settings: TokenizeSettings) -> tuple[str, Any, str | None]:
@@ -211,9 +218,10 @@ def tokenize_job(job: GroupJob, settings: TokenizeSettings) -> tuple[str, Any, s
         )
         if now.finished:
             return "done", earlier, None
-        tokenizer = _loaded_tokenizers.get(settings.tokenizer_path)
+        key = (settings.tokenizer_path, settings.train_on is not None)  # a tokenizer.json, or a chat directory
+        tokenizer = _loaded_tokenizers.get(key)
         if tokenizer is None:
-            tokenizer = _loaded_tokenizers[settings.tokenizer_path] = load_tokenizer(settings.tokenizer_path)
+            tokenizer = _loaded_tokenizers[key] = settings.load_tokenizer()
         result = tokenize_group(job, settings, tokenizer, resume=now)
         result.documents += earlier.documents
         result.tokens += earlier.tokens

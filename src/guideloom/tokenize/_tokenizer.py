@@ -27,6 +27,8 @@ def check_tokenizer_path(path: Path, name: str = "tokenizer file") -> None:
     """A missing file or a directory given as the tokenizer, said as such (``name``: how the caller calls it)."""
     if path.is_dir():
         hint = f"; did you mean {path / 'tokenizer.json'}?" if (path / "tokenizer.json").is_file() else ""
+        if (path / "tokenizer_config.json").is_file():
+            hint = " (a Hugging Face tokenizer directory is read for conversations: --chat, chat=True)"
         raise ValueError(f"{name} {path} is a directory, not a tokenizer.json file{hint}")
     if not path.is_file():
         raise FileNotFoundError(f"tokenizer file not found: {path}")
