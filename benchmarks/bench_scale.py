@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from children import run_json_child  # beside this script
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -217,17 +218,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
 def run_child(python: str, arguments: list[str], timeout: float) -> dict[str, Any]:
     """Run this script in a fresh interpreter; its last stdout line is JSON. Failures are returned."""
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), str(HERE)])}
-    try:
-        done = subprocess.run(
-            [python, __file__, *arguments], capture_output=True, text=True, timeout=timeout, env=environment
-        )
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s"}
-    if done.returncode != 0:
-        lines = (done.stderr or done.stdout).strip().splitlines()
-        return {"error": lines[-1] if lines else f"exit status {done.returncode}"}
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return run_json_child([python, __file__, *arguments], timeout, env=environment)
 
 
 # ----------------------------------------------------------------------------- remote: list requests per rank

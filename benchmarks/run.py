@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from children import run_json_child  # beside this script
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -237,21 +238,7 @@ def _limits(token_file: Path) -> dict[str, Any]:
 
 def run_child(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
     """One measurement in a fresh interpreter; failures are reported, not raised."""
-    try:
-        done = subprocess.run(
-            [sys.executable, __file__, "--measure", json.dumps(spec)],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            cwd=HERE,
-        )
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s"}
-    if done.returncode != 0:
-        lines = (done.stderr or done.stdout).strip().splitlines()
-        return {"error": lines[-1] if lines else f"exit status {done.returncode}"}
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return run_json_child([sys.executable, __file__, "--measure", json.dumps(spec)], timeout, cwd=HERE)
 
 
 def median_of(spec: dict[str, Any], repeats: int, timeout: float, log: Callable[[str], None]) -> dict[str, Any]:
