@@ -2,8 +2,8 @@
 
 Committing through a writer fsyncs every shard and its directory, which is right for users and far
 too slow for a test that needs 10^4 shards. These helpers write the same bytes (data, offsets and
-footer from the layout's own ``shard_trailer``) without the fsyncs, and record the shards' facts in the
-storage's index as a writer's commit does (``indexed=False`` leaves them out, as guideloom 0.2 did).
+footer from the layout's own ``shard_trailer``) without the fsyncs, and record the shards in the storage's
+index as a writer's commit does (``indexed=False`` leaves the storage without an index, as guideloom 0.2 did).
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 
 from guideloom import DocumentJsonFormat, DocumentStorage, TokenStorage
-from guideloom._shards.index import append_facts
+from guideloom._shards.index import INDEX_NAME, append_records
 from guideloom._shards.layout import SHARDS_DIR, ShardInfo, shard_file_name, shard_size, shard_trailer
+from guideloom._shards.shard_table import ShardTable
 
 
 def _write_shard(
@@ -30,6 +31,14 @@ def _write_shard(
     return ShardInfo(
         shard, len(offsets) - 1, len(data) // header.element_size, data_crc, shard_size(len(offsets) - 1, len(data))
     )
+
+
+def _index(path: Path, infos: list[ShardInfo], indexed: bool) -> None:
+    """Record the shards in the index as their commits would, or remove the index, as guideloom 0.2 had none."""
+    if indexed:
+        append_records(path, ShardTable.of(infos), durable=False)
+    else:
+        (path / INDEX_NAME).unlink(missing_ok=True)
 
 
 def token_shards(
@@ -53,8 +62,7 @@ def token_shards(
     for shard in range(shards):
         tokens = np.arange(shard * per_shard, (shard + 1) * per_shard, dtype="<u4")
         infos.append(_write_shard(path, storage, shard, tokens.tobytes(), offsets))
-    if indexed:
-        append_facts(path, infos)
+    _index(path, infos, indexed)
     return storage
 
 
@@ -69,6 +77,5 @@ def document_shards(
         records = [storage.format.pack({"id": shard * records_per_shard + i}) for i in range(records_per_shard)]
         offsets = np.concatenate([[0], np.cumsum([len(record) for record in records])]).tolist()
         infos.append(_write_shard(path, storage, shard, b"".join(records), offsets))
-    if indexed:
-        append_facts(path, infos)
+    _index(path, infos, indexed)
     return storage

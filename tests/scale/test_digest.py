@@ -12,9 +12,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guideloom._shards.index import ShardTable
 from guideloom._shards.layout import ShardInfo, StorageHeader
 from guideloom._shards.reader import snapshot_fingerprint
+from guideloom._shards.shard_table import ShardTable
 from guideloom._sources.recorded_shards import PRIME, ShardSetDigest, describe_shards
 
 MASK64 = (1 << 64) - 1

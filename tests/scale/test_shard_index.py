@@ -1,19 +1,25 @@
-"""Opening a storage reads one listing and one small index (``shards.index``), never every shard.
+"""Opening a storage reads one small index (``shards.index``), never every shard, and lists nothing.
 
-The index is derived data that commits append to: a shard it lacks (a 0.2 storage, a writer killed
-between its commit and its index record) is indexed from its footer once, a torn record is ignored,
-and a record that disagrees with its shard is refused when the shard is opened.
+A commit's record in the index is its commit point. A storage without a complete index (a 0.2
+storage, a torn or damaged record) is read from its listing and footers once, and gets a complete
+index; a record that disagrees with its shard is refused when the shard is opened.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
+import signal
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from guideloom import CorruptStorageError, StatefulDataLoader, TokenStorage
-from guideloom._shards.index import INDEX_NAME, RECORD, read_facts
+from guideloom import CorruptStorageError, ShardExistsError, StatefulDataLoader, TokenStorage
+from guideloom._shards.index import INDEX_NAME, PREAMBLE, read_index
+from guideloom._shards.shard_table import RECORD
 from tests.scale.many_shards import document_shards, token_shards
 
 
@@ -35,9 +41,9 @@ def test_a_writer_s_commit_records_the_shard_in_the_index(storage_path: Path) ->
         writer.append(3, np.arange(10))
         writer.append(1, np.arange(4))
         writer.append(1, np.arange(5))
-    facts = read_facts(storage_path)
-    assert sorted(facts["id"].tolist()) == [1, 3]
-    by_id = {int(row["id"]): (int(row["record_count"]), int(row["element_count"])) for row in facts}
+    contents = read_index(storage_path)
+    assert contents.complete and contents.table.ids.tolist() == [1, 3]
+    by_id = {info.id: (info.record_count, info.element_count) for info in contents.table}
     assert by_id == {1: (2, 9), 3: (1, 10)}
 
 
@@ -59,7 +65,8 @@ def test_a_storage_without_an_index_opens_the_same_and_gets_one(tmp_path: Path) 
     old = token_shards(tmp_path / "old", 40, indexed=False)  # as guideloom 0.2 wrote it
     assert not (tmp_path / "old" / INDEX_NAME).exists()
     assert batches(old) == indexed
-    assert sorted(read_facts(tmp_path / "old")["id"].tolist()) == list(range(40))  # written when first seen
+    contents = read_index(tmp_path / "old")  # written when first opened
+    assert contents.complete and contents.table.ids.tolist() == list(range(40))
     assert batches(old) == indexed
 
 
@@ -76,8 +83,10 @@ def test_a_torn_record_at_the_end_is_ignored(tmp_path: Path) -> None:
     storage = token_shards(tmp_path / "tokens", 6)
     expected = batches(storage)
     with open(tmp_path / "tokens" / INDEX_NAME, "ab") as index:
-        index.write(b"\x07" * (RECORD.itemsize // 2))  # a writer killed in the middle of its append
+        index.write(b"\x07" * (RECORD.itemsize // 2))  # a power cut in the middle of an append
+    assert not read_index(tmp_path / "tokens").complete
     assert batches(storage) == expected
+    assert read_index(tmp_path / "tokens").complete  # replaced by a complete one
 
 
 def test_a_damaged_record_is_ignored_and_its_shard_read_from_its_footer(tmp_path: Path) -> None:
@@ -85,7 +94,7 @@ def test_a_damaged_record_is_ignored_and_its_shard_read_from_its_footer(tmp_path
     expected = batches(storage)
     index = tmp_path / "tokens" / INDEX_NAME
     raw = bytearray(index.read_bytes())
-    raw[RECORD.itemsize * 2 + 9] ^= 0x40  # shard 2's record count, under its checksum
+    raw[len(PREAMBLE) + RECORD.itemsize * 2 + 9] ^= 0x40  # shard 2's record count, under its checksum
     index.write_bytes(bytes(raw))
     assert batches(storage) == expected
 
@@ -116,3 +125,77 @@ def test_crafted_names_beside_the_shards_leave_the_listing_sorted_and_exact(tmp_
     for name in ("00000000000\u0661.shard", "000000000003.shard.tmp", "x" * 18):
         (shards / name).write_bytes((shards / "000000000003.shard").read_bytes())
     assert batches(storage) == expected
+
+
+KILLED_BETWEEN_LINK_AND_RECORD = """
+import os, signal, sys
+import numpy as np
+import guideloom._shards.local_commit as local_commit
+from guideloom import TokenStorage
+
+def killed(*arguments, **keywords):
+    os.kill(os.getpid(), signal.SIGKILL)  # the shard is linked into shards/, its record not yet written
+
+with TokenStorage(sys.argv[1]).sync_writer() as writer:
+    writer.append(6, np.arange(6, dtype=np.uint32))
+    local_commit.append_records = killed
+    writer.commit(6)
+"""
+
+
+def test_a_shard_whose_writer_was_killed_before_its_record_is_not_committed(
+    tmp_path: Path, run_python: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
+    storage = token_shards(tmp_path / "tokens", 6)
+    expected = batches(storage)
+    killed = run_python(KILLED_BETWEEN_LINK_AND_RECORD, tmp_path / "tokens")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert (tmp_path / "tokens" / "shards" / "000000000006.shard").exists()  # a stray: linked, never committed
+    assert storage.committed_shards() == list(range(6))
+    assert batches(storage) == expected
+    assert storage.verify() == []
+
+
+def test_the_next_commit_of_a_stray_s_id_replaces_it(
+    tmp_path: Path, run_python: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
+    storage = token_shards(tmp_path / "tokens", 6)
+    assert run_python(KILLED_BETWEEN_LINK_AND_RECORD, tmp_path / "tokens").returncode == -signal.SIGKILL
+    with storage.sync_writer() as writer:
+        writer.append(6, np.arange(100, 103))
+    with storage.sync_reader() as reader:
+        assert len(reader) == 13 and reader.read(12).tolist() == [100, 101, 102]
+
+
+def test_a_commit_in_progress_is_not_taken_for_a_stray(tmp_path: Path) -> None:
+    storage = token_shards(tmp_path / "tokens", 2)
+    linked = tmp_path / "tokens" / "shards" / "000000000002.shard"
+    os.link(tmp_path / "tokens" / "shards" / "000000000001.shard", linked)
+    descriptor = os.open(linked, os.O_RDONLY)
+    fcntl.flock(descriptor, fcntl.LOCK_EX)  # as its writer holds it between the link and the record
+    try:
+        with pytest.raises(ShardExistsError, match="shard 2"), storage.sync_writer() as writer:
+            writer.append(2, np.arange(3))
+    finally:
+        os.close(descriptor)
+    assert storage.committed_shards() == [0, 1]
+
+
+def test_a_complete_index_is_all_a_reader_reads(tmp_path: Path) -> None:
+    storage = token_shards(tmp_path / "tokens", 5)
+    expected = batches(storage)
+    shards = tmp_path / "tokens" / "shards"
+    os.link(shards / "000000000004.shard", shards / "000000000009.shard")  # a file the index does not record
+    assert storage.committed_shards() == [0, 1, 2, 3, 4]
+    assert batches(storage) == expected
+
+
+def test_a_damaged_index_counts_every_listed_shard(tmp_path: Path) -> None:
+    storage = token_shards(tmp_path / "tokens", 6)
+    index = tmp_path / "tokens" / INDEX_NAME
+    raw = bytearray(index.read_bytes()[: -RECORD.itemsize])  # shard 5 is left a stray
+    raw[len(PREAMBLE) + RECORD.itemsize + 9] ^= 0x40  # and shard 1's record is damaged
+    index.write_bytes(bytes(raw))
+    assert storage.committed_shards() == [0, 1, 2, 3, 4, 5]  # the listing cannot tell the stray from shard 1
+    contents = read_index(tmp_path / "tokens")
+    assert contents.complete and contents.table.ids.tolist() == [0, 1, 2, 3, 4, 5]

@@ -135,7 +135,10 @@ def check_next_batch(
     mixture whose schedule was changed from the state's position on may serve other samples, by design).
     The batch is the state's: its batch sizes, not this loader's, say which samples it holds.
     """
-    if NEXT_BATCH not in state or _placeless(state.get(SOURCE)) != _placeless(source.identity()):
+    recorded_source = state.get(SOURCE)
+    fingerprinted = isinstance(recorded_source, dict) and "fingerprint" in recorded_source
+    mine = source.identity(digest=not fingerprinted)  # a fingerprint covers what the digest does
+    if NEXT_BATCH not in state or _placeless(recorded_source) != _placeless(mine):
         return
     recorded = state[NEXT_BATCH]
     local_batch_size, world_size, drop_last = (state.get(key) for key in (LOCAL_BATCH_SIZE, WORLD_SIZE, DROP_LAST))
@@ -155,9 +158,15 @@ def check_next_batch(
 
 
 def _placeless(identity: Any) -> Any:
-    """A source's identity but for where its storages are: a storage moved since still serves its batches."""
+    """A source's identity but for where its storages are (a storage moved since still serves its batches), and
+    for the digest of a source that also has a fingerprint."""
+    left_out = (
+        ("path", "storages", "digest")
+        if isinstance(identity, dict) and "fingerprint" in identity
+        else ("path", "storages")
+    )
     return (
-        {key: value for key, value in identity.items() if key not in ("path", "storages")}
+        {key: value for key, value in identity.items() if key not in left_out}
         if isinstance(identity, dict)
         else identity
     )

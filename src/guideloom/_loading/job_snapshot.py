@@ -14,7 +14,8 @@ import numpy as np
 import torch
 
 from guideloom._core.errors import GuideloomError, StorageNotFoundError
-from guideloom._shards.index import ShardTable, listed_shard_ids
+from guideloom._shards.shard_table import ShardTable
+from guideloom._shards.snapshot import visible_shard_ids
 from guideloom._storage.storages import StorageBase
 
 
@@ -55,7 +56,7 @@ def job_snapshot(storage: StorageBase) -> ShardTable:
 
 def _check_visible(storage: StorageBase, snapshot: ShardTable, rank: int) -> None:
     """StorageNotFoundError naming the first shard of rank 0's snapshot that this rank's directory lacks."""
-    here = listed_shard_ids(storage.path)
+    here = visible_shard_ids(storage.path)
     positions = np.searchsorted(here, snapshot.ids)
     found = positions < len(here)
     found[found] = here[positions[found]] == snapshot.ids[found]

@@ -121,7 +121,7 @@ def _require(state: dict[str, Any], key: str) -> None:
 
 def _check_v1_source(state: dict[str, Any], source: SampleSource) -> None:
     """A version 1 state recorded a single storage's fingerprint and the sequence_length."""
-    identity = source.identity()
+    identity = source.identity(digest=False)
     _require(state, V1_SEQUENCE_LENGTH)
     recorded, mine = state[V1_SEQUENCE_LENGTH], identity.get("sequence_length")
     if recorded != mine or type(recorded) is not type(mine):

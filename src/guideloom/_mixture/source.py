@@ -192,9 +192,9 @@ class MixtureSource:
 
     # --- what a state records, and resuming from it ------------------------------------------------------
 
-    def identity(self) -> dict[str, Any]:
+    def identity(self, *, digest: bool = True) -> dict[str, Any]:
         if self._identity is None:
-            first = self.components[0].identity()
+            first = self.components[0].identity(digest=False)
             self._identity = {
                 "kind": KIND,
                 "components": [
@@ -209,7 +209,7 @@ class MixtureSource:
                 "storages": [source.storage.location for source in self.components],  # as components
                 "component_kind": first["kind"],  # how the components cut samples (the window mode)
             }
-        return dict(self._identity)
+        return {key: value for key, value in self._identity.items() if digest or key != "digest"}
 
     def _digest(self) -> ShardSetDigest:
         entries = [source.shard_entries() for source in self.components]

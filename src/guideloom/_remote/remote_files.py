@@ -32,7 +32,6 @@ from guideloom._remote.compression import DEFAULT_LEVEL, DamagedDownload, ShardD
 from guideloom._remote.object_store import ObjectStore
 from guideloom._remote.shard_cache import CacheLease, ShardCache
 from guideloom._shards.files import clean_incomplete
-from guideloom._shards.index import ShardTable
 from guideloom._shards.layout import (
     FOOTER,
     FOOTER_MAGIC,
@@ -45,6 +44,7 @@ from guideloom._shards.layout import (
     shard_file_name,
     shard_size,
 )
+from guideloom._shards.shard_table import ShardTable
 
 _SHARD = re.compile(r"([0-9]{12})\.shard")
 PREFETCH_THREADS = 4  # downloads in flight at once, in the order the loader needs the shards

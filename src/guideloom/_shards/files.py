@@ -18,16 +18,17 @@ from typing import Protocol
 import numpy as np
 
 from guideloom._core.errors import CorruptStorageError
-from guideloom._shards.index import INDEX_NAME, ShardTable, append_facts
 from guideloom._shards.layout import (
     INCOMPLETE_DIR,
+    INDEX_NAME,
     SHARDS_DIR,
     ShardFile,
     ShardInfo,
     StorageHeader,
-    publish,
     shard_file_name,
 )
+from guideloom._shards.local_commit import commit_shard, is_committed
+from guideloom._shards.shard_table import ShardTable
 
 
 class ShardSet(Protocol):
@@ -91,21 +92,17 @@ class LocalShards:
 
 
 class LocalTarget:
-    """Commit into a local storage directory: a hard link that fails if the shard exists."""
+    """Commit into a local storage directory: a hard link that fails if the shard exists, then its index record."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.incomplete = path / INCOMPLETE_DIR
 
     def committed(self, shard: int) -> bool:
-        return (self.path / SHARDS_DIR / shard_file_name(shard)).exists()
+        return is_committed(self.path, shard)
 
     def publish(self, temporary: Path, info: ShardInfo) -> bool:
-        if not publish(temporary, self.path / SHARDS_DIR / shard_file_name(info.id)):
-            return False
-        with contextlib.suppress(OSError):  # derived data: a reader reads the footer of a shard the index lacks
-            append_facts(self.path, [info])
-        return True
+        return commit_shard(self.path, temporary, info)
 
     def describe(self, shard: int) -> str:
         return str(self.path / SHARDS_DIR / shard_file_name(shard))

@@ -39,6 +39,7 @@ from guideloom._shards.loss_masks import LOSS_MASK_FLAG, mask_size, padded_mask_
 
 LAYOUT_VERSION = 1
 HEADER_NAME = "guideloom.json"
+INDEX_NAME = "shards.index"  # the record of commits (see _shards.index)
 SHARDS_DIR = "shards"
 INCOMPLETE_DIR = "incomplete"
 SHARD_SUFFIX = ".shard"
@@ -223,11 +224,12 @@ def holds_storage(path: Path) -> bool:
 
 
 def is_unfinished_storage(path: Path) -> bool:
-    """What a writer killed before it published the header leaves: an empty ``shards/`` and ``incomplete/``."""
+    """What a writer killed before it published the header leaves: an empty ``shards/`` and ``incomplete/``, and
+    perhaps the empty index."""
     names = set(os.listdir(path))
-    if not names or not names <= {SHARDS_DIR, INCOMPLETE_DIR}:
+    if not names or not names <= {SHARDS_DIR, INCOMPLETE_DIR, INDEX_NAME}:
         return False
-    if any((path / name).is_symlink() or not (path / name).is_dir() for name in names):
+    if any((path / name).is_symlink() or (path / name).is_dir() != (name != INDEX_NAME) for name in names):
         return False
     return SHARDS_DIR not in names or not any((path / SHARDS_DIR).iterdir())
 

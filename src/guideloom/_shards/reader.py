@@ -20,9 +20,9 @@ import numpy as np
 from guideloom._core.checks import check_int, check_sequence_length
 from guideloom._shards.files import LocalShards, ShardSet, first_positions
 from guideloom._shards.formats import DocumentStorageFormat
-from guideloom._shards.index import ShardTable
 from guideloom._shards.layout import ShardFile, StorageHeader, verify_shards
 from guideloom._shards.loss_masks import unpack_bits
+from guideloom._shards.shard_table import CHUNK, ShardTable
 
 Out = TypeVar("Out")
 R = TypeVar("R", bound="StorageReader[Any]")
@@ -48,12 +48,14 @@ def snapshot_fingerprint(header: StorageHeader, infos: ShardTable) -> str:
 
     The same number the per-shard loop of guideloom 0.2 computed (a CRC over the concatenation), in one call.
     """
-    entries = np.empty((len(infos), 3), "<u8")
-    entries[:, 0] = infos.rows["id"]
-    entries[:, 1] = infos.rows["record_count"]
-    entries[:, 2] = infos.rows["data_crc"]
-    crc = zlib.crc32(entries.tobytes(), zlib.crc32(header.to_json()))
-    return f"{crc:08x}-{len(infos)}-{int(infos.rows['record_count'].sum())}"
+    rows, crc = infos.rows, zlib.crc32(header.to_json())
+    entries = np.empty((min(len(rows), CHUNK), 3), "<u8")  # a chunk at a time: it stays in the caches
+    for start in range(0, len(rows), CHUNK):
+        part = rows[start : start + CHUNK]
+        chunk = entries[: len(part)]
+        chunk[:, 0], chunk[:, 1], chunk[:, 2] = part["id"], part["record_count"], part["data_crc"]
+        crc = zlib.crc32(chunk, crc)
+    return f"{crc:08x}-{len(infos)}-{int(rows['record_count'].sum())}"
 
 
 class StorageReader(Generic[Out]):

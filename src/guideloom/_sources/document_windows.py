@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from guideloom._core.checks import check_bool, check_choice, check_int
-from guideloom._shards.index import ShardTable
+from guideloom._shards.shard_table import ShardTable
 from guideloom._sources.describe import SamplePieces, packed_keys, packed_pieces
 from guideloom._sources.labeled_windows import LabeledWindowSource
 from guideloom._sources.token_windows import TokenWindowSource
@@ -97,9 +97,9 @@ class PackedRowSource(TokenWindowSource):
     def split_collated(self, batch: dict[str, Any], sizes: list[int]) -> list[Any]:  # type: ignore[override]
         return split_batch(batch, sizes)
 
-    def identity(self) -> dict[str, Any]:
+    def identity(self, *, digest: bool = True) -> dict[str, Any]:
         chosen = {} if self.long_documents == "split" else {"long_documents": self.long_documents}  # as 0.2 states
-        return {**super().identity(), "pad_id": self.pad_id, **chosen}
+        return {**super().identity(digest=digest), "pad_id": self.pad_id, **chosen}
 
     def close(self) -> None:
         """Release the shards and the packings' mappings (a later use loads them again)."""

@@ -192,6 +192,6 @@ def over_recorded_shards(source: Any, recorded: dict[str, Any]) -> Any:
         )
         if changed is not None:
             raise StateMismatchError(f"shard {changed} of {where} changed since the state was taken (rewritten)")
-    if then.identity()["fingerprint"] != recorded.get("fingerprint"):
+    if then.identity(digest=False)["fingerprint"] != recorded.get("fingerprint"):
         raise StateMismatchError(f"the state was taken from another storage: {then.difference(recorded)}")
     return then

@@ -15,8 +15,8 @@ from typing import Any, Generic, Protocol, Self, TypeVar
 import numpy as np
 
 from guideloom._core.errors import StateMismatchError
-from guideloom._shards.index import ShardTable
 from guideloom._shards.reader import StorageReader
+from guideloom._shards.shard_table import ShardTable
 from guideloom._sources.describe import SamplePieces
 from guideloom._sources.recorded_shards import ShardSetDigest, describe_shards, over_recorded_shards
 
@@ -66,8 +66,12 @@ class SampleSource(Protocol):
         """A batch built from several batches' samples, cut back into those batches."""
         ...
 
-    def identity(self) -> dict[str, Any]:
-        """Small and JSON-serialisable: what a loader state records about this source."""
+    def identity(self, *, digest: bool = True) -> dict[str, Any]:
+        """Small and JSON-serialisable: what a loader state records about this source.
+
+        ``digest=False`` leaves out the digest of the shards' contents: resuming needs it only when the
+        shards differ from the state's, and it is the one part that costs time per shard.
+        """
         ...
 
     def resumed(
@@ -125,16 +129,17 @@ class PinnedShards(Generic[ReaderT]):
     def orders_itself(self) -> bool:
         return False
 
-    def identity(self) -> dict[str, Any]:
+    def identity(self, *, digest: bool = True) -> dict[str, Any]:
         if self._identity is None:
             self._identity = {
                 "kind": self.kind,
                 "path": self.storage.location,
                 "shards": describe_shards(self.snapshot.ids),
                 "fingerprint": self.reader.fingerprint,  # shard ids, record counts and checksums
-                "digest": ShardSetDigest.of_arrays(*self.shard_entries()).to_text(),  # names a shard rewritten since
             }
-        return dict(self._identity)
+        if digest and "digest" not in self._identity:  # names a shard rewritten since
+            self._identity["digest"] = ShardSetDigest.of_arrays(*self.shard_entries()).to_text()
+        return {key: value for key, value in self._identity.items() if digest or key != "digest"}
 
     def shard_entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Ids, record counts and checksums of the shards (from the snapshot): what a state's digest is made of."""
@@ -155,7 +160,7 @@ class PinnedShards(Generic[ReaderT]):
         """The source for the rest of the state's epoch: ``self``, or this storage over the shards the state read
         if shards were added since; StateMismatchError saying what differs otherwise (a missing or changed shard
         is named)."""
-        mine = self.identity()
+        mine = self.identity(digest=False)
         if not isinstance(recorded, dict):
             raise StateMismatchError(f"the state's source must be a dict, got {type(recorded).__name__}")
         if "kind" not in recorded:

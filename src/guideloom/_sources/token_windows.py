@@ -8,8 +8,8 @@ import numpy as np
 import torch
 
 from guideloom._core.checks import check_sequence_length
-from guideloom._shards.index import ShardTable
 from guideloom._shards.reader import TokenReader
+from guideloom._shards.shard_table import ShardTable
 from guideloom._sources.describe import SamplePieces, window_keys, window_pieces
 from guideloom._sources.source import PinnedShards
 from guideloom._storage.storages import TokenStorage
@@ -66,8 +66,8 @@ class TokenWindowSource(PinnedShards[TokenReader]):
     def split_collated(self, batch: torch.Tensor, sizes: list[int]) -> list[Any]:
         return list(torch.split(batch, sizes))
 
-    def identity(self) -> dict[str, Any]:
-        return {**super().identity(), "sequence_length": self.sequence_length}
+    def identity(self, *, digest: bool = True) -> dict[str, Any]:
+        return {**super().identity(digest=digest), "sequence_length": self.sequence_length}
 
     def prefetch(self, indices: np.ndarray, epoch: int) -> None:
         """Shards of a remote storage that these windows start in are downloaded in the background."""

@@ -23,12 +23,11 @@ from guideloom._core.errors import CorruptStorageError, ShardExistsError, Unfini
 from guideloom._shards.layout import (
     INCOMPLETE_DIR,
     MAX_HEADER_BYTES,
-    SHARDS_DIR,
     ShardFile,
     StorageHeader,
     publish,
-    shard_file_name,
 )
+from guideloom._shards.local_commit import is_committed
 
 if TYPE_CHECKING:
     from guideloom._storage.storages import StorageBase
@@ -181,7 +180,7 @@ def committed_digest(storage: StorageBase, header: StorageHeader, shard: int) ->
             if info is None
             else ShardContents(info.record_count, info.element_count * header.element_size, info.data_crc)
         )
-    if not (storage.path / SHARDS_DIR / shard_file_name(shard)).exists():
+    if not is_committed(storage.path, shard):  # absent, or a stray that a killed writer left (not committed)
         return None
     committed = ShardFile(storage.path, shard, header)
     try:

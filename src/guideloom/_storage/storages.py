@@ -22,9 +22,9 @@ from guideloom._core.errors import (
 from guideloom._remote.compression import DEFAULT_LEVEL, check_compression, recorded_compression
 from guideloom._remote.object_store import is_url
 from guideloom._remote.shard_cache import check_cache_arguments
-from guideloom._shards.files import CommitTarget, ShardSet, clean_incomplete
+from guideloom._shards.files import CommitTarget, LocalShards, ShardSet, clean_incomplete
 from guideloom._shards.formats import DocumentPickleFormat, DocumentStorageFormat, format_identity
-from guideloom._shards.index import ShardTable, local_snapshot
+from guideloom._shards.index import create_index
 from guideloom._shards.layout import (
     HEADER_NAME,
     INCOMPLETE_DIR,
@@ -34,13 +34,15 @@ from guideloom._shards.layout import (
     StorageHeader,
     committed_shard_ids,
     fsync_directory,
+    holds_storage,
     incomplete_dir,
     publish,
     read_header,
-    shard_file_size,
     verify_shards,
 )
 from guideloom._shards.reader import AsyncReader, DocumentReader, StorageReader, TokenReader
+from guideloom._shards.shard_table import ShardTable
+from guideloom._shards.snapshot import local_snapshot
 from guideloom._shards.token_ids import TokenEncoder, TokenInput
 from guideloom._shards.writer import AsyncWriter, SyncWriter
 from guideloom._storage.snapshots import DEFAULT_MAX_OPEN_SHARDS, local_shard_set, selected
@@ -125,7 +127,9 @@ class StorageBase:
     def committed_shards(self) -> list[int]:
         """Ids of the shards committed now, ascending (for a remote storage: from one listing)."""
         if self._remote is None:
-            return committed_shard_ids(self.path)
+            if not holds_storage(self.path):
+                return committed_shard_ids(self.path)  # [], or the precise error of a path that holds no storage
+            return local_snapshot(self.path, read_header(self.path)).ids.tolist()  # type: ignore[no-any-return]
         infos = self._remote.list_shards(self.header_for_reading())
         self._listed = {info.id: info for info in infos}
         return [info.id for info in infos]
@@ -166,11 +170,13 @@ class StorageBase:
         return incomplete_dir(target) if isinstance(target, Path) else target.incomplete
 
     def committed_shard_sizes(self) -> list[int]:
-        """The file size of every committed shard, from the listing (a vanished local file counts 0)."""
+        """The file size of every committed shard, from the listing or the index (nothing is opened)."""
         if self._remote is not None:
             with self.open_reader() as reader:  # one listing: the sizes, nothing downloaded
                 return [info.size for info in reader.infos]
-        return [shard_file_size(self.path, shard) for shard in committed_shard_ids(self.path)]
+        if not holds_storage(self.path):
+            return []
+        return local_snapshot(self.path, read_header(self.path)).rows["size"].tolist()  # type: ignore[no-any-return]
 
     def commit_target(self) -> Path | CommitTarget:
         """Where a writer commits its shards: the local directory, or the object store."""
@@ -215,6 +221,7 @@ class StorageBase:
                 raise
             raise NotADirectoryError(f"cannot create a storage at {self.path}: {files[-1]} is a file") from None
         if self._existing_header() is None:
+            create_index(self.path)  # before the header, so that every commit of the storage finds it
             temporary = self.path / INCOMPLETE_DIR / f"{HEADER_NAME}.{uuid.uuid4().hex}"
             with open(temporary, "xb") as file:
                 file.write(header.to_json())
@@ -250,9 +257,10 @@ class StorageBase:
 
     def _each_shard(self, header: StorageHeader, problems: list[str]) -> Iterator[ShardFile]:
         """Each committed shard, opened in turn and closed after; one that cannot be opened is a problem."""
-        for shard_id in committed_shard_ids(self.path):
+        shards = LocalShards(self.path, header, local_snapshot(self.path, header), 1)
+        for position in range(len(shards.infos)):
             try:
-                shard = ShardFile(self.path, shard_id, header)
+                shard = shards.open(position)  # the file, and that it holds what the index says
             except (CorruptStorageError, FormatMismatchError) as error:
                 problems.append(str(error))  # a shard that cannot even be opened is one more problem
                 continue

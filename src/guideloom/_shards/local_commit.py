@@ -1,0 +1,77 @@
+"""How a shard is committed into a local storage: a hard link, then its record fsynced into the index.
+
+The record is the commit point (``_shards.index``). A writer killed between the two leaves a
+*stray* shard: linked, not indexed, so not committed, and invisible to readers of the index. The
+next commit of that id replaces it. A writer holds an ``flock`` on its shard's file from before the
+link until its record is written, so a stray is told from a commit in progress without any
+coordination between writers of different shards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from pathlib import Path
+
+import numpy as np
+
+from guideloom._shards.index import append_records, read_index
+from guideloom._shards.layout import SHARDS_DIR, ShardInfo, fsync_directory, shard_file_name
+from guideloom._shards.shard_table import ShardTable
+
+
+def commit_shard(path: Path, temporary: Path, info: ShardInfo) -> bool:
+    """Commit the finished file ``temporary`` as shard ``info.id``; False if that shard is committed already.
+
+    ``temporary`` is gone afterwards either way. If the index cannot be written, the link is undone
+    and the ``OSError`` raised: nothing is half committed.
+    """
+    final = path / SHARDS_DIR / shard_file_name(info.id)
+    lock = os.open(temporary, os.O_RDONLY)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # ours alone: nobody else knows the file yet
+        try:
+            os.link(temporary, final)
+        except FileExistsError:
+            if not is_stray(path, info.id):
+                return False
+            os.replace(temporary, final)  # the stray was never committed: ours takes its place
+        fsync_directory(final.parent)
+        try:
+            append_records(path, ShardTable.of([info]), durable=True)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(final)
+            raise
+        return True
+    finally:
+        os.close(lock)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+
+
+def is_committed(path: Path, shard: int) -> bool:
+    """Whether ``shard`` is committed at ``path``: its file is there and it is no stray."""
+    return (path / SHARDS_DIR / shard_file_name(shard)).exists() and not is_stray(path, shard)
+
+
+def is_stray(path: Path, shard: int) -> bool:
+    """Whether the file of ``shard`` is a stray: no writer is committing it, and a complete index lacks it.
+
+    Where the index is not complete (a storage of guideloom 0.2, a damaged index) the listing decides,
+    and a listed shard is committed.
+    """
+    try:
+        descriptor = os.open(path / SHARDS_DIR / shard_file_name(shard), os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:  # its writer is between the link and the record: a commit in progress
+            return False
+        contents = read_index(path)
+        return contents.complete and bool(len(contents.table.lacking(np.array([shard], np.int64))))
+    finally:
+        os.close(descriptor)
