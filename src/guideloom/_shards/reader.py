@@ -54,7 +54,7 @@ def snapshot_fingerprint(header: StorageHeader, infos: ShardTable) -> str:
         part = rows[start : start + CHUNK]
         chunk = entries[: len(part)]
         chunk[:, 0], chunk[:, 1], chunk[:, 2] = part["id"], part["record_count"], part["data_crc"]
-        crc = zlib.crc32(memoryview(chunk), crc)
+        crc = zlib.crc32(chunk.data, crc)
     return f"{crc:08x}-{len(infos)}-{int(rows['record_count'].sum())}"
 
 
