@@ -16,6 +16,7 @@ import numpy as np
 
 from guideloom import DocumentJsonFormat, DocumentStorage, TokenStorage
 from guideloom._shards.layout import FOOTER
+from guideloom._storage.storages import AnyFormatStorage
 from guideloom.types import DocumentStorageFormat
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository: ``tests`` imports as a package from here
@@ -99,6 +100,13 @@ def make_document_storage(
 def open_storage(path: Path, kind: str) -> Any:
     """A storage of raw-bytes documents (``kind="documents"``) or uint16 tokens (``kind="tokens"``)."""
     return TokenStorage(path, "uint16") if kind == "tokens" else DocumentStorage(path, RawFormat())
+
+
+def committed_and_strays(path: Path) -> tuple[list[int], list[int]]:
+    """The shards committed at ``path`` (as readers see them) and the strays beside them in ``shards/``: the
+    complete shard files of writers killed between their link and their index record, never committed."""
+    storage = AnyFormatStorage(path)
+    return storage.committed_shards(), storage.stray_shards()
 
 
 def comparable(record: Any) -> Any:

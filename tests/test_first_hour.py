@@ -147,6 +147,7 @@ def test_a_state_whose_shard_is_gone_names_the_shard(tmp_path: Path) -> None:
     with StatefulDataLoader.from_storage(storage, device="cpu", local_batch_size=2, sequence_length=4) as loader:
         state = loader.state_dict()
     (tmp_path / "shards" / "000000000001.shard").unlink()
+    (tmp_path / "shards.index").unlink()  # removing shards by hand: their files, then the index (rebuilt)
     with StatefulDataLoader.from_storage(storage, device="cpu", local_batch_size=2, sequence_length=4) as loader:
         with pytest.raises(StateMismatchError) as caught:
             loader.load_state_dict(state)

@@ -9,7 +9,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from guideloom import DocumentJsonFormat, DocumentStorage, Mixture, StatefulDataLoader, StateMismatchError, TokenStorage
+from guideloom import (
+    CorruptStorageError,
+    DocumentJsonFormat,
+    DocumentStorage,
+    Mixture,
+    StatefulDataLoader,
+    StateMismatchError,
+    TokenStorage,
+)
 
 S = 4
 
@@ -85,12 +93,23 @@ def test_a_missing_shard_is_named(tmp_path: Path) -> None:
     add_shards(storage, range(4))
     state, _ = checkpoint(storage)
     shard_path(storage, 2).unlink()
+    (tmp_path / "tokens" / "shards.index").unlink()  # removing a shard by hand: its file, then the index
     add_shards(storage, range(4, 6))
     with (
         open_loader(storage) as loader,
         pytest.raises(StateMismatchError, match=r"shard 2 of the storage at .* missing"),
     ):
         loader.load_state_dict(state)
+
+
+def test_a_shard_file_deleted_while_the_index_records_it_is_named_when_read(tmp_path: Path) -> None:
+    storage = TokenStorage(tmp_path / "tokens")
+    add_shards(storage, range(4))
+    state, _ = checkpoint(storage)
+    shard_path(storage, 2).unlink()
+    with open_loader(storage) as loader, pytest.raises(CorruptStorageError, match="shard 2 vanished"):
+        loader.load_state_dict(state)
+        list(loader)
 
 
 def test_a_rewritten_shard_is_named(tmp_path: Path) -> None:
@@ -173,6 +192,7 @@ def test_a_mixture_names_a_rewritten_shard_and_its_component(tmp_path: Path) -> 
         with pytest.raises(StateMismatchError, match="shard 11 of component 'code' changed"):
             loader.load_state_dict(state)
     shard_path(code, 10).unlink()
+    (tmp_path / "code" / "shards.index").unlink()
     with open_loader(mixture_of(tmp_path)) as loader:
         with pytest.raises(StateMismatchError, match=r"shard 10 of component 'code' .* is missing"):
             loader.load_state_dict(state)

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from guideloom import CorruptStorageError, ShardExistsError, StatefulDataLoader, TokenStorage
+from guideloom._cli import main
 from guideloom._shards.index import INDEX_NAME, PREAMBLE, read_index
 from guideloom._shards.shard_table import RECORD
 from tests.scale.many_shards import document_shards, token_shards
@@ -199,3 +200,17 @@ def test_a_damaged_index_counts_every_listed_shard(tmp_path: Path) -> None:
     assert storage.committed_shards() == [0, 1, 2, 3, 4, 5]  # the listing cannot tell the stray from shard 1
     contents = read_index(tmp_path / "tokens")
     assert contents.complete and contents.table.ids.tolist() == [0, 1, 2, 3, 4, 5]
+
+
+def test_strays_are_named_by_inspect_and_removed_by_clean(
+    tmp_path: Path, run_python: Callable[..., subprocess.CompletedProcess[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    storage = token_shards(tmp_path / "tokens", 6)
+    assert run_python(KILLED_BETWEEN_LINK_AND_RECORD, tmp_path / "tokens").returncode == -signal.SIGKILL
+    assert storage.stray_shards() == [6]
+    assert main(["inspect", str(tmp_path / "tokens")]) == 0
+    assert "1 shard file in shards/ that no commit recorded (first: 6)" in capsys.readouterr().out
+    assert storage.clean_leftovers(older_than=3600) == []  # younger than that: left alone
+    stray = tmp_path / "tokens" / "shards" / "000000000006.shard"
+    assert stray in storage.clean_leftovers(older_than=0)
+    assert not stray.exists() and storage.stray_shards() == [] and storage.committed_shards() == list(range(6))

@@ -75,7 +75,7 @@ def _prepare_inspect(arguments: argparse.Namespace) -> Run:
     header = storage.header
     unit = "documents" if header.kind == "tokens" else "records"
     with storage.open_reader() as reader:
-        shards = reader.infos  # from the shards' footers, or a remote storage's listing: nothing is downloaded
+        shards = reader.infos  # from the shard index, or a remote storage's listing: nothing is downloaded
         fields = [("path", storage.location), ("kind", header.kind)]
         if header.format is not None:
             fields.append(("format", header.format))
@@ -84,10 +84,19 @@ def _prepare_inspect(arguments: argparse.Namespace) -> Run:
         fields += [("layout", f"version {header.layout_version}"), ("shards", f"{len(shards):,}")]
         fields.append((unit, f"{len(reader):,}"))
         if header.kind == "tokens":
-            fields.append(("tokens", f"{sum(shard.element_count for shard in shards):,}"))
+            fields.append(("tokens", f"{int(shards.rows['element_count'].sum()):,}"))
         if header.loss_mask:
             fields.append(("loss mask", _loss_mask_summary(reader, remote=is_url(arguments.path))))
-        fields.append(("bytes", f"{sum(shard.size for shard in shards):,}"))
+        fields.append(("bytes", f"{int(shards.rows['size'].sum()):,}"))
+        strays = storage.stray_shards()
+        if strays:
+            fields.append(
+                (
+                    "strays",
+                    f"{plural(len(strays), 'shard file')} in shards/ that no commit recorded (first: {strays[0]}): "
+                    "writers killed while committing left them; they are not part of the storage",
+                )
+            )
         files, size = (0, 0) if is_url(arguments.path) else _leftovers(storage)
         if files:
             fields.append(

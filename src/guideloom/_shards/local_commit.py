@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ import numpy as np
 from guideloom._shards.index import append_records, read_index
 from guideloom._shards.layout import SHARDS_DIR, ShardInfo, fsync_directory, shard_file_name
 from guideloom._shards.shard_table import ShardTable
+from guideloom._shards.snapshot import listed_shard_ids
 
 
 def commit_shard(path: Path, temporary: Path, info: ShardInfo) -> bool:
@@ -63,15 +65,46 @@ def is_stray(path: Path, shard: int) -> bool:
     and a listed shard is committed.
     """
     try:
-        descriptor = os.open(path / SHARDS_DIR / shard_file_name(shard), os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
+        descriptor = os.open(path / SHARDS_DIR / shard_file_name(shard), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
         return False
+    except OSError:  # a symlink or a file we may not read: no writer of ours made it
+        return _not_indexed(path, shard)
     try:
         try:
             fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:  # its writer is between the link and the record: a commit in progress
             return False
-        contents = read_index(path)
-        return contents.complete and bool(len(contents.table.lacking(np.array([shard], np.int64))))
+        return _not_indexed(path, shard)
     finally:
         os.close(descriptor)
+
+
+def _not_indexed(path: Path, shard: int) -> bool:
+    contents = read_index(path)
+    return contents.complete and bool(len(contents.table.lacking(np.array([shard], np.int64))))
+
+
+def stray_shards(path: Path) -> list[int]:
+    """Ids of the strays at ``path`` now: listed in ``shards/``, no writer committing them, not in its complete index.
+
+    One listing: for ``guideloom inspect`` and ``clean``, never for opening a storage. None where the
+    index is not complete (then the listing decides, and nothing listed is a stray).
+    """
+    contents = read_index(path)
+    if not contents.complete:
+        return []
+    return [int(shard) for shard in contents.table.lacking(listed_shard_ids(path)) if is_stray(path, int(shard))]
+
+
+def remove_strays(path: Path, older_than: float) -> list[Path]:
+    """Delete the strays at ``path`` whose files are ``older_than`` seconds old (never committed: nothing is lost)."""
+    removed = []
+    now = time.time()
+    for shard in stray_shards(path):
+        file = path / SHARDS_DIR / shard_file_name(shard)
+        with contextlib.suppress(FileNotFoundError):
+            if now - file.lstat().st_mtime >= older_than and is_stray(path, shard):
+                file.unlink()
+                removed.append(file)
+    return removed

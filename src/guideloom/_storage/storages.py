@@ -40,6 +40,7 @@ from guideloom._shards.layout import (
     read_header,
     verify_shards,
 )
+from guideloom._shards.local_commit import remove_strays, stray_shards
 from guideloom._shards.reader import AsyncReader, DocumentReader, StorageReader, TokenReader
 from guideloom._shards.shard_table import ShardTable
 from guideloom._shards.snapshot import local_snapshot
@@ -169,6 +170,12 @@ class StorageBase:
         target = self.commit_target()
         return incomplete_dir(target) if isinstance(target, Path) else target.incomplete
 
+    def stray_shards(self) -> list[int]:
+        """Ids of the shard files that writers killed while committing left in ``shards/``: never committed, and
+        replaced when their ids are committed again (one listing; none on an object store, where a commit is one
+        request)."""
+        return [] if self._remote is not None else stray_shards(self.path)
+
     def committed_shard_sizes(self) -> list[int]:
         """The file size of every committed shard, from the listing or the index (nothing is opened)."""
         if self._remote is not None:
@@ -256,7 +263,8 @@ class StorageBase:
         return verify_shards(self._each_shard(header, problems), progress, problems)
 
     def _each_shard(self, header: StorageHeader, problems: list[str]) -> Iterator[ShardFile]:
-        """Each committed shard, opened in turn and closed after; one that cannot be opened is a problem."""
+        """Each committed shard, opened in turn and closed after; one that cannot be opened is a problem, as is a
+        stray (see ``stray_shards``) that is not a sound shard of its name."""
         shards = LocalShards(self.path, header, local_snapshot(self.path, header), 1)
         for position in range(len(shards.infos)):
             try:
@@ -268,9 +276,17 @@ class StorageBase:
                 yield shard
             finally:
                 shard.close()
+        for stray in stray_shards(self.path):  # not part of the storage, but a damaged one is a bad file all the same
+            try:
+                opened = ShardFile(self.path, stray, header)
+            except (CorruptStorageError, FormatMismatchError) as error:
+                problems.append(f"{error} (a stray: no commit recorded shard {stray})")
+                continue
+            opened.close()
 
     def clean_leftovers(self, older_than: float = 3600.0) -> list[Path | str]:
-        """Delete files that dead writers left in ``incomplete/``, untouched for ``older_than`` seconds.
+        """Delete files that dead writers left in ``incomplete/``, and the strays of writers killed while
+        committing (never committed), untouched for ``older_than`` seconds.
 
         Files of live writers are younger than that as long as they keep appending. For a remote
         storage also its unfinished uploads, stray markers and the cache's abandoned downloads.
@@ -278,7 +294,7 @@ class StorageBase:
         older_than = check_number("older_than", older_than, minimum=0)
         if self._remote is not None:
             return list(self._remote.clean(older_than))
-        return list(clean_incomplete(self.path / INCOMPLETE_DIR, older_than))
+        return [*clean_incomplete(self.path / INCOMPLETE_DIR, older_than), *remove_strays(self.path, older_than)]
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.location!r})"
