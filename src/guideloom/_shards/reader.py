@@ -8,6 +8,7 @@ file, tokens a read-only NumPy view.
 from __future__ import annotations
 
 import asyncio
+import functools
 import zlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -73,8 +74,12 @@ class StorageReader(Generic[Out]):
         self.header = header
         self.infos: ShardTable = self.shard_set.infos
         self._opened: OrderedDict[int, ShardFile] = OrderedDict()  # least recently used first
-        self.record_starts = _starts(self.infos.rows["record_count"])
         self._closed = False
+
+    @functools.cached_property
+    def record_starts(self) -> np.ndarray:
+        """Where each shard's records begin in the storage's numbering, and their total last (int64)."""
+        return _starts(self.infos.rows["record_count"])
 
     @property
     def shards(self) -> list[ShardFile]:
@@ -116,7 +121,9 @@ class StorageReader(Generic[Out]):
             self.shard_set.prefetch(first_positions(positions, len(self.infos)))
 
     def __len__(self) -> int:
-        return int(self.record_starts[-1])
+        if "record_starts" in self.__dict__:
+            return int(self.record_starts[-1])
+        return int(self.infos.rows["record_count"].sum())
 
     def locate(self, index: int) -> tuple[int, int]:
         """Position (in ``shards``) of the shard holding global record ``index``, and the record in it."""
