@@ -62,3 +62,17 @@ def test_ranges_and_fingerprint_match_the_per_shard_loops(ids: list[int]) -> Non
             ranges.append([shard, shard])
     expected = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges) or "none"
     assert describe_shards(ids) == expected
+
+
+def test_digest_and_fingerprint_of_more_shards_than_a_chunk_match_the_per_shard_loops() -> None:
+    rng = np.random.default_rng(3)
+    shards = [(int(k), int(r), int(c)) for k, r, c in zip(*(rng.integers(0, 2**32, 20_000) for _ in range(3)))]
+    digest = ShardSetDigest.of(shards)
+    assert (digest.a, digest.b, digest.c) == reference_digest(shards)
+    infos = [ShardInfo(shard, shard % 7, shard % 11, shard * 3, 100) for shard in range(20_000)]
+    header = StorageHeader("tokens", dtype="uint16")
+    crc = zlib.crc32(header.to_json())
+    for info in infos:
+        crc = zlib.crc32(np.array([info.id, info.record_count, info.data_crc], "<u8").tobytes(), crc)
+    records = sum(info.record_count for info in infos)
+    assert snapshot_fingerprint(header, ShardTable.of(infos)) == f"{crc:08x}-{len(infos)}-{records}"

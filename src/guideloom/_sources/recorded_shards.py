@@ -27,6 +27,7 @@ _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 _LOW32 = np.uint64(0xFFFFFFFF)
 _LOW29 = np.uint64((1 << 29) - 1)
 _P = np.uint64(PRIME)
+_CHUNK = 8192
 
 
 def _hashes(keys: np.ndarray, record_counts: np.ndarray, checksums: np.ndarray) -> np.ndarray:
@@ -67,6 +68,14 @@ def _summed(values: np.ndarray) -> int:
     return ((high << 32) + low) % PRIME
 
 
+def _chunk_sums(keys: np.ndarray, record_counts: np.ndarray, checksums: np.ndarray) -> tuple[int, int, int]:
+    """``Σ h``, ``Σ key·h`` and ``Σ key²·h`` modulo PRIME over one chunk of shards (uint64 arrays)."""
+    h = _hashes(keys, record_counts, checksums)
+    keys = _reduce(keys) if not len(keys) or int(keys.max()) < 1 << 63 else keys % _P
+    keyed = _mulmod(keys, h)
+    return _summed(h), _summed(keyed), _summed(_mulmod(keys, keyed))
+
+
 @dataclass(frozen=True)
 class ShardSetDigest:
     """The three sums over ``(key, record_count, checksum)`` of a set of shards (see the module docstring)."""
@@ -83,13 +92,13 @@ class ShardSetDigest:
     @classmethod
     def of_arrays(cls, keys: np.ndarray, record_counts: np.ndarray, checksums: np.ndarray) -> ShardSetDigest:
         """The digest of the shards with these keys, record counts and checksums (one array each, in one pass)."""
-        keys, record_counts, checksums = (
-            np.asarray(array).astype(np.uint64) for array in (keys, record_counts, checksums)
-        )
-        h = _hashes(keys, record_counts, checksums)
-        keys = _reduce(keys) if not len(keys) or int(keys.max()) < 1 << 63 else keys % _P
-        keyed = _mulmod(keys, h)
-        return cls(_summed(h), _summed(keyed), _summed(_mulmod(keys, keyed)))
+        keys, record_counts, checksums = (np.asarray(array) for array in (keys, record_counts, checksums))
+        sums = [0, 0, 0]
+        for start in range(0, len(keys), _CHUNK):  # a chunk at a time: the temporaries stay in the caches
+            chunk = (array[start : start + _CHUNK].astype(np.uint64) for array in (keys, record_counts, checksums))
+            for position, total in enumerate(_chunk_sums(*chunk)):
+                sums[position] += total
+        return cls(*(total % PRIME for total in sums))
 
     def to_text(self) -> str:
         return f"{self.a:016x}.{self.b:016x}.{self.c:016x}"
