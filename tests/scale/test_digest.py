@@ -66,7 +66,7 @@ def test_ranges_and_fingerprint_match_the_per_shard_loops(ids: list[int]) -> Non
 
 def test_digest_and_fingerprint_of_more_shards_than_a_chunk_match_the_per_shard_loops() -> None:
     rng = np.random.default_rng(3)
-    shards = [(int(k), int(r), int(c)) for k, r, c in zip(*(rng.integers(0, 2**32, 20_000) for _ in range(3)))]
+    shards = [(int(k), int(r), int(c)) for k, r, c in rng.integers(0, 2**32, (20_000, 3))]
     digest = ShardSetDigest.of(shards)
     assert (digest.a, digest.b, digest.c) == reference_digest(shards)
     infos = [ShardInfo(shard, shard % 7, shard % 11, shard * 3, 100) for shard in range(20_000)]

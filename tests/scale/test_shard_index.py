@@ -84,9 +84,13 @@ def test_a_torn_record_at_the_end_is_ignored(tmp_path: Path) -> None:
     storage = token_shards(tmp_path / "tokens", 6)
     expected = batches(storage)
     with open(tmp_path / "tokens" / INDEX_NAME, "ab") as index:
-        index.write(b"\x07" * (RECORD.itemsize // 2))  # a power cut in the middle of an append
-    assert not read_index(tmp_path / "tokens").complete
+        index.write(b"\x07" * (RECORD.itemsize // 2))  # an append being copied in, or torn by a power cut
+    assert read_index(tmp_path / "tokens").complete  # no commit: its fsync never returned
     assert batches(storage) == expected
+    with storage.sync_writer() as writer:  # the next append lands out of step: that index is no longer complete
+        writer.append(6, np.arange(4))
+    assert not read_index(tmp_path / "tokens").complete
+    assert storage.committed_shards() == list(range(7))
     assert read_index(tmp_path / "tokens").complete  # replaced by a complete one
 
 
@@ -214,3 +218,17 @@ def test_strays_are_named_by_inspect_and_removed_by_clean(
     stray = tmp_path / "tokens" / "shards" / "000000000006.shard"
     assert stray in storage.clean_leftovers(older_than=0)
     assert not stray.exists() and storage.stray_shards() == [] and storage.committed_shards() == list(range(6))
+
+
+def test_a_commit_whose_record_cannot_be_written_whole_fails_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage = token_shards(tmp_path / "tokens", 3)
+    expected = batches(storage)
+    write = os.write
+    monkeypatch.setattr(os, "write", lambda descriptor, data: write(descriptor, data[:17]))  # as on a full disk
+    with pytest.raises(OSError, match="only 17 of 40 bytes"), storage.sync_writer() as writer:
+        writer.append(3, np.arange(4))
+    monkeypatch.undo()
+    assert not (tmp_path / "tokens" / "shards" / "000000000003.shard").exists()
+    assert storage.committed_shards() == [0, 1, 2] and batches(storage) == expected

@@ -33,8 +33,8 @@ PREAMBLE = b"GLOOMIX1" + (1).to_bytes(4, "little") + bytes(RECORD.itemsize - 12)
 class IndexContents:
     """The sound records of an index (ascending id, the last of each id), and whether they are all there is.
 
-    ``complete`` means the index starts with the preamble and every record is sound: its records are
-    exactly the committed shards. Otherwise the listing decides and the records only save footer reads.
+    ``complete`` means the index starts with the preamble and every whole record is sound: its records
+    are exactly the committed shards. Otherwise the listing decides and the records only save footer reads.
     """
 
     table: ShardTable
@@ -56,9 +56,11 @@ def read_index(path: Path) -> IndexContents:
     has_preamble = raw[: len(PREAMBLE)] == PREAMBLE
     start = len(PREAMBLE) if has_preamble else 0
     count = (len(raw) - start) // RECORD.itemsize
-    records = np.frombuffer(raw, RECORD, count, start)  # a torn last record is left out
+    # A part of a record at the end is an append still being copied in, or one a power cut tore before
+    # its fsync returned: not a commit either way, so it is left out and the index may still be complete.
+    records = np.frombuffer(raw, RECORD, count, start)
     sound = sound_records(records)
-    complete = has_preamble and (len(raw) - start) % RECORD.itemsize == 0 and bool(sound.all())
+    complete = has_preamble and bool(sound.all())
     if not complete:
         records = records[sound]
     return IndexContents(ShardTable(last_of_each_id(records)), complete)
@@ -90,7 +92,10 @@ def append_records(path: Path, table: ShardTable, *, durable: bool) -> bool:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):
             return False
         if len(table):
-            os.write(descriptor, table.rows.tobytes())
+            records = table.rows.tobytes()
+            written = os.write(descriptor, records)
+            if written != len(records):  # a full disk: the part written puts later records out of step
+                raise OSError(errno.ENOSPC, f"only {written} of {len(records)} bytes appended", str(path / INDEX_NAME))
             if durable:
                 os.fsync(descriptor)
         return True
