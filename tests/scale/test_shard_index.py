@@ -19,8 +19,9 @@ import pytest
 
 from guideloom import CorruptStorageError, ShardExistsError, StatefulDataLoader, TokenStorage
 from guideloom._cli import main
+from guideloom._shards import snapshot
 from guideloom._shards.index import INDEX_NAME, PREAMBLE, read_index
-from guideloom._shards.shard_table import RECORD
+from guideloom._shards.shard_table import RECORD, ShardTable
 from tests.scale.many_shards import document_shards, token_shards
 
 
@@ -232,3 +233,21 @@ def test_a_commit_whose_record_cannot_be_written_whole_fails_and_leaves_nothing(
     monkeypatch.undo()
     assert not (tmp_path / "tokens" / "shards" / "000000000003.shard").exists()
     assert storage.committed_shards() == [0, 1, 2] and batches(storage) == expected
+
+
+def test_a_shard_committed_while_a_reader_rebuilds_the_index_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage = token_shards(tmp_path / "tokens", 5, indexed=False)  # a 0.2 storage: the first reader indexes it
+    replace = snapshot.replace_index
+
+    def commit_then_replace(path: Path, table: ShardTable) -> None:
+        with storage.sync_writer() as writer:  # after the reader listed, before its index is in place
+            writer.append(9, np.arange(3, dtype=np.uint32))
+        replace(path, table)
+
+    monkeypatch.setattr(snapshot, "replace_index", commit_then_replace)
+    assert storage.committed_shards() == [0, 1, 2, 3, 4]  # the reader's snapshot: what it listed
+    monkeypatch.undo()
+    contents = read_index(tmp_path / "tokens")
+    assert contents.complete and contents.table.ids.tolist() == [0, 1, 2, 3, 4, 9]  # it listed again after
