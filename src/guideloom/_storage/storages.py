@@ -6,7 +6,7 @@ import contextlib
 import os
 import uuid
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -14,7 +14,6 @@ import numpy as np
 
 from guideloom._core.checks import check_bool, check_int, check_number, check_path
 from guideloom._core.errors import (
-    CorruptStorageError,
     FormatMismatchError,
     StorageNotFoundError,
     UntrustedFormatWarning,
@@ -22,14 +21,13 @@ from guideloom._core.errors import (
 from guideloom._remote.compression import DEFAULT_LEVEL, check_compression, recorded_compression
 from guideloom._remote.object_store import is_url
 from guideloom._remote.shard_cache import check_cache_arguments
-from guideloom._shards.files import CommitTarget, LocalShards, ShardSet, clean_incomplete
+from guideloom._shards.files import CommitTarget, ShardSet
 from guideloom._shards.formats import DocumentPickleFormat, DocumentStorageFormat, format_identity
 from guideloom._shards.index import create_index
 from guideloom._shards.layout import (
     HEADER_NAME,
     INCOMPLETE_DIR,
     SHARDS_DIR,
-    ShardFile,
     ShardInfo,
     StorageHeader,
     committed_shard_ids,
@@ -38,13 +36,13 @@ from guideloom._shards.layout import (
     incomplete_dir,
     publish,
     read_header,
-    verify_shards,
 )
-from guideloom._shards.local_commit import remove_strays, stray_shards
+from guideloom._shards.local_commit import stray_shards
 from guideloom._shards.reader import AsyncReader, DocumentReader, StorageReader, TokenReader
 from guideloom._shards.shard_table import ShardTable
 from guideloom._shards.snapshot import local_snapshot
 from guideloom._shards.token_ids import TokenEncoder, TokenInput
+from guideloom._shards.upkeep import clean_local, verify_local
 from guideloom._shards.writer import AsyncWriter, SyncWriter
 from guideloom._storage.snapshots import DEFAULT_MAX_OPEN_SHARDS, local_shard_set, selected
 
@@ -259,30 +257,7 @@ class StorageBase:
         header = self.header_for_reading()
         if self._remote is not None:
             return self._remote.verify(header, progress)
-        problems: list[str] = []
-        return verify_shards(self._each_shard(header, problems), progress, problems)
-
-    def _each_shard(self, header: StorageHeader, problems: list[str]) -> Iterator[ShardFile]:
-        """Each committed shard, opened in turn and closed after; one that cannot be opened is a problem, as is a
-        stray (see ``stray_shards``) that is not a sound shard of its name."""
-        shards = LocalShards(self.path, header, local_snapshot(self.path, header), 1)
-        for position in range(len(shards.infos)):
-            try:
-                shard = shards.open(position)  # the file, and that it holds what the index says
-            except (CorruptStorageError, FormatMismatchError) as error:
-                problems.append(str(error))  # a shard that cannot even be opened is one more problem
-                continue
-            try:
-                yield shard
-            finally:
-                shard.close()
-        for stray in stray_shards(self.path):  # not part of the storage, but a damaged one is a bad file all the same
-            try:
-                opened = ShardFile(self.path, stray, header)
-            except (CorruptStorageError, FormatMismatchError) as error:
-                problems.append(f"{error} (a stray: no commit recorded shard {stray})")
-                continue
-            opened.close()
+        return verify_local(self.path, header, progress)
 
     def clean_leftovers(self, older_than: float = 3600.0) -> list[Path | str]:
         """Delete files that dead writers left in ``incomplete/``, and the strays of writers killed while
@@ -294,7 +269,7 @@ class StorageBase:
         older_than = check_number("older_than", older_than, minimum=0)
         if self._remote is not None:
             return list(self._remote.clean(older_than))
-        return [*clean_incomplete(self.path / INCOMPLETE_DIR, older_than), *remove_strays(self.path, older_than)]
+        return list(clean_local(self.path, older_than))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.location!r})"
