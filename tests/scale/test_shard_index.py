@@ -251,3 +251,13 @@ def test_a_shard_committed_while_a_reader_rebuilds_the_index_is_kept(
     monkeypatch.undo()
     contents = read_index(tmp_path / "tokens")
     assert contents.complete and contents.table.ids.tolist() == [0, 1, 2, 3, 4, 9]  # it listed again after
+
+
+def test_an_index_without_its_preamble_is_read_from_the_listing_and_replaced(tmp_path: Path) -> None:
+    storage = token_shards(tmp_path / "tokens", 6)
+    expected = batches(storage)
+    index = tmp_path / "tokens" / INDEX_NAME
+    index.write_bytes(index.read_bytes()[len(PREAMBLE) :])  # as the first 0.3 build wrote it: records only
+    assert not read_index(tmp_path / "tokens").complete
+    assert batches(storage) == expected
+    assert index.read_bytes()[: len(PREAMBLE)] == PREAMBLE and read_index(tmp_path / "tokens").complete
