@@ -8,6 +8,7 @@ index; a record that disagrees with its shard is refused when the shard is opene
 from __future__ import annotations
 
 import fcntl
+import gc
 import os
 import signal
 import subprocess
@@ -19,6 +20,7 @@ import pytest
 
 from guideloom import CorruptStorageError, ShardExistsError, StatefulDataLoader, TokenStorage
 from guideloom._cli import main
+from guideloom._shards import index as index_module
 from guideloom._shards import snapshot
 from guideloom._shards.index import INDEX_NAME, PREAMBLE, read_index
 from guideloom._shards.shard_table import RECORD, ShardTable
@@ -261,3 +263,23 @@ def test_an_index_without_its_preamble_is_read_from_the_listing_and_replaced(tmp
     assert not read_index(tmp_path / "tokens").complete
     assert batches(storage) == expected
     assert index.read_bytes()[: len(PREAMBLE)] == PREAMBLE and read_index(tmp_path / "tokens").complete
+
+
+def index_mappings() -> int:
+    with open("/proc/self/maps") as maps:
+        return sum(1 for line in maps if line.rstrip().endswith(INDEX_NAME))
+
+
+def test_a_large_index_is_mapped_while_a_loader_reads_and_let_go_when_it_closes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage = token_shards(tmp_path / "tokens", 300)
+    expected = batches(storage)
+    monkeypatch.setattr(index_module, "MAPPED_SIZE", RECORD.itemsize * 100)  # as for 26,000 shards and more
+    with StatefulDataLoader.from_storage(
+        storage, device="cpu", local_batch_size=5, sequence_length=8, shuffle=True, seed=4
+    ) as loader:
+        assert index_mappings() == 1
+        assert [batch.tolist() for batch in loader] == expected
+    gc.collect()
+    assert index_mappings() == 0

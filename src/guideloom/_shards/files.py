@@ -88,7 +88,7 @@ class LocalShards:
         pass  # mapped in place when read
 
     def close(self) -> None:
-        pass  # the reader closes the shards it opened
+        self.infos.detach()  # a large index is mapped: closing lets it go (the reader closes the shards it opened)
 
 
 class LocalTarget:

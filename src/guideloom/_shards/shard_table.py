@@ -33,6 +33,7 @@ _WEIGHTS = np.array(
     [0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB, 0xD6E8FEB86659FD93, 0xA0761D6478BD642F], np.uint64
 )
 _LOW32, _HALF = np.uint64(0xFFFFFFFF), np.uint64(32)
+_MAX_ID = np.uint64(MAX_SHARD_ID)
 CHUNK = 16384  # records checked at a time: the work stays in the processor's caches
 
 
@@ -50,8 +51,8 @@ def sound_records(records: np.ndarray) -> np.ndarray:
     stored = np.ascontiguousarray(records, RECORD)
     for start, part in _chunks(stored):
         chunk = stored[start : start + len(part)]
-        ids = chunk["id"]
-        sound[start : start + len(part)] = (part == chunk["check"]) & (ids >= 0) & (ids <= MAX_SHARD_ID)
+        ids = chunk["id"].view(np.uint64)  # a negative id is a huge one here
+        sound[start : start + len(part)] = (part == chunk["check"]) & (ids <= _MAX_ID)
     return sound
 
 
@@ -99,6 +100,11 @@ class ShardTable:
         rows = np.array(fields, RECORD)
         rows["check"] = record_checks(rows)
         return cls(last_of_each_id(rows))
+
+    def detach(self) -> None:
+        """Hold the rows in memory of the table's own, so that the index file they were mapped from is let go."""
+        if not self.rows.flags.owndata:
+            self.rows = self.rows.copy()
 
     def __len__(self) -> int:
         return len(self.rows)
