@@ -31,6 +31,16 @@ def reference_digest(shards: list[tuple[int, int, int]]) -> tuple[int, int, int]
     return a, b, c
 
 
+def assert_fingerprint_is_the_per_shard_loop(infos: list[ShardInfo]) -> None:
+    """The snapshot's fingerprint is guideloom 0.2's CRC over each shard's id, record count and checksum."""
+    header = StorageHeader("tokens", dtype="uint16")
+    crc = zlib.crc32(header.to_json())
+    for info in infos:
+        crc = zlib.crc32(np.array([info.id, info.record_count, info.data_crc], "<u8").tobytes(), crc)
+    records = sum(info.record_count for info in infos)
+    assert snapshot_fingerprint(header, ShardTable.of(infos)) == f"{crc:08x}-{len(infos)}-{records}"
+
+
 shard_entries = st.lists(
     st.tuples(st.integers(0, 2**60), st.integers(0, 2**40), st.integers(0, 2**32 - 1)), max_size=60
 )
@@ -48,12 +58,7 @@ def test_the_digest_of_arrays_is_the_per_shard_sum(shards: list[tuple[int, int, 
 def test_ranges_and_fingerprint_match_the_per_shard_loops(ids: list[int]) -> None:
     ids.sort()
     infos = [ShardInfo(shard, shard % 7, shard % 11, zlib.crc32(str(shard).encode()), 100) for shard in ids]
-    header = StorageHeader("tokens", dtype="uint16")
-    crc = zlib.crc32(header.to_json())
-    for info in infos:
-        crc = zlib.crc32(np.array([info.id, info.record_count, info.data_crc], "<u8").tobytes(), crc)
-    records = sum(info.record_count for info in infos)
-    assert snapshot_fingerprint(header, ShardTable.of(infos)) == f"{crc:08x}-{len(infos)}-{records}"
+    assert_fingerprint_is_the_per_shard_loop(infos)
     ranges = []
     for shard in ids:
         if ranges and ranges[-1][1] == shard - 1:
@@ -70,9 +75,4 @@ def test_digest_and_fingerprint_of_more_shards_than_a_chunk_match_the_per_shard_
     digest = ShardSetDigest.of(shards)
     assert (digest.a, digest.b, digest.c) == reference_digest(shards)
     infos = [ShardInfo(shard, shard % 7, shard % 11, shard * 3, 100) for shard in range(20_000)]
-    header = StorageHeader("tokens", dtype="uint16")
-    crc = zlib.crc32(header.to_json())
-    for info in infos:
-        crc = zlib.crc32(np.array([info.id, info.record_count, info.data_crc], "<u8").tobytes(), crc)
-    records = sum(info.record_count for info in infos)
-    assert snapshot_fingerprint(header, ShardTable.of(infos)) == f"{crc:08x}-{len(infos)}-{records}"
+    assert_fingerprint_is_the_per_shard_loop(infos)

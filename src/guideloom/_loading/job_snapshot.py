@@ -1,9 +1,9 @@
-"""One snapshot per job: rank 0 lists the storage and broadcasts the list, the other ranks use it.
+"""One snapshot per job: rank 0 takes the storage's snapshot (its shard index, or a listing) and broadcasts it.
 
 Every rank then reads the same shards (a shard committed between two ranks' openings would
 otherwise give them different sample counts: duplicated data, or a hang in a collective), and a job
-of a thousand ranks costs one listing, not a thousand. The snapshot travels as a
-:class:`ShardTable` (36 bytes per shard) through ``broadcast_object_list`` on the default group.
+of a thousand ranks costs one reading, not a thousand. The snapshot travels as a
+:class:`ShardTable` (40 bytes per shard) through ``broadcast_object_list`` on the default group.
 """
 
 from __future__ import annotations
