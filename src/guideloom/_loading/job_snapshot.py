@@ -56,12 +56,9 @@ def job_snapshot(storage: StorageBase) -> ShardTable:
 
 def _check_visible(storage: StorageBase, snapshot: ShardTable, rank: int) -> None:
     """StorageNotFoundError naming the first shard of rank 0's snapshot that this rank's directory lacks."""
-    here = visible_shard_ids(storage.path)
-    positions = np.searchsorted(here, snapshot.ids)
-    found = positions < len(here)
-    found[found] = here[positions[found]] == snapshot.ids[found]
-    if not found.all():
-        missing = int(snapshot.ids[~found][0])
+    lacking = np.setdiff1d(snapshot.ids, visible_shard_ids(storage.path), assume_unique=True)  # ascending
+    if len(lacking):
+        missing = int(lacking[0])
         raise StorageNotFoundError(
             f"shard {missing} of the storage at {storage.location}, which rank 0 listed for this job, is not there "
             f"on rank {rank}: every rank must see the same storage (a shared file system, or the same copy)"

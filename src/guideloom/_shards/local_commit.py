@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from guideloom._shards.index import append_records, read_index
+from guideloom._shards.index import IndexContents, append_records, read_index
 from guideloom._shards.layout import SHARDS_DIR, ShardInfo, fsync_directory, shard_file_name
 from guideloom._shards.shard_table import ShardTable
 from guideloom._shards.snapshot import listed_shard_ids
@@ -64,37 +64,43 @@ def is_stray(path: Path, shard: int) -> bool:
     Where the index is not complete (a storage of guideloom 0.2, a damaged index) the listing decides,
     and a listed shard is committed.
     """
-    try:
-        descriptor = os.open(path / SHARDS_DIR / shard_file_name(shard), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return False
-    except OSError:  # a symlink or a file we may not read: no writer of ours made it
-        return _not_indexed(path, shard)
-    try:
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:  # its writer is between the link and the record: a commit in progress
-            return False
-        return _not_indexed(path, shard)
-    finally:
-        os.close(descriptor)
-
-
-def _not_indexed(path: Path, shard: int) -> bool:
-    contents = read_index(path)
-    return contents.complete and bool(len(contents.table.lacking(np.array([shard], np.int64))))
+    return _unlocked(path, shard) and _not_indexed(read_index(path), np.array([shard], np.int64)).size == 1
 
 
 def stray_shards(path: Path) -> list[int]:
     """Ids of the strays at ``path`` now: listed in ``shards/``, no writer committing them, not in its complete index.
 
-    One listing: for ``guideloom inspect`` and ``clean``, never for opening a storage. None where the
+    One listing: for ``guideloom inspect`` and ``clean``, never for opening a storage. Empty where the
     index is not complete (then the listing decides, and nothing listed is a stray).
     """
-    contents = read_index(path)
-    if not contents.complete:
-        return []
-    return [int(shard) for shard in contents.table.lacking(listed_shard_ids(path)) if is_stray(path, int(shard))]
+    unindexed = _not_indexed(read_index(path), listed_shard_ids(path))
+    unlocked = np.array([shard for shard in unindexed.tolist() if _unlocked(path, shard)], np.int64)
+    return _not_indexed(read_index(path), unlocked).tolist()  # type: ignore[no-any-return]  # read after the locks
+
+
+def _unlocked(path: Path, shard: int) -> bool:
+    """Whether the file of ``shard`` is there and no writer holds its lock (between its link and its record).
+
+    Read the index only after this: a writer releases the lock once its record is written.
+    """
+    try:
+        descriptor = os.open(path / SHARDS_DIR / shard_file_name(shard), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return False
+    except OSError:  # a symlink or a file we may not read: no writer of ours made it
+        return True
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(descriptor)
+    return True
+
+
+def _not_indexed(contents: IndexContents, shard_ids: np.ndarray) -> np.ndarray:
+    """Those of ``shard_ids`` (ascending int64) that a complete index lacks; none if the index is not complete."""
+    return contents.table.lacking(shard_ids) if contents.complete else shard_ids[:0]
 
 
 def remove_strays(path: Path, older_than: float) -> list[Path]:

@@ -131,18 +131,20 @@ class ShardTable:
     def select(self, shard_ids: Iterable[int]) -> tuple[ShardTable, list[int]]:
         """The rows of these ids (ascending), and the ids that are not in the table."""
         wanted = np.asarray(list(shard_ids) if not isinstance(shard_ids, np.ndarray) else shard_ids, np.int64)
-        positions = np.searchsorted(self.ids, wanted)
-        found = positions < len(self)
-        found[found] = self.ids[positions[found]] == wanted[found]
+        positions, found = self._find(wanted)
         return ShardTable(self.rows[positions[found]]), wanted[~found].tolist()
 
     def lacking(self, shard_ids: np.ndarray) -> np.ndarray:
         """Those of ``shard_ids`` (ascending int64) that are not in the table."""
+        missing: np.ndarray = shard_ids[~self._find(shard_ids)[1]]
+        return missing
+
+    def _find(self, shard_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Where each of ``shard_ids`` is in the table, and whether it is there at all."""
         positions = np.searchsorted(self.ids, shard_ids)
         found = positions < len(self)
         found[found] = self.ids[positions[found]] == shard_ids[found]
-        missing: np.ndarray = shard_ids[~found]
-        return missing
+        return positions, found
 
     def __repr__(self) -> str:
         return f"ShardTable({len(self)} shards)"

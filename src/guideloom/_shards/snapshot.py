@@ -19,7 +19,7 @@ import numpy as np
 
 from guideloom._shards.index import IndexContents, append_records, read_index, replace_index
 from guideloom._shards.layout import SHARDS_DIR, ShardFile, ShardInfo, StorageHeader, committed_shard_ids
-from guideloom._shards.shard_table import RECORD, ShardTable
+from guideloom._shards.shard_table import ShardTable
 
 _DIGITS = 10 ** np.arange(11, -1, -1, dtype=np.int64)
 _SHARD_NAME = re.compile(r"[0-9]{12}\.shard")
@@ -33,11 +33,9 @@ def local_snapshot(path: Path, header: StorageHeader) -> ShardTable:
     table = _from_listing(path, header, contents)
     with contextlib.suppress(OSError):  # a read-only storage: the next reader lists again, and reads the same
         replace_index(path, table)
-        appeared = ShardTable(np.empty(0, RECORD))
         later = table.lacking(listed_shard_ids(path))  # committed while we listed: their records may be lost
         if len(later):
-            appeared = ShardTable.of(footer_facts(path, int(shard), header) for shard in later)
-        append_records(path, appeared, durable=True)
+            append_records(path, ShardTable.of(footer_facts(path, int(shard), header) for shard in later), durable=True)
     return table
 
 
