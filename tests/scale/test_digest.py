@@ -1,7 +1,7 @@
-"""The shard digest and fingerprint, computed over whole arrays, equal the per-shard formulas they replace.
+"""The shard digest and fingerprints, computed over whole arrays, equal the per-shard formulas they replace.
 
 States written before (per-shard Python loops) must still compare equal, so the reference formulas
-are spelled out here as guideloom 0.2 computed them.
+are spelled out here as guideloom 0.2 computed them; today's fingerprint is spelled out as well.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guideloom._shards.layout import ShardInfo, StorageHeader
-from guideloom._shards.reader import snapshot_fingerprint
+from guideloom._shards.reader import earlier_fingerprint, snapshot_fingerprint
 from guideloom._shards.shard_table import ShardTable
 from guideloom._sources.recorded_shards import PRIME, ShardSetDigest, describe_shards
+from tests.unit.shards.test_shard_table import reference_check
 
 MASK64 = (1 << 64) - 1
 
@@ -32,13 +33,17 @@ def reference_digest(shards: list[tuple[int, int, int]]) -> tuple[int, int, int]
 
 
 def assert_fingerprint_is_the_per_shard_loop(infos: list[ShardInfo]) -> None:
-    """The snapshot's fingerprint is guideloom 0.2's CRC over each shard's id, record count and checksum."""
+    """The snapshot's fingerprint is the CRC of the sum of the shards' record checks; the fingerprint states recorded
+    before is guideloom 0.2's CRC over each shard's id, record count and checksum."""
     header = StorageHeader("tokens", dtype="uint16")
+    table, records = ShardTable.of(infos), sum(info.record_count for info in infos)
+    checks = sum(reference_check(info) for info in table)
+    crc = zlib.crc32(checks.to_bytes(8, "little"), zlib.crc32(header.to_json()))
+    assert snapshot_fingerprint(header, table) == f"{crc:08x}-{len(infos)}-{records}"
     crc = zlib.crc32(header.to_json())
     for info in infos:
         crc = zlib.crc32(np.array([info.id, info.record_count, info.data_crc], "<u8").tobytes(), crc)
-    records = sum(info.record_count for info in infos)
-    assert snapshot_fingerprint(header, ShardTable.of(infos)) == f"{crc:08x}-{len(infos)}-{records}"
+    assert earlier_fingerprint(header, table) == f"{crc:08x}-{len(infos)}-{records}"
 
 
 shard_entries = st.lists(

@@ -159,9 +159,10 @@ def check_next_batch(
 
 def _placeless(identity: Any) -> Any:
     """A source's identity but for where its storages are (a storage moved since still serves its batches), and
-    for the digest of a source that also has a fingerprint."""
+    for the fingerprint and digest of a source that has a fingerprint: resuming compared those already (a state
+    of guideloom 0.2 recorded its fingerprint in an earlier form)."""
     left_out = (
-        ("path", "storages", "digest")
+        ("path", "storages", "fingerprint", "digest")
         if isinstance(identity, dict) and "fingerprint" in identity
         else ("path", "storages")
     )

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from guideloom._core.errors import StateMismatchError
-from guideloom._sources.source import SampleSource
+from guideloom._sources.source import PinnedShards, SampleSource
 
 VERSION = 3
 VERSIONS = (1, 2, VERSION)  # the versions that load
@@ -129,7 +129,7 @@ def _check_v1_source(state: dict[str, Any], source: SampleSource) -> None:
             f"the state was taken with sequence_length={recorded!r}, but this loader has sequence_length={mine!r}"
         )
     _require(state, V1_STORAGE)
-    if state[V1_STORAGE] != identity.get("fingerprint"):
+    if not (isinstance(source, PinnedShards) and source.has_fingerprint(state[V1_STORAGE])):
         raise StateMismatchError(
             f"the state was taken from another storage, or from this one before it changed: this loader "
             f"reads {source} (the state records no shard ids: it is from guideloom 0.1)"

@@ -32,7 +32,6 @@ _SEED = np.uint64(0x6A09E667F3BCC908)
 _WEIGHTS = np.array(
     [0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB, 0xD6E8FEB86659FD93, 0xA0761D6478BD642F], np.uint64
 )
-_LOW32, _HALF = np.uint64(0xFFFFFFFF), np.uint64(32)
 _MAX_ID = np.uint64(MAX_SHARD_ID)
 CHUNK = 16384  # records checked at a time: the work stays in the processor's caches
 
@@ -47,30 +46,31 @@ def record_checks(records: np.ndarray) -> np.ndarray:
 
 def sound_records(records: np.ndarray) -> np.ndarray:
     """Which records pass their check and name a valid shard id (a bool per record)."""
-    sound = np.empty(len(records), bool)
     stored = np.ascontiguousarray(records, RECORD)
+    stored_checks = stored.view(np.uint32).reshape(-1, 10)[:, 9]
+    sound = np.empty(len(stored), bool)
     for start, part in _chunks(stored):
-        chunk = stored[start : start + len(part)]
-        ids = chunk["id"].view(np.uint64)  # a negative id is a huge one here
-        sound[start : start + len(part)] = (part == chunk["check"]) & (ids <= _MAX_ID)
+        np.equal(part, stored_checks[start : start + len(part)], out=sound[start : start + len(part)])
+    ids = stored["id"].view(np.uint64)  # a negative id is a huge one here
+    if len(ids) and ids.max() > _MAX_ID:  # one pass without a temporary in the usual case, where none is
+        sound &= ids <= _MAX_ID
     return sound
 
 
 def _chunks(records: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
-    """Each chunk's first position and its records' checks (uint64, in a buffer the next chunk reuses)."""
-    words = np.ascontiguousarray(records, RECORD).view(np.uint64).reshape(-1, 5)
+    """Each chunk's first position and its records' checks (uint32, a view of a buffer the next chunk reuses)."""
+    stored = np.ascontiguousarray(records, RECORD)
+    words, halves = stored.view(np.uint64).reshape(-1, 5), stored.view(np.uint32).reshape(-1, 10)
     mixed, term = np.empty(min(CHUNK, len(words)), np.uint64), np.empty(min(CHUNK, len(words)), np.uint64)
     for start in range(0, len(words), CHUNK):
         part = words[start : start + CHUNK]
         total, spare = mixed[: len(part)], term[: len(part)]
-        np.bitwise_and(part[:, 4], _LOW32, out=total)
-        np.multiply(total, _WEIGHTS[4], out=total)
+        np.multiply(halves[start : start + len(part), 8], _WEIGHTS[4], out=total)  # the data CRC, the check left out
         total += _SEED
         for column in range(4):
             np.multiply(part[:, column], _WEIGHTS[column], out=spare)
             total += spare
-        np.right_shift(total, _HALF, out=total)
-        yield start, total
+        yield start, total.view(np.uint32)[1::2]  # bits 32..63 (little-endian, as the records are stored)
 
 
 def last_of_each_id(records: np.ndarray) -> np.ndarray:

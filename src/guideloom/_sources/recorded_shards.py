@@ -126,10 +126,13 @@ class ShardSetDigest:
 
 
 def describe_shards(shard_ids: list[int] | np.ndarray) -> str:
-    """Shard ids (ascending) as ranges, e.g. ``0-2, 5, 7-9`` (short for the contiguous ids writers usually make)."""
+    """Shard ids (ascending, each once) as ranges, e.g. ``0-2, 5, 7-9`` (short for the contiguous ids writers
+    usually make)."""
     ids = np.asarray(shard_ids, np.int64)
     if not len(ids):
         return "none"
+    if int(ids[-1]) - int(ids[0]) == len(ids) - 1:  # ascending distinct ids spanning only their count: one range
+        return str(int(ids[0])) if len(ids) == 1 else f"{int(ids[0])}-{int(ids[-1])}"
     breaks = np.flatnonzero(np.diff(ids) != 1)
     firsts = ids[np.concatenate([[0], breaks + 1])].tolist()
     lasts = ids[np.concatenate([breaks, [len(ids) - 1]])].tolist()
@@ -201,6 +204,6 @@ def over_recorded_shards(source: Any, recorded: dict[str, Any]) -> Any:
         )
         if changed is not None:
             raise StateMismatchError(f"shard {changed} of {where} changed since the state was taken (rewritten)")
-    if then.identity(digest=False)["fingerprint"] != recorded.get("fingerprint"):
+    if not then.has_fingerprint(recorded.get("fingerprint")):
         raise StateMismatchError(f"the state was taken from another storage: {then.difference(recorded)}")
     return then

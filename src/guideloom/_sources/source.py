@@ -141,6 +141,11 @@ class PinnedShards(Generic[ReaderT]):
             self._identity["digest"] = ShardSetDigest.of_arrays(*self.shard_entries()).to_text()
         return {key: value for key, value in self._identity.items() if digest or key != "digest"}
 
+    def has_fingerprint(self, recorded: object) -> bool:
+        """Whether a state's recorded fingerprint is that of these shards: as guideloom writes it now, or as
+        states of guideloom 0.2 and the first 0.3 builds recorded it (computed only for such a state)."""
+        return recorded == self.identity(digest=False)["fingerprint"] or recorded == self.reader.earlier_fingerprint
+
     def shard_entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Ids, record counts and checksums of the shards (from the snapshot): what a state's digest is made of."""
         rows = self.snapshot.rows
@@ -172,7 +177,7 @@ class PinnedShards(Generic[ReaderT]):
                 raise StateMismatchError(
                     f"the state was taken with {key}={recorded.get(key)!r}, but this loader has {key}={value!r}"
                 )
-        if recorded.get("fingerprint") == mine["fingerprint"]:
+        if self.has_fingerprint(recorded.get("fingerprint")):
             return self
         then: Self = over_recorded_shards(self, recorded)
         return then

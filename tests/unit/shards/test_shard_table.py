@@ -9,6 +9,15 @@ from hypothesis import strategies as st
 from guideloom._shards.layout import MAX_SHARD_ID, ShardInfo
 from guideloom._shards.shard_table import RECORD, ShardTable, last_of_each_id, record_checks, sound_records
 
+
+def reference_check(info: ShardInfo) -> int:
+    """A record's check as docs/format.md defines it, in plain integers: bits 32..63 of a weighted sum."""
+    words = (info.id, info.record_count, info.element_count, info.size, info.data_crc)
+    weights = (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB, 0xD6E8FEB86659FD93, 0xA0761D6478BD642F)
+    total = 0x6A09E667F3BCC908 + sum(word * weight for word, weight in zip(words, weights, strict=True))
+    return (total >> 32) & 0xFFFFFFFF
+
+
 infos = st.builds(
     ShardInfo,
     st.integers(0, MAX_SHARD_ID),
@@ -35,6 +44,21 @@ def test_a_record_of_zeros_and_a_shifted_record_fail() -> None:
     assert not sound_records(np.zeros(1, RECORD)).any()
     shifted = np.frombuffer(records.tobytes()[8:-32], RECORD)
     assert not sound_records(shifted).any()
+
+
+@given(st.lists(infos, min_size=1, max_size=20))
+def test_each_check_is_the_documented_formula(shards: list[ShardInfo]) -> None:
+    records = ShardTable.of(shards).rows
+    expected = {info.id: reference_check(info) for info in shards}  # the last of an id wins, as in the table
+    assert records["check"].tolist() == [expected[shard] for shard in records["id"].tolist()]
+
+
+def test_a_record_naming_an_impossible_id_is_not_sound_however_well_checked() -> None:
+    records = np.array(ShardTable.of([ShardInfo(shard, 1, 1, 0, 1) for shard in range(4)]).rows)
+    for shard in (-1, MAX_SHARD_ID + 1):
+        records["id"][2] = shard
+        records["check"] = record_checks(records)
+        assert sound_records(records).tolist() == [True, True, False, True]
 
 
 def test_checks_are_the_same_a_chunk_at_a_time_or_whole() -> None:
