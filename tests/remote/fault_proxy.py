@@ -7,6 +7,9 @@ its writer does not know), a body cut short (headers promise the whole object, h
 or a delay. Which fault a request meets is a function of the seed, the request line and how many
 times that same request line was seen before, so it does not depend on how threads interleave; at
 most ``max_in_a_row`` consecutive faults hit one request line, so a client that retries gets through.
+Request lines are taken with the bucket (path-style: the first path segment) and a multipart
+upload's id replaced by fixed tokens, as both are random per run: one seed meets the same faults in
+every run (one proxy serves one bucket, as in the tests and benchmarks).
 
 ``python tests/remote/fault_proxy.py UPSTREAM_PORT PORT SEED RATES_JSON`` runs one as a process
 (the benchmarks do); tests start it in their own process with ``FaultProxy(...).start()``.
@@ -17,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
+import re
 import socket
 import struct
 import sys
@@ -45,6 +49,17 @@ _HOP_BY_HOP = {
     "expect",
 }
 CHUNK = 1 << 20
+_BUCKET = re.compile(r"^/[^/?]+")  # path-style addressing: the bucket is the path's first segment
+_UPLOAD_ID = re.compile(r"(?<=[?&]uploadId=)[^&]*")
+
+
+def schedule_key(target: str) -> str:
+    """The request target as the fault schedule sees it: the bucket and any upload id are fixed tokens.
+
+    Tests use a fresh, randomly named bucket each, and the server chooses upload ids; hashing them
+    would make the faults a seed gives differ from run to run.
+    """
+    return _UPLOAD_ID.sub("UPLOAD", _BUCKET.sub("/BUCKET", target, count=1))
 
 
 class FaultProxy:
@@ -70,7 +85,8 @@ class FaultProxy:
         self.max_in_a_row = max_in_a_row
         self.applies = applies  # (method, path) -> whether faults may hit this request; None: all
         self.delivered: Counter[tuple[str, str]] = Counter()  # responses relayed whole with a 2xx status
-        self.injected: Counter[str] = Counter()
+        self.injected: Counter[str] = Counter()  # faults met, by name (a short body only cuts a GET's)
+        self.cut_short: list[str] = []  # paths of the bodies cut short, in order
         self.forwarded = 0
         self._seen: Counter[str] = Counter()
         self._in_a_row: Counter[str] = Counter()
@@ -98,9 +114,9 @@ class FaultProxy:
 
     def choose(self, method: str, target: str) -> str | None:
         """The fault this request meets (None: forwarded as it is)."""
-        line = f"{method} {target}"
         if self.applies is not None and not self.applies(method, target):
             return None
+        line = f"{method} {schedule_key(target)}"
         with self._lock:
             occurrence = self._seen[line]
             self._seen[line] += 1
@@ -116,6 +132,8 @@ class FaultProxy:
                     fault = name
                     break
                 draw -= rate
+            if fault == "short_body" and method != "GET":
+                fault = "reset_after"  # nothing to cut short: the response is lost instead
             if fault is None:
                 self._in_a_row[line] = 0
             else:
@@ -185,6 +203,13 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             has_body = self.command != "HEAD" and response.status not in (204, 304)
             data = b"" if length is not None or not has_body else response.read()
             size = len(data) if length is None else int(length)
+            if cut_short:
+                with proxy._lock:
+                    if size == 0 or not has_body:  # nothing to cut: the answer goes whole, no fault met
+                        cut_short = False
+                        proxy.injected["short_body"] -= 1
+                    else:
+                        proxy.cut_short.append(self.path)
             self.send_response_only(response.status, response.reason)
             for name, value in response.getheaders():
                 if name.lower() not in _HOP_BY_HOP and name.lower() != "content-length":
@@ -215,8 +240,6 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
         def _handle(self) -> None:
             body = self._body()
             fault = proxy.choose(self.command, self.path)
-            if fault == "short_body" and self.command != "GET":
-                fault = "reset_after"  # nothing to cut short: the response is lost instead
             if fault in _ANSWERED:
                 self._answer(fault)
                 return

@@ -30,10 +30,15 @@ MULTIPART_BYTES = 1 << 30  # larger shards are uploaded in parts (one PUT takes 
 PART_BYTES = 64 << 20
 COMPARED_TAIL = 64  # bytes at an object's end compared with ours (a shard's footer: its checksums)
 # Fail fast on an unreachable endpoint instead of botocore's long defaults, and leave retrying to
-# guideloom (max_attempts 1: botocore tries once); storage_options may override.
+# guideloom (total_max_attempts 1: botocore tries once; its max_attempts counts retries, so 1 would
+# retry once more, unlogged and uncounted); storage_options may override.
 S3_DEFAULTS: dict[str, Any] = {
     "use_listings_cache": False,
-    "config_kwargs": {"connect_timeout": 10, "read_timeout": 30, "retries": {"max_attempts": 1, "mode": "standard"}},
+    "config_kwargs": {
+        "connect_timeout": 10,
+        "read_timeout": 30,
+        "retries": {"total_max_attempts": 1, "mode": "standard"},
+    },
 }
 T = TypeVar("T")
 

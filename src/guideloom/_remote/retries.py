@@ -8,7 +8,9 @@ the caller turns the last error into a ``ConnectionError`` naming the object. Ev
 404, 412, a local disk error) is permanent and raised at once.
 
 The clients' own retries (botocore's and s3fs's) are switched off for S3, so these are the only ones
-and the bounds hold as stated (see ``ObjectStore``).
+and the bounds hold as stated (see ``ObjectStore``); only aiohttp, under them, still resends an
+idempotent request (GET, HEAD, PUT, DELETE) once when its connection drops before the answer, which
+is neither logged nor counted.
 """
 
 from __future__ import annotations
