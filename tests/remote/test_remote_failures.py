@@ -39,7 +39,7 @@ def _epoch(storage: TokenStorage, **options: Any) -> list[list[list[int]]]:
 
 
 def test_an_unreachable_endpoint_is_named(s3_server: S3Server, tmp_path: Path) -> None:
-    options = {"endpoint_url": "http://127.0.0.1:9", "config_kwargs": {"retries": {"max_attempts": 1}}}
+    options = {"endpoint_url": "http://127.0.0.1:9", "config_kwargs": {"retries": {"total_max_attempts": 1}}}
     with pytest.raises(ConnectionError, match=r"cannot be reached"):
         TokenStorage("s3://bucket/corpus", storage_options=options, cache_dir=tmp_path)
 
@@ -107,7 +107,7 @@ def test_the_server_stopped_mid_epoch_raises_then_the_loader_continues(
     _fill(local)
     _fill(_storage(s3_url, s3_server, tmp_path / "w"))
     expected = _epoch(local)
-    options = {"endpoint_url": s3_server.endpoint, "config_kwargs": {"retries": {"max_attempts": 1}}}
+    options = {"endpoint_url": s3_server.endpoint, "config_kwargs": {"retries": {"total_max_attempts": 1}}}
     largest = max(path.stat().st_size for path in (tmp_path / "local" / "shards").iterdir())
     # A cache of two shards leaves no room to prefetch, so the epoch's later shards are fetched only
     # when read, after the server has stopped.

@@ -18,7 +18,7 @@ def test_a_state_is_taken_during_an_outage_and_downloads_nothing(
     with TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "w").sync_writer() as writer:
         for shard in range(40):
             writer.append(shard, np.arange(shard * TOKENS, (shard + 1) * TOKENS, dtype=np.uint32))
-    options = {"endpoint_url": s3_server.endpoint, "config_kwargs": {"retries": {"max_attempts": 1}}}
+    options = {"endpoint_url": s3_server.endpoint, "config_kwargs": {"retries": {"total_max_attempts": 1}}}
     cache = tmp_path / "cache"
     remote = TokenStorage(s3_url, storage_options=options, cache_dir=cache, cache_limit_bytes=300_000)
     with StatefulDataLoader.from_storage(remote, device="cpu", local_batch_size=4, sequence_length=16) as loader:

@@ -16,6 +16,7 @@ and fsynced file, so a reader never sees a partial shard.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import mmap
 import os
@@ -98,12 +99,12 @@ class StorageHeader:
             fields["compression"] = self.compression
         return json.dumps(fields, sort_keys=True).encode() + b"\n"
 
-    @property
+    @functools.cached_property
     def checksum(self) -> int:
-        """Ties every shard to the header it was written under."""
+        """Ties every shard to the header it was written under (computed once: every shard opened compares it)."""
         return zlib.crc32(self.to_json())
 
-    @property
+    @functools.cached_property
     def element_size(self) -> int:
         return 1 if self.dtype is None else np.dtype(self.dtype).itemsize
 
