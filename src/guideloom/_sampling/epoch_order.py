@@ -21,6 +21,7 @@ MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
 ROUNDS = 6
 _MAX_SAMPLES = (1 << 63) - 1  # positions and indices are int64
+FEW = 8  # values left to cycle-walk that are walked one by one: a NumPy round costs as much as ~8 in integers
 
 
 def mix_int(x: int) -> int:
@@ -116,10 +117,12 @@ class EpochOrder:
             # Cycle walking: the domain is a power of two, so re-apply the permutation to whatever
             # lands outside [0, sample_count); following the cycle keeps the mapping a bijection.
             pending = np.flatnonzero(result >= limit)
-            while pending.size:
+            while pending.size > FEW:
                 walked = self._permute(result[pending])
                 result[pending] = walked
                 pending = pending[walked >= limit]
+            for at in pending.tolist():  # the last few walk on alone, cheaper in plain integers
+                result[at] = self._walk_one(self._permute_one(int(result[at])))
         return result.astype(np.int64).reshape(pos.shape)
 
     def sample_at(self, positions: npt.ArrayLike) -> npt.NDArray[np.int64]:
@@ -134,17 +137,21 @@ class EpochOrder:
     def sample_at_one(self, position: int) -> int:
         """`sample_at` of a single position in plain integer arithmetic: far cheaper than NumPy for one sample."""
         position = check_int("position", position, 0) % self.sample_count
-        if not self.shuffle:
-            return position
+        return self._walk_one(self._permute_one(position)) if self.shuffle else position
+
+    def _walk_one(self, x: int) -> int:
+        """Cycle walking, as `indices` does, of one value of the domain in plain integers."""
+        while x >= self.sample_count:
+            x = self._permute_one(x)
+        return x
+
+    def _permute_one(self, x: int) -> int:
+        """`_permute` of one value in plain integers."""
         half_bits, half_mask = int(self._half_bits), int(self._half_mask)
-        x = position
-        while True:  # cycle walking, as `indices` does
-            left, right = x >> half_bits, x & half_mask
-            for key in self._keys:
-                right, left = left ^ (fmix_int(right ^ int(key)) & half_mask), right
-            x = (left << half_bits) | right
-            if x < self.sample_count:
-                return x
+        left, right = x >> half_bits, x & half_mask
+        for key in self._keys:
+            right, left = left ^ (fmix_int(right ^ int(key)) & half_mask), right
+        return (left << half_bits) | right
 
     def _permute(self, x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
         """Apply the keyed Feistel bijection of `[0, 2**bits)` to a uint64 array."""

@@ -94,6 +94,18 @@ def test_indices_is_consistent_per_position() -> None:
     assert order.indices(picked).tolist() == full[picked].tolist()
 
 
+@given(
+    n=st.integers(1, 100_000),
+    seed=st.integers(-(2**70), 2**70),
+    positions=st.lists(st.integers(0, 10**9), max_size=64),
+)
+@settings(max_examples=100, deadline=None)
+def test_walking_in_numpy_and_in_integers_agree(n: int, seed: int, positions: list[int]) -> None:
+    order = EpochOrder(n, shuffle=True, seed=seed, epoch=1)
+    wanted = [position % n for position in positions]
+    assert order.indices(np.array(wanted, np.int64)).tolist() == [order.sample_at_one(p) for p in wanted]
+
+
 def test_empty_positions() -> None:
     for n in (0, 10):
         result = EpochOrder(n, shuffle=True, seed=0, epoch=0).indices(np.array([], dtype=np.int64))
