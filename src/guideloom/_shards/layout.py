@@ -330,6 +330,10 @@ class ShardFile:
                 if error.errno in RESOURCE_ERRNOS:
                     raise out_of_resources(error, shard, self.path) from None
                 raise CorruptStorageError(f"shard {shard} cannot be mapped ({self.path}): {error}") from None
+            except ValueError:  # mmap reads the size again: the file shrank since fstat (truncated meanwhile)
+                raise CorruptStorageError(
+                    f"shard {shard} is truncated: {self.path} shrank below its {size} bytes while it was opened"
+                ) from None
         finally:
             os.close(descriptor)
         footer = self._mapping[size - FOOTER.size :]
