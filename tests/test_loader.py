@@ -84,6 +84,22 @@ def test_shuffled_epoch_is_a_permutation_and_epochs_differ(tmp_path: Path) -> No
     assert first != second and first != list(range(40))
 
 
+def test_the_first_batch_waits_for_the_order_of_a_few_batches_only(tmp_path: Path) -> None:
+    storage = TokenStorage(tmp_path / "tokens")
+    with storage.sync_writer() as writer:
+        writer.append(0, np.arange(100_000) % 50_000)  # 10,000 windows of 10 tokens: 1,250 batches of 8
+    with StatefulDataLoader.from_storage(
+        storage, device="cpu", local_batch_size=8, sequence_length=10, shuffle=True, seed=5
+    ) as loader:
+        hinted: list[np.ndarray] = []
+        loader._source.prefetch = lambda indices, epoch: hinted.append(indices)  # type: ignore[method-assign]
+        batches = list(loader)
+    assert [len(indices) for indices in hinted] == [256, 4096, 4096, 1544, 8]  # 32 batches, then 512 at a time
+    order = np.concatenate(hinted)
+    assert torch.cat(batches)[:, 0].tolist() == (order * 10 % 50_000).tolist()
+    assert sorted(order.tolist()) == list(range(10_000))
+
+
 def test_golden_shuffled_sequence(tmp_path: Path) -> None:
     """Pins the order algorithm: a change here changes every user's data order."""
     storage = make_documents(tmp_path, count=12)

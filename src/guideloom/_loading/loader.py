@@ -32,6 +32,9 @@ from guideloom._sampling.epoch_order import BatchPlan, EpochOrder
 from guideloom._sources.source import SampleSource
 from guideloom._storage.storages import DocumentStorage, TokenStorage
 
+ORDER_CHUNK = 4096  # samples whose order is computed at once (rounded down to whole batches)
+FIRST_ORDER_CHUNK = 256  # the same at the start of an epoch segment: the first batch waits for these only
+
 
 def _resolve_ranks(rank: int | None, world_size: int | None) -> tuple[int, int, bool]:
     """Explicit values, else an initialised torch.distributed group, else RANK/WORLD_SIZE, else 0/1.
@@ -284,18 +287,20 @@ class StatefulDataLoader:
     def _index_batches(self, plan: BatchPlan) -> Iterator[np.ndarray]:
         """This rank's sample indices (or positions, for a source that orders itself) batch by batch.
 
-        They are computed many batches at a time (it is vectorised), and the source hears of them ahead.
+        They are computed many batches at a time (it is vectorised), and the source hears of them ahead;
+        the first time only a few batches, so that the first batch waits for its own indices alone.
         """
         epoch, source = self.epoch, self._source
         order = EpochOrder(
             self.sample_count, shuffle=self.shuffle and not source.orders_itself, seed=self.seed, epoch=epoch
         )
-        chunk = max(1, 4096 // self.local_batch_size)
-        for first in range(0, plan.full_batch_count, chunk):
-            stop = min(first + chunk, plan.full_batch_count)
+        chunk = max(1, ORDER_CHUNK // self.local_batch_size)
+        first, stop = 0, min(max(1, FIRST_ORDER_CHUNK // self.local_batch_size), plan.full_batch_count)
+        while first < plan.full_batch_count:
             indices = order.sample_at(plan.full_rank_positions(first, stop, self.rank))
             source.prefetch(indices.reshape(-1), epoch)
             yield from indices
+            first, stop = stop, min(stop + chunk, plan.full_batch_count)
         if plan.full_batch_count < plan.batch_count:  # the last batch may be short and padded
             indices = order.sample_at(plan.rank_positions(plan.batch_count - 1, self.rank))
             source.prefetch(indices, epoch)
