@@ -48,17 +48,22 @@ def fingerprint_of_0_2(storage: TokenStorage) -> str:
         return f"{crc:08x}-{len(reader.infos)}-{len(reader)}"
 
 
+def state_and_rest(storage: TokenStorage, batches: int = 2) -> tuple[dict[str, Any], list[Any]]:
+    """A state taken after ``batches`` batches (through JSON, as checkpoints keep it), and the batches after it."""
+    with open_loader(storage) as loader:
+        iterator = iter(loader)
+        for _ in range(batches):
+            next(iterator)
+        return json.loads(json.dumps(loader.state_dict())), [batch.tolist() for batch in iterator]
+
+
 def with_fingerprint(state: dict[str, Any], fingerprint: str) -> dict[str, Any]:
     return {**state, "source": {**state["source"], "fingerprint": fingerprint}}
 
 
 def test_a_version_1_state_resumes_exactly(tmp_path: Path) -> None:
     storage = make_tokens(tmp_path)
-    with open_loader(storage) as loader:
-        iterator = iter(loader)
-        next(iterator), next(iterator)
-        state = json.loads(json.dumps(loader.state_dict()))
-        expected = [batch.tolist() for batch in iterator]
+    state, expected = state_and_rest(storage)
     with open_loader(storage) as loader:
         loader.load_state_dict(as_version_1(state))
         assert [batch.tolist() for batch in loader] == expected
@@ -76,11 +81,7 @@ def test_a_version_1_state_of_another_sequence_length_names_it(tmp_path: Path) -
 
 def test_states_with_the_fingerprint_of_guideloom_0_2_resume_exactly(tmp_path: Path) -> None:
     storage = make_tokens(tmp_path)
-    with open_loader(storage) as loader:
-        iterator = iter(loader)
-        next(iterator), next(iterator)
-        state = json.loads(json.dumps(loader.state_dict()))
-        expected = [batch.tolist() for batch in iterator]
+    state, expected = state_and_rest(storage)
     earlier = with_fingerprint(state, fingerprint_of_0_2(storage))
     assert earlier["source"]["fingerprint"] != state["source"]["fingerprint"]
     for old_state in (earlier, as_version_1(earlier)):
@@ -111,13 +112,10 @@ def test_a_fingerprint_of_neither_form_is_another_storage(tmp_path: Path) -> Non
 
 def test_a_state_of_0_2_taken_before_shards_were_added_resumes_over_its_shards(tmp_path: Path) -> None:
     storage = make_tokens(tmp_path)
-    with open_loader(storage) as loader:
-        iterator = iter(loader)
-        next(iterator)
-        state = with_fingerprint(json.loads(json.dumps(loader.state_dict())), fingerprint_of_0_2(storage))
-        expected = [batch.tolist() for batch in iterator]
+    state, expected = state_and_rest(storage, batches=1)
+    earlier = with_fingerprint(state, fingerprint_of_0_2(storage))
     with storage.sync_writer() as writer:
         writer.append(7, list(range(40)))
     with open_loader(storage) as loader:
-        loader.load_state_dict(state)
+        loader.load_state_dict(earlier)
         assert [batch.tolist() for batch in loader] == expected
