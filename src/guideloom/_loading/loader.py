@@ -33,7 +33,7 @@ from guideloom._sources.source import SampleSource
 from guideloom._storage.storages import DocumentStorage, TokenStorage
 
 ORDER_CHUNK = 4096  # samples whose order is computed at once (rounded down to whole batches)
-FIRST_ORDER_CHUNK = 256  # the same at the start of an epoch segment: the first batch waits for these only
+FIRST_ORDER_CHUNK = 256  # the same at the start of an epoch segment, so the first batch waits for these only
 
 
 def _resolve_ranks(rank: int | None, world_size: int | None) -> tuple[int, int, bool]:
@@ -288,7 +288,7 @@ class StatefulDataLoader:
         """This rank's sample indices (or positions, for a source that orders itself) batch by batch.
 
         They are computed many batches at a time (it is vectorised), and the source hears of them ahead;
-        the first time only a few batches, so that the first batch waits for its own indices alone.
+        the first time only a few batches' worth, so that the first batch does not wait for thousands.
         """
         epoch, source = self.epoch, self._source
         order = EpochOrder(
