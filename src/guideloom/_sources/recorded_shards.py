@@ -132,10 +132,11 @@ def describe_shards(shard_ids: list[int] | np.ndarray) -> str:
     if not len(ids):
         return "none"
     if int(ids[-1]) - int(ids[0]) == len(ids) - 1:  # ascending distinct ids spanning only their count: one range
-        return str(int(ids[0])) if len(ids) == 1 else f"{int(ids[0])}-{int(ids[-1])}"
-    breaks = np.flatnonzero(np.diff(ids) != 1)
-    firsts = ids[np.concatenate([[0], breaks + 1])].tolist()
-    lasts = ids[np.concatenate([breaks, [len(ids) - 1]])].tolist()
+        firsts, lasts = [int(ids[0])], [int(ids[-1])]
+    else:
+        breaks = np.flatnonzero(np.diff(ids) != 1)
+        firsts = ids[np.concatenate([[0], breaks + 1])].tolist()
+        lasts = ids[np.concatenate([breaks, [len(ids) - 1]])].tolist()
     return ", ".join(
         str(first) if first == last else f"{first}-{last}" for first, last in zip(firsts, lasts, strict=True)
     )
