@@ -37,6 +37,7 @@ from guideloom._core.errors import CorruptStorageError, FormatMismatchError, Sto
 from guideloom._shards.index_check import index_problem
 from guideloom._shards.limits import RESOURCE_ERRNOS, out_of_resources
 from guideloom._shards.loss_masks import LOSS_MASK_FLAG, mask_size, padded_mask_size
+from guideloom._shards.mapped_shards import track, untrack
 
 LAYOUT_VERSION = 1
 HEADER_NAME = "guideloom.json"
@@ -387,6 +388,7 @@ class ShardFile:
             if sys.byteorder == "little"
             else memoryview(self.offsets.astype("=u8").tobytes()).cast("Q")
         )
+        track(shard, self.path, self._mapping)  # a truncation under this reader can then be named
 
     @property
     def info(self) -> ShardInfo:
@@ -436,5 +438,6 @@ class ShardFile:
             with contextlib.suppress(BufferError):
                 view.release()
         if mapping is not None:
+            untrack(mapping)
             with contextlib.suppress(BufferError):
                 mapping.close()
