@@ -16,8 +16,8 @@ from guideloom._cli import main
 from tests.remote.s3_support import S3Server
 
 
-def _storage(url: str, server: S3Server, cache: Path) -> TokenStorage:
-    return TokenStorage(url, np.uint16, storage_options=server.options, cache_dir=cache)
+def _storage(url: str, server: S3Server, cache: Path, compression: str | None = None) -> TokenStorage:
+    return TokenStorage(url, np.uint16, storage_options=server.options, cache_dir=cache, compression=compression)
 
 
 def _commit(storage: TokenStorage, shards: list[int]) -> None:
@@ -48,14 +48,18 @@ def test_a_reader_of_a_current_index_lists_once_after_it(s3_url: str, s3_server:
     assert not [path for _, path, _ in requests if "/shards/0" in path and "list-type" not in path]  # no footer read
 
 
+@pytest.mark.parametrize("compression", [None, "zstd"])
 def test_shards_committed_after_the_index_are_seen_above_and_below_its_last(
-    s3_url: str, s3_server: S3Server, tmp_path: Path
+    compression: str | None, s3_url: str, s3_server: S3Server, tmp_path: Path
 ) -> None:
-    storage = _storage(s3_url, s3_server, tmp_path / "w")
+    storage = _storage(s3_url, s3_server, tmp_path / "w", compression)
     _commit(storage, [0, 2, 3, 7])
     storage.write_index()
     _commit(storage, [1, 5, 9])  # uncoordinated late commits, in the index's gaps and past its end
-    assert _read_ids(s3_url, s3_server, tmp_path / "r") == [0, 1, 2, 3, 5, 7, 9]
+    with _storage(s3_url, s3_server, tmp_path / "r").sync_reader() as reader:
+        assert [int(shard) for shard in reader.infos.ids] == [0, 1, 2, 3, 5, 7, 9]
+        assert [reader.read(i).tolist()[0] for i in range(len(reader))] == [0, 1, 2, 3, 5, 7, 9]
+    assert storage.verify() == []
 
 
 def test_a_late_shard_without_its_marker_is_read_from_its_footer(
