@@ -33,6 +33,7 @@ __all__ = ["loader_from_state", "storages_of"]
 WINDOW_MODES: dict[str, dict[str, Any]] = {
     "documents": {},
     "token windows": {},
+    "token windows with labels": {},  # a masked storage's plain windows: the storage says they have labels
     "token windows with document boundaries": {"document_boundaries": True},
     "packed documents": {"pack_documents": True},
 }
