@@ -18,14 +18,19 @@ from guideloom._core.errors import StateMismatchError
 from guideloom._mixture.mixture import Mixture
 from guideloom._mixture.mixture_order import MixtureOrder
 from guideloom._sources.describe import SamplePieces
-from guideloom._sources.recorded_shards import ShardSetDigest, describe_shards, parse_ranges, recorded_shards
+from guideloom._sources.recorded_shards import (
+    ShardSetDigest,
+    cut_settings,
+    describe_shards,
+    parse_ranges,
+    recorded_shards,
+)
 from guideloom._sources.token_windows import TokenWindowSource
 from guideloom._windows.mixed_windows import MixedWindows
 
 __all__ = ["MixtureSource"]
 
 KIND = "mixture"
-_SHARD_KEYS = ("kind", "path", "shards", "records", "fingerprint", "digest")  # per component, recorded apart
 _FIRST_LOCATED = 256  # announced positions located at once; the rest when the first of them is fetched
 _KEY_BITS = 40  # shard ids are < 10**12 < 2**40: component k's shard s has digest key k·2**40 + s
 
@@ -202,7 +207,7 @@ class MixtureSource:
                     for name, source in zip(self.mixture.names, self.components, strict=True)
                 ],
                 "digest": self._digest().to_text(),
-                "source": {key: value for key, value in first.items() if key not in _SHARD_KEYS},
+                "source": cut_settings(first),  # each component's shards are recorded apart
                 "schedule": self.mixture.schedule.to_json(),  # each stage's counts per block, as components
                 "block_size": self.mixture.block_size,
                 "samples_per_epoch": self._sample_count,

@@ -18,7 +18,6 @@ class LabeledWindowSource(TokenWindowSource):
     """
 
     kind = "token windows with labels"
-    plain_windows = False
 
     def fetch(self, indices: np.ndarray, epoch: int) -> LabeledWindows:  # type: ignore[override]
         windows = super().fetch(indices, epoch)

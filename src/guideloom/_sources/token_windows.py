@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -14,21 +14,34 @@ from guideloom._sources.describe import SamplePieces, window_keys, window_pieces
 from guideloom._sources.source import PinnedShards
 from guideloom._storage.storages import TokenStorage
 
+if TYPE_CHECKING:
+    from guideloom._sources.window_modes import WindowMode
+
 
 class TokenWindowSource(PinnedShards[TokenReader]):
     """Sample ``k`` is ``stream[k*S:(k+1)*S]``; samples arrive stacked as an ``(n, S)`` array (int64 or int32)."""
 
     kind = "token windows"
-    plain_windows = True  # samples are exactly the stream's windows (subclasses that add to them say False)
 
     def __init__(
-        self, storage: TokenStorage, snapshot: ShardTable, sequence_length: int, window_dtype: np.dtype[Any]
+        self,
+        storage: TokenStorage,
+        snapshot: ShardTable,
+        sequence_length: int,
+        window_dtype: np.dtype[Any],
+        mode: WindowMode,
     ) -> None:
         super().__init__(storage, snapshot)
+        self.mode = mode  # the window mode that made this source: its settings are part of the identity
         self.sequence_length = check_sequence_length(sequence_length)
         self.window_dtype = window_dtype
         # Stored ids this dtype cannot hold all wrap to negative values (uint64 -> int64, uint32 -> int32).
         self.ids_need_sign_check = storage.dtype.kind == "u" and storage.dtype.itemsize == window_dtype.itemsize
+
+    @property
+    def plain_windows(self) -> bool:
+        """Whether samples are exactly the stream's windows, as this class cuts them (a subclass adds to them)."""
+        return type(self) is TokenWindowSource
 
     @property
     def sample_count(self) -> int:
@@ -67,7 +80,7 @@ class TokenWindowSource(PinnedShards[TokenReader]):
         return list(torch.split(batch, sizes))
 
     def identity(self, *, digest: bool = True) -> dict[str, Any]:
-        return {**super().identity(digest=digest), "sequence_length": self.sequence_length}
+        return {**super().identity(digest=digest), "sequence_length": self.sequence_length, **self.mode.recorded()}
 
     def prefetch(self, indices: np.ndarray, epoch: int) -> None:
         """Shards of a remote storage that these windows start in are downloaded in the background."""
