@@ -81,7 +81,7 @@ class _Cut:
         storage.header_for_reading()  # a missing storage is StorageNotFoundError here, not at the first batch
         snapshot = job_snapshot(storage) if self.one_snapshot_per_job else storage.snapshot()
         if isinstance(storage, DocumentStorage):
-            return _not_empty(DocumentSource(storage, snapshot), " (empty storage)", component)
+            return _not_empty(self.mode.document_source(storage, snapshot), " (empty storage)", component)
         sequence_length = check_sequence_length(sequence_length)
         window_numpy_dtype = np.dtype(np.int32 if window_dtype == torch.int32 else np.int64)
         if window_numpy_dtype == np.int32 and storage.dtype.itemsize == 8:

@@ -4,7 +4,7 @@ A mode is chosen by ``from_storage``'s mode arguments (`window_mode` turns them 
 It checks its arguments and the storage it applies to, builds its sample source, says what of it a
 state records besides the source's kind (`WindowMode.recorded`), and is found again from that record
 (`recorded_mode`), which is how a loader is reopened from a state alone. Adding a mode is adding a
-class here (and its source), listed in `MODES`.
+class here (and its source), listed in `MODES`, and its arguments to ``from_storage``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from guideloom._sources.documents import DocumentSource
 from guideloom._sources.labeled_windows import LabeledWindowSource
 from guideloom._sources.packed_windows import PackedRowSource
 from guideloom._sources.token_windows import TokenWindowSource
-from guideloom._storage.storages import TokenStorage
+from guideloom._storage.storages import DocumentStorage, TokenStorage
 from guideloom._windows.packing import LONG_DOCUMENTS
 
 __all__ = ["MODES", "BoundaryWindows", "PackedDocuments", "PlainWindows", "WindowMode", "recorded_mode", "window_mode"]
@@ -73,6 +73,11 @@ class WindowMode:
         component gives them to every component)."""
         self.check_window_dtype(window_dtype)
         return self.source_class(storage, labels)(storage, snapshot, sequence_length, window_dtype, self)
+
+    def document_source(self, storage: DocumentStorage[Any, Any], snapshot: ShardTable) -> DocumentSource:
+        """The source over ``snapshot`` of a document storage (a mode for token storages only refuses one in
+        `check_storage`)."""
+        return DocumentSource(storage, snapshot)
 
     def source_class(self, storage: TokenStorage, labels: bool) -> type[TokenWindowSource]:
         """The class of this mode's sources (for ``storage``, with or without ``labels``)."""
