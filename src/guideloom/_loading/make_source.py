@@ -16,10 +16,8 @@ from guideloom._core.checks import check_sequence_length
 from guideloom._loading.job_snapshot import job_snapshot
 from guideloom._mixture.mixture import Mixture
 from guideloom._mixture.source import MixtureSource
-from guideloom._sources.documents import DocumentSource
 from guideloom._sources.source import SampleSource
-from guideloom._sources.token_windows import TokenWindowSource
-from guideloom._sources.window_modes import PLAIN_WINDOWS, WindowMode
+from guideloom._sources.window_modes import PLAIN_WINDOWS, StorageSource, WindowMode
 from guideloom._storage.storages import DocumentStorage, TokenStorage
 
 
@@ -62,7 +60,7 @@ class _Cut:
         self.window_dtype = window_dtype
         self.one_snapshot_per_job = one_snapshot_per_job
 
-    def source(self, storage: object, labels: bool, component: str | None) -> DocumentSource | TokenWindowSource:
+    def source(self, storage: object, labels: bool, component: str | None) -> StorageSource:
         """The source of one storage; ``component`` names a mixture's component in the error of an empty one."""
         window_dtype, sequence_length = self.window_dtype, self.sequence_length
         if not isinstance(storage, DocumentStorage | TokenStorage):  # before the arguments that depend on its kind
@@ -94,9 +92,7 @@ class _Cut:
         return _not_empty(source, why, component)
 
 
-def _not_empty(
-    source: DocumentSource | TokenWindowSource, why: str, component: str | None
-) -> DocumentSource | TokenWindowSource:
+def _not_empty(source: StorageSource, why: str, component: str | None) -> StorageSource:
     if source.sample_count == 0:
         source.close()
         which = "" if component is None else f"the mixture's component {component!r}: "

@@ -11,27 +11,27 @@ from typing import Any
 
 import numpy as np
 
-from guideloom._sources.token_windows import TokenWindowSource
+from guideloom._sources.token_windows import TokenSource
 from guideloom._windows.boundaries import PieceRows, split_batch
 from guideloom._windows.document_rows import boundary_rows, document_starts_near
 from guideloom._windows.labels import read_window_masks
 
 
-class BoundaryWindowSource(TokenWindowSource):
+class BoundaryWindowSource(TokenSource[PieceRows]):
     """Sample ``k`` is ``stream[k*S:(k+1)*S]`` as for plain windows, with the pieces its documents make of it."""
 
     kind = "token windows with document boundaries"
 
-    def fetch(self, indices: np.ndarray, epoch: int) -> PieceRows:  # type: ignore[override]
-        windows = super().fetch(indices, epoch)
+    def fetch(self, indices: np.ndarray, epoch: int) -> PieceRows:
+        windows = self.read_windows(indices)
         starts = np.asarray(indices, np.int64) * self.sequence_length
         rows = boundary_rows(windows, starts, document_starts_near(self.reader, starts, self.sequence_length))
         if self.reader.header.loss_mask:
             rows = dataclasses.replace(rows, loss_mask=read_window_masks(self.reader, indices, self.sequence_length))
         return rows
 
-    def default_collate(self, samples: PieceRows) -> dict[str, Any]:  # type: ignore[override]
+    def default_collate(self, samples: PieceRows) -> dict[str, Any]:
         return samples.batch()
 
-    def split_collated(self, batch: dict[str, Any], sizes: list[int]) -> list[Any]:  # type: ignore[override]
+    def split_collated(self, batch: dict[str, Any], sizes: list[int]) -> list[Any]:
         return split_batch(batch, sizes)

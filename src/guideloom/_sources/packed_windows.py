@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from guideloom._sources.describe import SamplePieces, packed_keys, packed_pieces
-from guideloom._sources.token_windows import TokenWindowSource
+from guideloom._sources.token_windows import TokenSource
 from guideloom._windows.boundaries import PieceRows, split_batch
 from guideloom._windows.document_rows import PackedShards
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from guideloom._sources.window_modes import PackedDocuments
 
 
-class PackedRowSource(TokenWindowSource):
+class PackedRowSource(TokenSource[PieceRows]):
     """Sample ``k`` is packed row ``k``: whole documents (cut at ``S``) placed by best-fit decreasing per shard."""
 
     kind = "packed documents"
@@ -40,7 +40,7 @@ class PackedRowSource(TokenWindowSource):
     def sample_count(self) -> int:
         return self.packed.row_count
 
-    def fetch(self, indices: np.ndarray, epoch: int) -> PieceRows:  # type: ignore[override]
+    def fetch(self, indices: np.ndarray, epoch: int) -> PieceRows:
         reader = self.reader
         rows = self.packed.rows(
             reader, np.asarray(indices, np.int64), self.mode.pad_id, self.window_dtype, reader.header.loss_mask
@@ -54,10 +54,10 @@ class PackedRowSource(TokenWindowSource):
     def sample_keys(self, indices: np.ndarray, epoch: int) -> np.ndarray:
         return packed_keys(self.packed, self.reader, indices)
 
-    def default_collate(self, samples: PieceRows) -> dict[str, Any]:  # type: ignore[override]
+    def default_collate(self, samples: PieceRows) -> dict[str, Any]:
         return samples.batch()
 
-    def split_collated(self, batch: dict[str, Any], sizes: list[int]) -> list[Any]:  # type: ignore[override]
+    def split_collated(self, batch: dict[str, Any], sizes: list[int]) -> list[Any]:
         return split_batch(batch, sizes)
 
     def close(self) -> None:

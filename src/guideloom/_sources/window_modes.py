@@ -22,11 +22,20 @@ from guideloom._sources.boundary_windows import BoundaryWindowSource
 from guideloom._sources.documents import DocumentSource
 from guideloom._sources.labeled_windows import LabeledWindowSource
 from guideloom._sources.packed_windows import PackedRowSource
-from guideloom._sources.token_windows import TokenWindowSource
+from guideloom._sources.token_windows import TokenSource, TokenWindowSource
 from guideloom._storage.storages import DocumentStorage, TokenStorage
 from guideloom._windows.packing import LONG_DOCUMENTS
 
-__all__ = ["MODES", "BoundaryWindows", "PackedDocuments", "PlainWindows", "WindowMode", "recorded_mode", "window_mode"]
+__all__ = [
+    "MODES",
+    "BoundaryWindows",
+    "PackedDocuments",
+    "PlainWindows",
+    "StorageSource",
+    "WindowMode",
+    "recorded_mode",
+    "window_mode",
+]
 
 
 @dataclass(frozen=True)
@@ -68,7 +77,7 @@ class WindowMode:
         sequence_length: int,
         window_dtype: np.dtype[Any],
         labels: bool,
-    ) -> TokenWindowSource:
+    ) -> TokenSource[Any]:
         """The source over ``snapshot`` of ``storage``; ``labels``: give batches labels (a mixture with a masked
         component gives them to every component)."""
         self.check_window_dtype(window_dtype)
@@ -79,7 +88,7 @@ class WindowMode:
         `check_storage`)."""
         return DocumentSource(storage, snapshot)
 
-    def source_class(self, storage: TokenStorage, labels: bool) -> type[TokenWindowSource]:
+    def source_class(self, storage: TokenStorage, labels: bool) -> type[TokenSource[Any]]:
         """The class of this mode's sources (for ``storage``, with or without ``labels``)."""
         raise NotImplementedError
 
@@ -103,7 +112,7 @@ class PlainWindows(WindowMode):
 
     kinds = (TokenWindowSource.kind, LabeledWindowSource.kind, DocumentSource.kind)
 
-    def source_class(self, storage: TokenStorage, labels: bool) -> type[TokenWindowSource]:
+    def source_class(self, storage: TokenStorage, labels: bool) -> type[TokenSource[Any]]:
         return LabeledWindowSource if labels or storage.loss_mask else TokenWindowSource
 
 
@@ -114,7 +123,7 @@ class BoundaryWindows(WindowMode):
     keyword = "document_boundaries"
     kinds = (BoundaryWindowSource.kind,)
 
-    def source_class(self, storage: TokenStorage, labels: bool) -> type[TokenWindowSource]:
+    def source_class(self, storage: TokenStorage, labels: bool) -> type[TokenSource[Any]]:
         return BoundaryWindowSource  # (with labels always)
 
 
@@ -152,7 +161,7 @@ class PackedDocuments(WindowMode):
     def arguments(self) -> dict[str, Any]:
         return {**super().arguments(), "pad_id": self.pad_id, "long_documents": self.long_documents}
 
-    def source_class(self, storage: TokenStorage, labels: bool) -> type[TokenWindowSource]:
+    def source_class(self, storage: TokenStorage, labels: bool) -> type[TokenSource[Any]]:
         return PackedRowSource  # (with labels always)
 
     def check_window_dtype(self, window_dtype: np.dtype[Any]) -> None:
@@ -169,6 +178,7 @@ class PackedDocuments(WindowMode):
         return cls(identity.get("pad_id", 0), identity.get("long_documents", "split"))
 
 
+StorageSource = DocumentSource | TokenSource[Any]  # the source over one storage, whatever its mode
 PLAIN_WINDOWS = PlainWindows()
 MODES: tuple[type[WindowMode], ...] = (PlainWindows, BoundaryWindows, PackedDocuments)
 
