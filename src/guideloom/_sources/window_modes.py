@@ -9,6 +9,7 @@ class here (and its source), listed in `MODES`, and its arguments to ``from_stor
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
@@ -39,7 +40,7 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class WindowMode:
+class WindowMode(ABC):
     """How samples are cut from a token storage; a mode's fields are its settings (its own arguments)."""
 
     keyword: ClassVar[str] = ""  # the from_storage argument that chooses the mode (=True); "" for the default
@@ -48,6 +49,7 @@ class WindowMode:
     @classmethod
     def check_arguments(cls, arguments: Mapping[str, Any]) -> None:
         """TypeError or ValueError for a bad value of this mode's own arguments, chosen or not."""
+        return None  # (a mode without settings has nothing to check)
 
     @classmethod
     def from_arguments(cls, arguments: Mapping[str, Any]) -> Self:
@@ -57,6 +59,7 @@ class WindowMode:
     @classmethod
     def refuse_settings(cls, arguments: Mapping[str, Any]) -> None:
         """ValueError if ``arguments`` set one of this mode's settings although another mode is chosen."""
+        return None  # (a mode without settings has nothing to check)
 
     def arguments(self) -> dict[str, Any]:
         """The from_storage arguments that choose this mode with these settings."""
@@ -88,12 +91,13 @@ class WindowMode:
         `check_storage`)."""
         return DocumentSource(storage, snapshot)
 
+    @abstractmethod
     def source_class(self, storage: TokenStorage, labels: bool) -> type[TokenSource[Any]]:
         """The class of this mode's sources (for ``storage``, with or without ``labels``)."""
-        raise NotImplementedError
 
     def check_window_dtype(self, window_dtype: np.dtype[Any]) -> None:
         """ValueError if a setting of this mode does not fit batches of ``window_dtype``."""
+        return None  # (a mode without settings has nothing to check)
 
     def recorded(self) -> dict[str, Any]:
         """What a state records of this mode's settings, besides the source's kind (JSON values)."""
