@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import boto3
@@ -97,8 +98,8 @@ def test_every_committed_shard_is_seen_whatever_was_indexed(
     "damage",
     ["bit flip", "cut short", "cut to its preamble", "extended", "empty", "another storage's", "not an index"],
 )
-def test_a_damaged_index_hides_and_invents_nothing_and_verify_names_it(
-    damage: str, s3_url: str, bucket: str, s3_server: S3Server, tmp_path: Path
+def test_a_damaged_index_hides_and_invents_nothing_and_verify_and_inspect_name_it(
+    damage: str, s3_url: str, bucket: str, s3_server: S3Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     storage = _storage(s3_url, s3_server, tmp_path / "w")
     _commit(storage, [0, 1, 2, 3])
@@ -123,6 +124,8 @@ def test_a_damaged_index_hides_and_invents_nothing_and_verify_names_it(
     assert _read_ids(s3_url, s3_server, tmp_path / "r") == [0, 1, 2, 3]
     problems = _storage(s3_url, s3_server, tmp_path / "v").verify()
     assert len(problems) == 1 and f"{s3_url}/shards.index" in problems[0] and "guideloom index" in problems[0]
+    assert main(["inspect", s3_url, "--storage-options", json.dumps(s3_server.options)]) == 0
+    assert f"index:      not used, the storage was listed whole: {s3_url}/shards.index" in capsys.readouterr().out
 
 
 def test_an_index_larger_than_any_index_is_refused_unread(

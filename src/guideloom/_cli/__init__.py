@@ -88,6 +88,8 @@ def _prepare_inspect(arguments: argparse.Namespace) -> Run:
         if header.loss_mask:
             fields.append(("loss mask", _loss_mask_summary(reader, remote=is_url(arguments.path))))
         fields.append(("bytes", f"{int(shards.rows['size'].sum()):,}"))
+        if storage.index_problem is not None:
+            fields.append(("index", f"not used, the storage was listed whole: {storage.index_problem}"))
         strays = storage.stray_shards()
         if strays:
             fields.append(

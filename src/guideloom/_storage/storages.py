@@ -130,6 +130,11 @@ class StorageBase:
         return self.snapshot().ids.tolist()  # type: ignore[no-any-return]
 
     @property
+    def index_problem(self) -> str | None:
+        """Why the last snapshot of a remote storage could not use its index object (None: it did, or had none)."""
+        return None if self._remote is None else self._remote.index_problem
+
+    @property
     def is_remote(self) -> bool:
         """Whether the storage lives on an object store (read through a local cache)."""
         return self._remote is not None
