@@ -115,7 +115,7 @@ def _run_ranks(url: str, proxies: list[FaultProxy], caches: Path) -> list[dict[s
     ]
     results = []
     for process in processes:
-        out, _ = process.communicate(timeout=600)
+        out, _ = process.communicate(timeout=1800)
         if process.returncode:
             raise RuntimeError(f"a rank failed with exit status {process.returncode}")
         results.append(json.loads(out.decode().strip().splitlines()[-1]))

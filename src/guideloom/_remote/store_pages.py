@@ -13,7 +13,7 @@ from functools import partial
 from typing import Any
 
 from guideloom._core.errors import StorageNotFoundError
-from guideloom._remote.object_store import ObjectStore
+from guideloom._remote.object_store import ObjectStore, check_length
 
 PAGE_SIZE = 1000  # keys per ListObjectsV2 page (S3's maximum and default)
 
@@ -88,6 +88,7 @@ def read_at_most(store: ObjectStore, name: str, limit: int) -> tuple[bytes, int]
             data = bytes(await body.read())
         finally:
             body.close()
+        check_length(len(data), response, f"{bucket}/{key}")  # a body cut short is retried
         total = str(response.get("ContentRange") or "").rpartition("/")[2]
         return data, int(total) if total.isdigit() else len(data)
 
