@@ -17,6 +17,7 @@ import shutil
 import signal
 import tempfile
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 
 from guideloom._core.errors import CorruptStorageError
@@ -33,7 +34,14 @@ class WorkerReports:
 
     def __init__(self) -> None:
         self.directory = Path(tempfile.mkdtemp(prefix="guideloom-workers-"))
-        self._remove = weakref.finalize(self, shutil.rmtree, self.directory, True)
+        self._remove: Callable[[], object] = weakref.finalize(self, shutil.rmtree, self.directory, True)
+
+    def __getstate__(self) -> dict[str, Path]:
+        return {"directory": self.directory}  # a worker started by spawn gets the directory, never its removal
+
+    def __setstate__(self, state: dict[str, Path]) -> None:
+        self.directory = state["directory"]
+        self._remove = _nothing
 
     def start_reporting(self) -> None:
         """In a worker process: keep this process's report current from now on."""
@@ -65,6 +73,10 @@ class WorkerReports:
                 "change): run guideloom verify"
             )
         return None
+
+
+def _nothing() -> None:
+    pass
 
 
 def _write_report(path: Path, shards: list[MappedShard]) -> None:
