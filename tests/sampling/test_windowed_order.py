@@ -1,0 +1,133 @@
+"""The windowed order: machine shares of the shards, windows of K shards, exact resume and elastic resume."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from guideloom._sampling.epoch_order import BatchPlan
+from guideloom._sampling.windowed_order import WindowedOrder
+
+shard_counts = st.lists(st.integers(0, 40), min_size=1, max_size=30).filter(lambda counts: sum(counts) > 0)
+
+
+@st.composite
+def orders(draw: st.DrawFn) -> WindowedOrder:
+    """A windowed order of a small storage: shards of 0-40 samples, 1-4 machines of 1-3 ranks."""
+    machines, local_world_size, local_batch_size = draw(st.integers(1, 4)), draw(st.integers(1, 3)), draw(st.integers(1, 5))
+    return WindowedOrder(
+        draw(shard_counts),
+        seed=draw(st.integers(-(2**63), 2**63 - 1)),
+        epoch=draw(st.integers(0, 5)),
+        window=draw(st.integers(1, 8)),
+        streams=machines,
+        global_batch_size=machines * local_world_size * local_batch_size,
+    )
+
+
+def whole_epoch(order: WindowedOrder) -> np.ndarray:
+    return order.sample_at(np.arange(order.start, order.sample_count))
+
+
+@settings(max_examples=200, deadline=None)
+@given(orders())
+def test_an_epoch_reads_every_sample_exactly_once(order: WindowedOrder) -> None:
+    samples = whole_epoch(order)
+    assert np.array_equal(np.sort(samples), np.arange(order.sample_count))
+
+
+@settings(max_examples=200, deadline=None)
+@given(orders())
+def test_machines_read_disjoint_shares_but_for_a_shard_at_each_share_boundary(order: WindowedOrder) -> None:
+    streams, _ = order.stream_offsets(np.arange(order.sample_count))
+    shards = order.shards_of(whole_epoch(order))
+    full = np.arange(order.sample_count) < order.full_batches * order.global_batch_size
+    readers_of_shard = [set(streams[full & (shards == shard)].tolist()) for shard in range(len(order.counts))]
+    extra_readers = sum(len(readers) - 1 for readers in readers_of_shard if readers)
+    assert extra_readers <= order.streams - 1  # a shard is read twice only where one share ends and the next begins
+
+
+@settings(max_examples=200, deadline=None)
+@given(orders())
+def test_a_machine_has_at_most_window_shards_begun_and_unfinished(order: WindowedOrder) -> None:
+    for stream in range(order.streams):
+        share = order.stream(stream)
+        shards = order.shards_of(order._stream_samples(stream, np.arange(share.length)))
+        parts = np.searchsorted(np.unique(shards), shards)  # any numbering of the stream's shards
+        first = {part: at for at, part in reversed(list(enumerate(parts.tolist())))}
+        last = {part: at for at, part in enumerate(parts.tolist())}
+        for at in range(share.length):
+            open_parts = sum(1 for part in first if first[part] <= at <= last[part])
+            assert open_parts <= order.window
+
+
+@settings(max_examples=100, deadline=None)
+@given(orders(), st.data())
+def test_resuming_at_a_global_batch_continues_the_same_order(order: WindowedOrder, data: st.DataObject) -> None:
+    batches = order.sample_count // order.global_batch_size
+    start = data.draw(st.integers(0, batches)) * order.global_batch_size
+    resumed = WindowedOrder(
+        order.counts,
+        seed=order.seed,
+        epoch=order.epoch,
+        window=order.window,
+        streams=order.streams,
+        global_batch_size=order.global_batch_size,
+        start=start,
+    )
+    assert np.array_equal(whole_epoch(resumed), whole_epoch(order)[start:])
+
+
+@settings(max_examples=100, deadline=None)
+@given(orders(), st.data())
+def test_an_elastic_resume_with_other_batch_sizes_skips_and_repeats_nothing(
+    order: WindowedOrder, data: st.DataObject
+) -> None:
+    start = data.draw(st.integers(0, order.sample_count // order.global_batch_size)) * order.global_batch_size
+    other_batch = order.streams * data.draw(st.integers(1, 12))  # another world size or local batch size
+    resumed = WindowedOrder(
+        order.counts,
+        seed=order.seed,
+        epoch=order.epoch,
+        window=order.window,
+        streams=order.streams,
+        global_batch_size=other_batch,
+        start=start,
+    )
+    read = np.concatenate([whole_epoch(order)[:start], whole_epoch(resumed)])
+    assert np.array_equal(np.sort(read), np.arange(order.sample_count))
+
+
+@settings(max_examples=100, deadline=None)
+@given(orders(), st.booleans())
+def test_the_ranks_of_a_machine_read_its_share_in_every_whole_batch(order: WindowedOrder, drop_last: bool) -> None:
+    world_size = order.streams  # one rank per machine, reading the machine's samples of each global batch
+    plan = BatchPlan(order.sample_count, order.per_stream, world_size, drop_last)
+    for batch in range(plan.full_batch_count):
+        for rank in range(world_size):
+            streams, _ = order.stream_offsets(plan.rank_positions(batch, rank))
+            assert set(streams.tolist()) == {rank}
+
+
+def test_the_order_mixes_about_window_shards_in_every_128_samples() -> None:
+    order = WindowedOrder(np.full(64, 128), seed=0, epoch=0, window=14, streams=1, global_batch_size=8)
+    shards = order.shards_of(whole_epoch(order))
+    distinct = [len(set(shards[at : at + 128].tolist())) for at in range(0, len(shards) - 127, 128)]
+    assert min(distinct) >= 12
+
+
+def test_another_seed_or_epoch_gives_another_order() -> None:
+    def order(seed: int, epoch: int) -> np.ndarray:
+        windowed = WindowedOrder(np.full(16, 20), seed=seed, epoch=epoch, window=4, streams=2, global_batch_size=4)
+        return whole_epoch(windowed)
+
+    assert not np.array_equal(order(0, 0), order(1, 0))
+    assert not np.array_equal(order(0, 0), order(0, 1))
+    assert np.array_equal(order(5, 2), order(5, 2))
+
+
+def test_a_global_batch_that_does_not_split_between_the_machines_is_refused() -> None:
+    with pytest.raises(ValueError, match="multiple of 4"):
+        WindowedOrder(np.full(8, 10), seed=0, epoch=0, window=2, streams=4, global_batch_size=6)
