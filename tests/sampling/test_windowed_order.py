@@ -16,7 +16,8 @@ shard_counts = st.lists(st.integers(0, 40), min_size=1, max_size=30).filter(lamb
 @st.composite
 def orders(draw: st.DrawFn) -> WindowedOrder:
     """A windowed order of a small storage: shards of 0-40 samples, 1-4 machines of 1-3 ranks."""
-    machines, local_world_size, local_batch_size = draw(st.integers(1, 4)), draw(st.integers(1, 3)), draw(st.integers(1, 5))
+    machines = draw(st.integers(1, 4))
+    local_world_size, local_batch_size = draw(st.integers(1, 3)), draw(st.integers(1, 5))
     return WindowedOrder(
         draw(shard_counts),
         seed=draw(st.integers(-(2**63), 2**63 - 1)),

@@ -16,6 +16,7 @@ every stream advances by the same count per global batch.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -136,16 +137,29 @@ class WindowedOrder:
         self.streams = check_int("streams", streams, 1)
         self.global_batch_size = check_int("global_batch_size", global_batch_size, 1)
         self.start = check_int("start", start, 0)
+        self._streams: dict[int, _Stream] = {}
+        self._place()
+
+    def _place(self) -> None:
+        """Where ``start`` stands in every stream, and how global batches from there take from them."""
         check_stream_split(self.global_batch_size, self.streams)
         if self.start > self.sample_count or (self.start % self.streams and self.start != self.sample_count):
-            raise ValueError(f"start must be a global batch's first position, got {start}")
+            raise ValueError(f"start must be a global batch's first position, got {self.start}")
         self.per_stream = self.global_batch_size // self.streams  # each stream's samples in one global batch
         self.consumed = self.start // self.streams  # of each stream, before ``start``
         self.full_batches = (self.sample_count - self.start) // self.global_batch_size
-        self._streams: dict[int, _Stream] = {}
 
     def __len__(self) -> int:
         return self.sample_count
+
+    def at(self, start: int, global_batch_size: int) -> WindowedOrder:
+        """This epoch's order from another ``start`` or global batch size, reusing its shares and windows."""
+        moved = copy.copy(self)
+        moved.__dict__.pop("_tail_starts", None)
+        moved.global_batch_size = check_int("global_batch_size", global_batch_size, 1)
+        moved.start = check_int("start", start, 0)
+        moved._place()
+        return moved
 
     @cached_property
     def shard_order(self) -> npt.NDArray[np.int64]:

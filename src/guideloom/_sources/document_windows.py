@@ -77,6 +77,10 @@ class PackedRowSource(TokenWindowSource):
     def sample_count(self) -> int:
         return self.packed.row_count
 
+    def shard_sample_counts(self) -> np.ndarray:
+        """Packed rows per shard, in storage order (packing never crosses a shard)."""
+        return np.asarray(self.packed.row_counts, np.int64)
+
     def fetch(self, indices: np.ndarray, epoch: int) -> PieceRows:  # type: ignore[override]
         reader = self.reader
         rows = self.packed.rows(

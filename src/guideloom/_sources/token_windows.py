@@ -38,6 +38,12 @@ class TokenWindowSource(PinnedShards[TokenReader]):
     def sample_bytes(self) -> int:
         return self.sequence_length * self.window_dtype.itemsize
 
+    def shard_sample_counts(self) -> np.ndarray:
+        """Windows that start in each shard, in storage order (what a windowed order walks), from the snapshot."""
+        token_ends = np.cumsum(self.snapshot.rows["element_count"].astype(np.int64))
+        window_ends = np.minimum(-(-token_ends // self.sequence_length), self.sample_count)
+        return np.diff(window_ends, prepend=0)
+
     def fetch(self, indices: np.ndarray, epoch: int) -> np.ndarray:
         reader = self.reader
         windows = np.empty((len(indices), self.sequence_length), self.window_dtype)
