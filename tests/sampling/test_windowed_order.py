@@ -25,6 +25,7 @@ def orders(draw: st.DrawFn) -> WindowedOrder:
         window=draw(st.integers(1, 8)),
         streams=machines,
         global_batch_size=machines * local_world_size * local_batch_size,
+        rotate_only=draw(st.booleans()),
     )
 
 
@@ -77,6 +78,7 @@ def test_resuming_at_a_global_batch_continues_the_same_order(order: WindowedOrde
         streams=order.streams,
         global_batch_size=order.global_batch_size,
         start=start,
+        rotate_only=order.rotate_only,
     )
     assert np.array_equal(whole_epoch(resumed), whole_epoch(order)[start:])
 
@@ -96,6 +98,7 @@ def test_an_elastic_resume_with_other_batch_sizes_skips_and_repeats_nothing(
         streams=order.streams,
         global_batch_size=other_batch,
         start=start,
+        rotate_only=order.rotate_only,
     )
     read = np.concatenate([whole_epoch(order)[:start], whole_epoch(resumed)])
     assert np.array_equal(np.sort(read), np.arange(order.sample_count))
@@ -110,6 +113,24 @@ def test_the_ranks_of_a_machine_read_its_share_in_every_whole_batch(order: Windo
         for rank in range(world_size):
             streams, _ = order.stream_offsets(plan.rank_positions(batch, rank))
             assert set(streams.tolist()) == {rank}
+
+
+@settings(max_examples=100, deadline=None)
+@given(orders())
+def test_rotated_shares_walk_the_shards_in_storage_order(order: WindowedOrder) -> None:
+    rotated = WindowedOrder(
+        order.counts,
+        seed=order.seed,
+        epoch=order.epoch,
+        window=order.window,
+        streams=order.streams,
+        global_batch_size=order.global_batch_size,
+        rotate_only=True,
+    )
+    for stream in range(rotated.streams):
+        shards = rotated.stream(stream).shard_positions
+        assert np.all(np.diff(shards) % len(rotated.counts) > 0)  # ascending, but for one wrap to the first shard
+        assert np.sum(np.diff(shards) < 0) <= 1
 
 
 def test_the_order_mixes_about_window_shards_in_every_128_samples() -> None:

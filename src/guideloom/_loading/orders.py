@@ -46,6 +46,7 @@ def epoch_order(source: SampleSource, settings: OrderSettings, epoch: int, start
         streams=settings.streams,
         global_batch_size=global_batch_size,
         start=start,
+        rotate_only=getattr(source, "samples_cross_shards", False),
     )
     _recent.insert(0, (source, key, order))
     del _recent[_RECENT:]

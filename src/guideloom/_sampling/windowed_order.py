@@ -109,8 +109,8 @@ class WindowedOrder:
     """The order of one epoch's samples read in ``streams`` machine shares, windows of ``window`` shards each.
 
     ``shard_sample_counts`` are the samples of each shard in storage order (sample indices are numbered
-    shard after shard). Positions from ``start`` on are cut into global batches of ``global_batch_size``;
-    ``start`` must be where a global batch began (a multiple of ``streams`` then), and the same mapping
+    shard after shard; see `shard_order` for ``rotate_only``). Positions from ``start`` on are cut into
+    global batches of ``global_batch_size``; ``start`` must be where a global batch began (a multiple of ``streams`` then), and the same mapping
     results from any such start of a run with these settings, so a resumed run continues bit for bit.
     """
 
@@ -124,6 +124,7 @@ class WindowedOrder:
         streams: int,
         global_batch_size: int,
         start: int = 0,
+        rotate_only: bool = False,
     ) -> None:
         counts = np.asarray(shard_sample_counts, dtype=np.int64)
         if counts.ndim != 1 or (counts.size and int(counts.min()) < 0):
@@ -137,6 +138,7 @@ class WindowedOrder:
         self.streams = check_int("streams", streams, 1)
         self.global_batch_size = check_int("global_batch_size", global_batch_size, 1)
         self.start = check_int("start", start, 0)
+        self.rotate_only = rotate_only
         self._streams: dict[int, _Stream] = {}
         self._place()
 
@@ -163,9 +165,15 @@ class WindowedOrder:
 
     @cached_property
     def shard_order(self) -> npt.NDArray[np.int64]:
-        """The epoch's seeded order of the shards (storage positions), cut into the streams."""
+        """The epoch's seeded order of the shards (storage positions), cut into the streams.
+
+        With ``rotate_only`` it is the storage order from a seeded first shard on, so that a sample running on
+        into the next shard (a token window) finds that shard in its own window, not in another machine's share.
+        """
         shards = len(self.counts)
         order = EpochOrder(shards, shuffle=True, seed=self.seed, epoch=self.epoch)
+        if self.rotate_only:
+            return np.roll(np.arange(shards, dtype=np.int64), -order.sample_at_one(0))
         return order.indices(np.arange(shards, dtype=np.int64))
 
     def stream_bounds(self, stream: int) -> tuple[int, int]:

@@ -48,6 +48,8 @@ class BoundaryWindowSource(TokenWindowSource):
 class PackedRowSource(TokenWindowSource):
     """Sample ``k`` is packed row ``k``: whole documents (cut at ``S``) placed by best-fit decreasing per shard."""
 
+    samples_cross_shards = False  # packing never crosses a shard
+
     kind = "packed documents"
     plain_windows = False
 

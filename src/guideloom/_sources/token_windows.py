@@ -20,6 +20,7 @@ class TokenWindowSource(PinnedShards[TokenReader]):
 
     kind = "token windows"
     plain_windows = True  # samples are exactly the stream's windows (subclasses that add to them say False)
+    samples_cross_shards = True  # a window may run on into the next shard: a windowed order keeps shards in order
 
     def __init__(
         self, storage: TokenStorage, snapshot: ShardTable, sequence_length: int, window_dtype: np.dtype[Any]
