@@ -110,8 +110,9 @@ class WindowedOrder:
 
     ``shard_sample_counts`` are the samples of each shard in storage order (sample indices are numbered
     shard after shard; see `shard_order` for ``rotate_only``). Positions from ``start`` on are cut into
-    global batches of ``global_batch_size``; ``start`` must be where a global batch began (a multiple of ``streams`` then), and the same mapping
-    results from any such start of a run with these settings, so a resumed run continues bit for bit.
+    global batches of ``global_batch_size``; ``start`` must be where a global batch began (a multiple of
+    ``streams`` then), and the same mapping results from any such start of a run with these settings, so a
+    resumed run continues bit for bit.
     """
 
     def __init__(
