@@ -25,7 +25,7 @@ def orders(draw: st.DrawFn) -> WindowedOrder:
         window=draw(st.integers(1, 8)),
         streams=machines,
         global_batch_size=machines * local_world_size * local_batch_size,
-        rotate_only=draw(st.booleans()),
+        clean_cuts=draw(st.none() | st.lists(st.integers(0, 29), max_size=4)),
     )
 
 
@@ -78,7 +78,7 @@ def test_resuming_at_a_global_batch_continues_the_same_order(order: WindowedOrde
         streams=order.streams,
         global_batch_size=order.global_batch_size,
         start=start,
-        rotate_only=order.rotate_only,
+        clean_cuts=order.clean_cuts,
     )
     assert np.array_equal(whole_epoch(resumed), whole_epoch(order)[start:])
 
@@ -98,7 +98,7 @@ def test_an_elastic_resume_with_other_batch_sizes_skips_and_repeats_nothing(
         streams=order.streams,
         global_batch_size=other_batch,
         start=start,
-        rotate_only=order.rotate_only,
+        clean_cuts=order.clean_cuts,
     )
     read = np.concatenate([whole_epoch(order)[:start], whole_epoch(resumed)])
     assert np.array_equal(np.sort(read), np.arange(order.sample_count))
@@ -125,7 +125,7 @@ def test_rotated_shares_walk_the_shards_in_storage_order(order: WindowedOrder) -
         window=order.window,
         streams=order.streams,
         global_batch_size=order.global_batch_size,
-        rotate_only=True,
+        clean_cuts=[0, *range(1, len(order.counts), 3)],
     )
     for stream in range(rotated.streams):
         shards = rotated.stream(stream).shard_positions

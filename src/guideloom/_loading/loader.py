@@ -33,7 +33,7 @@ from guideloom._loading.transport import Batcher, Transport, make_transport
 from guideloom._mixture.mixture import Mixture
 from guideloom._sampling.epoch_order import BatchPlan
 from guideloom._sampling.windowed_order import check_stream_split
-from guideloom._sources.source import SampleSource
+from guideloom._sources.source import PinnedShards, SampleSource
 from guideloom._storage.storages import DocumentStorage, TokenStorage
 
 ORDER_CHUNK = 4096  # samples whose order is computed at once (rounded down to whole batches)
@@ -249,6 +249,8 @@ class StatefulDataLoader:
             one_snapshot_per_job=in_job(rank, world_size),
         )
         warn_if_thrashing(storage, source, shuffle, shuffle_window)
+        if shuffle_window is not None and isinstance(source, PinnedShards):
+            source.hold_at_most(shuffle_window + 1)  # the window and the shard that a window runs into
         return cls(
             source,
             collate,

@@ -46,7 +46,7 @@ def epoch_order(source: SampleSource, settings: OrderSettings, epoch: int, start
         streams=settings.streams,
         global_batch_size=global_batch_size,
         start=start,
-        rotate_only=getattr(source, "samples_cross_shards", False),
+        clean_cuts=source.clean_cuts() if hasattr(source, "clean_cuts") else None,
     )
     _recent.insert(0, (source, key, order))
     del _recent[_RECENT:]

@@ -109,7 +109,7 @@ class WindowedOrder:
     """The order of one epoch's samples read in ``streams`` machine shares, windows of ``window`` shards each.
 
     ``shard_sample_counts`` are the samples of each shard in storage order (sample indices are numbered
-    shard after shard; see `shard_order` for ``rotate_only``). Positions from ``start`` on are cut into
+    shard after shard; see `shard_order` for ``clean_cuts``). Positions from ``start`` on are cut into
     global batches of ``global_batch_size``; ``start`` must be where a global batch began (a multiple of
     ``streams`` then), and the same mapping results from any such start of a run with these settings, so a
     resumed run continues bit for bit.
@@ -125,7 +125,7 @@ class WindowedOrder:
         streams: int,
         global_batch_size: int,
         start: int = 0,
-        rotate_only: bool = False,
+        clean_cuts: npt.ArrayLike | None = None,
     ) -> None:
         counts = np.asarray(shard_sample_counts, dtype=np.int64)
         if counts.ndim != 1 or (counts.size and int(counts.min()) < 0):
@@ -139,7 +139,7 @@ class WindowedOrder:
         self.streams = check_int("streams", streams, 1)
         self.global_batch_size = check_int("global_batch_size", global_batch_size, 1)
         self.start = check_int("start", start, 0)
-        self.rotate_only = rotate_only
+        self.clean_cuts = None if clean_cuts is None else np.asarray(clean_cuts, np.int64)
         self._streams: dict[int, _Stream] = {}
         self._place()
 
@@ -168,13 +168,16 @@ class WindowedOrder:
     def shard_order(self) -> npt.NDArray[np.int64]:
         """The epoch's seeded order of the shards (storage positions), cut into the streams.
 
-        With ``rotate_only`` it is the storage order from a seeded first shard on, so that a sample running on
-        into the next shard (a token window) finds that shard in its own window, not in another machine's share.
+        With ``clean_cuts`` (the shards that no sample of the shard before runs into, shard 0 among them) it is
+        the storage order from a seeded one of them on, so that a sample running on into the next shard (a token
+        window) finds that shard in its own window, and no shard is needed at both ends of the sequence.
         """
         shards = len(self.counts)
+        if self.clean_cuts is not None:
+            cuts = self.clean_cuts if len(self.clean_cuts) else np.zeros(1, np.int64)
+            first = int(cuts[EpochOrder(len(cuts), shuffle=True, seed=self.seed, epoch=self.epoch).sample_at_one(0)])
+            return np.roll(np.arange(shards, dtype=np.int64), -first)
         order = EpochOrder(shards, shuffle=True, seed=self.seed, epoch=self.epoch)
-        if self.rotate_only:
-            return np.roll(np.arange(shards, dtype=np.int64), -order.sample_at_one(0))
         return order.indices(np.arange(shards, dtype=np.int64))
 
     def stream_bounds(self, stream: int) -> tuple[int, int]:

@@ -20,7 +20,6 @@ class TokenWindowSource(PinnedShards[TokenReader]):
 
     kind = "token windows"
     plain_windows = True  # samples are exactly the stream's windows (subclasses that add to them say False)
-    samples_cross_shards = True  # a window may run on into the next shard: a windowed order keeps shards in order
 
     def __init__(
         self, storage: TokenStorage, snapshot: ShardTable, sequence_length: int, window_dtype: np.dtype[Any]
@@ -44,6 +43,14 @@ class TokenWindowSource(PinnedShards[TokenReader]):
         token_ends = np.cumsum(self.snapshot.rows["element_count"].astype(np.int64))
         window_ends = np.minimum(-(-token_ends // self.sequence_length), self.sample_count)
         return np.diff(window_ends, prepend=0)
+
+    def clean_cuts(self) -> np.ndarray | None:
+        """The shards that no window of the shard before runs into (0 among them): a windowed order walks shards
+        in storage order from one of these, so that a window and the shard it runs into are read together."""
+        token_starts = np.cumsum(self.snapshot.rows["element_count"].astype(np.int64)) - self.snapshot.rows[
+            "element_count"
+        ].astype(np.int64)
+        return np.flatnonzero(token_starts % self.sequence_length == 0).astype(np.int64)
 
     def fetch(self, indices: np.ndarray, epoch: int) -> np.ndarray:
         reader = self.reader
