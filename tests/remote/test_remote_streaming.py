@@ -64,7 +64,7 @@ def _machine_epoch(storages: list[TokenStorage], machines: int, machine: int, **
         )
         for local, storage in enumerate(storages)
     ]
-    batches = []
+    batches: list[list[int]] = []
     try:
         for step in zip(*loaders, strict=True):
             batches.extend(batch.tolist() for batch in step)
