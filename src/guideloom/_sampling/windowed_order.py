@@ -217,14 +217,18 @@ class WindowedOrder:
         return streams, offsets
 
     def sample_at(self, positions: npt.ArrayLike) -> npt.NDArray[np.int64]:
-        """The sample index at each position; positions past the end wrap around to ``start`` (padding)."""
+        """The sample index at each position; positions past the end (padding) repeat the last ones backwards.
+
+        Padding falls to the last ranks, the last machine's: the end of the order is that machine's share.
+        """
         pos = np.asarray(positions, dtype=np.int64)
         if pos.size and int(pos.min()) < self.start:
             raise IndexError(f"positions must be >= start ({self.start}), got {pos.min()}")
         left = self.sample_count - self.start
         if pos.size and left == 0:
             raise IndexError("positions must be empty when no sample is left")
-        pos = np.where(pos >= self.sample_count, self.start + (pos - self.sample_count) % max(left, 1), pos)
+        padding = (pos - self.sample_count) % max(left, 1)
+        pos = np.where(pos >= self.sample_count, self.sample_count - 1 - padding, pos)
         streams, offsets = self.stream_offsets(pos)
         result = np.empty(pos.shape, np.int64)
         for stream in np.unique(streams).tolist():
