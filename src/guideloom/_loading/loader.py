@@ -34,6 +34,7 @@ from guideloom._mixture.mixture import Mixture
 from guideloom._sampling.epoch_order import BatchPlan
 from guideloom._sampling.windowed_order import check_stream_split
 from guideloom._sources.source import PinnedShards, SampleSource
+from guideloom._sources.window_modes import window_mode
 from guideloom._storage.storages import DocumentStorage, TokenStorage
 
 ORDER_CHUNK = 4096  # samples whose order is computed at once (rounded down to whole batches)
@@ -236,14 +237,19 @@ class StatefulDataLoader:
         rank, world_size, ranks_from_environment = _resolve_ranks(rank, world_size)
         shuffle_window = check_windowed(storage, shuffle_window, shuffle)
         local_world_size = local_world_size_of(local_world_size, world_size, shuffle_window)
+        mode = window_mode(
+            {
+                "document_boundaries": document_boundaries,
+                "pack_documents": pack_documents,
+                "pad_id": pad_id,
+                "long_documents": long_documents,
+            }
+        )
         source = make_source(
             storage,
+            mode,
             sequence_length=sequence_length,
             window_dtype=window_dtype,
-            document_boundaries=document_boundaries,
-            pack_documents=pack_documents,
-            pad_id=pad_id,
-            long_documents=long_documents,
             shuffle=shuffle,
             seed=seed,
             one_snapshot_per_job=in_job(rank, world_size),
