@@ -56,20 +56,32 @@ def local_world_size_of(local_world_size: object, world_size: int, shuffle_windo
 
 
 def warn_if_thrashing(storage: object, source: SampleSource, shuffle: bool, shuffle_window: int | None) -> None:
-    """Warn once per storage when a global shuffle reads a remote storage through a cache smaller than it.
+    """Warn once per storage when a global shuffle reads a remote storage through a cache smaller than it, or
+    a windowed one through a cache smaller than its window.
 
     A global order touches every shard all the time, so each read misses the cache with the chance that its
     shard is not among the cached ones: about ``samples x (1 - cached shards / shards)`` downloads an epoch.
     """
     limit = getattr(storage, "cache_limit", None)
-    if not shuffle or shuffle_window is not None or limit is None or not isinstance(source, PinnedShards):
+    if not shuffle or limit is None or not isinstance(source, PinnedShards):
         return
     sizes = source.snapshot.rows["size"].astype(np.int64)
     total = int(sizes.sum())
     if total <= limit or source.storage.location in _warned:
         return
-    _warned.add(source.storage.location)
     cached = limit // max(int(sizes.max()), 1)
+    if shuffle_window is not None:
+        if shuffle_window + 3 > cached:
+            _warned.add(source.storage.location)
+            warnings.warn(
+                f"shuffle_window={shuffle_window} does not fit the cache of {source.storage.location} "
+                f"({limit:,} bytes, {cached} of its largest shards): a window needs its shards, the next one and one "
+                "downloading, so the cache will evict shards still needed and download them again; "
+                f"shuffle_window={max(1, cached - 3)} fits (see docs/object-storage.md)",
+                stacklevel=3,
+            )
+        return
+    _warned.add(source.storage.location)
     downloads = source.sample_count * (1 - cached / len(sizes))
     expected = max(total, int(downloads * total / len(sizes)))
     warnings.warn(
