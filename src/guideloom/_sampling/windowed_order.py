@@ -87,11 +87,12 @@ def _stream(
     first_block = np.maximum(index - window + 1, 0)
     span = np.minimum(index, blocks - 1) - first_block + 1
     sizes = high - low
-    # The size of every piece, added into its block: sum(span) <= parts * window entries.
-    owner = np.repeat(index, span)
-    piece = np.arange(len(owner), dtype=np.int64) - np.repeat(np.cumsum(span) - span, span)
-    piece_sizes = (piece + 1) * sizes[owner] // span[owner] - piece * sizes[owner] // span[owner]
-    block_sizes = np.bincount(first_block[owner] + piece, weights=piece_sizes, minlength=blocks).astype(np.int64)
+    # Every part's i-th piece added into its block, one i at a time: memory per part, not per piece.
+    block_sizes = np.zeros(blocks, np.int64)
+    for piece in range(int(span.max()) if parts else 0):
+        has = span > piece
+        piece_sizes = (piece + 1) * sizes[has] // span[has] - piece * sizes[has] // span[has]
+        block_sizes += np.bincount(first_block[has] + piece, weights=piece_sizes, minlength=blocks).astype(np.int64)
     block_starts = np.zeros(blocks + 1, np.int64)
     np.cumsum(block_sizes, out=block_starts[1:])
     return _Stream(
