@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from guideloom import DocumentJsonFormat, DocumentStorage, StatefulDataLoader, StateMismatchError
+from guideloom._loading.reopen import loader_from_state
 from guideloom._mixture.mixture import Mixture
 from tests import helpers
 from tests.helpers import make_token_storage as make_tokens
@@ -186,3 +187,13 @@ def test_token_modes_read_every_sample_once(tmp_path: Path, mode: dict[str, bool
             str(sample["pieces"][0]) for batch in plain.explain(len(plain)) for sample in batch["samples"]
         )
         assert read == expected
+
+
+def test_a_windowed_state_is_explained_from_the_state_alone(tmp_path: Path) -> None:
+    storage = make_documents(tmp_path / "docs")
+    ranks = loaders(storage, 4, local_world_size=2)
+    read_in_lockstep(ranks, steps=3)
+    state = json.loads(json.dumps(ranks[0].state_dict()))
+    expected = ranks[3].explain(2)
+    with loader_from_state(state, rank=3) as reopened:
+        assert reopened.explain(2) == expected
