@@ -32,7 +32,6 @@ from guideloom._loading.streaming import check_windowed, local_world_size_of, wa
 from guideloom._loading.transport import Batcher, Transport, make_transport
 from guideloom._mixture.mixture import Mixture
 from guideloom._sampling.epoch_order import BatchPlan
-from guideloom._sampling.windowed_order import check_stream_split
 from guideloom._sources.source import PinnedShards, SampleSource
 from guideloom._sources.window_modes import window_mode
 from guideloom._storage.storages import DocumentStorage, TokenStorage
@@ -377,8 +376,6 @@ class StatefulDataLoader:
         latest = self._next_epoch_source or self._source
         resume = check_state(state, self._settings(), latest)
         settings = replace(self._settings(), epoch_machines=resume.machines)
-        if resume.machines is not None and resume.position < resume.source.sample_count:
-            check_stream_split(self.local_batch_size * self.world_size, resume.machines)
         check_next_batch(state, resume.source, settings, resume.epoch, resume.position)
         if resume.source is not self._source:  # e.g. the shards a grown storage had at the checkpoint
             self._use_source(resume.source, keep=latest)

@@ -7,11 +7,12 @@ stream walks its shards in *blocks*: shard ``j`` of the stream is spread over th
 So every block mixes K shards, one shard starts and one finishes per block, and a machine holds about
 K + 1 shards at a time, however many it reads in the epoch.
 
-Global batches take ``global_batch_size / streams`` consecutive samples of every stream, stream ``s`` for
-the ranks of machine ``s``; after the last whole global batch the streams' leftovers are concatenated.
+A global batch takes about ``global_batch_size / streams`` consecutive samples of every stream, stream after
+stream, so stream ``s`` goes to the ranks of machine ``s``; after the last whole global batch the streams'
+leftovers are concatenated.
 Like `EpochOrder` everything is a pure function of a few integers (and the per-shard sample counts): a
-position's sample costs O(K + log shards), and how far an epoch went is its position alone, because
-every stream advances by the same count per global batch.
+position's sample costs O(K + log shards), and how far an epoch went is its position alone: a global batch
+brings every stream to the count `taken_from_stream` gives for its end, whatever the batch sizes.
 """
 
 from __future__ import annotations
@@ -26,18 +27,18 @@ import numpy.typing as npt
 from guideloom._core.checks import check_int
 from guideloom._sampling.epoch_order import MASK64, EpochOrder, mix_int
 
-__all__ = ["WindowedOrder", "check_stream_split"]
+__all__ = ["WindowedOrder", "taken_from_stream"]
 
 _STREAM_KEY = 0x5851F42D4C957F2D  # separates a stream's block keys from the epoch's own order
 
 
-def check_stream_split(global_batch_size: int, streams: int) -> None:
-    """ValueError unless a global batch splits evenly between the epoch's streams (machines)."""
-    if global_batch_size % streams:
-        raise ValueError(
-            f"a global batch of {global_batch_size} samples cannot be split evenly between the {streams} machines' "
-            f"shares this epoch is read in: local_batch_size x world_size must be a multiple of {streams}"
-        )
+def taken_from_stream(total: npt.ArrayLike, stream: npt.ArrayLike, streams: int) -> npt.NDArray[np.int64]:
+    """Samples of stream ``stream`` among the first ``total`` of the epoch: the positions below ``total`` that are
+    ``stream`` modulo ``streams``. Every global batch brings each stream to exactly this count, whatever its size,
+    so the position alone says how far every stream went, under any batch sizes."""
+    total, stream = np.asarray(total, np.int64), np.asarray(stream, np.int64)
+    taken: npt.NDArray[np.int64] = np.maximum(total - stream + streams - 1, 0) // streams
+    return taken
 
 
 @dataclass(frozen=True)
@@ -111,9 +112,8 @@ class WindowedOrder:
 
     ``shard_sample_counts`` are the samples of each shard in storage order (sample indices are numbered
     shard after shard; see `shard_order` for ``clean_cuts``). Positions from ``start`` on are cut into
-    global batches of ``global_batch_size``; ``start`` must be where a global batch began (a multiple of
-    ``streams`` then), and the same mapping results from any such start of a run with these settings, so a
-    resumed run continues bit for bit.
+    global batches of ``global_batch_size``; ``start`` must be where a global batch began, and the same mapping
+    results from any such start of a run with these settings, so a resumed run continues bit for bit.
     """
 
     def __init__(
@@ -145,12 +145,9 @@ class WindowedOrder:
         self._place()
 
     def _place(self) -> None:
-        """Where ``start`` stands in every stream, and how global batches from there take from them."""
-        check_stream_split(self.global_batch_size, self.streams)
-        if self.start > self.sample_count or (self.start % self.streams and self.start != self.sample_count):
-            raise ValueError(f"start must be a global batch's first position, got {self.start}")
-        self.per_stream = self.global_batch_size // self.streams  # each stream's samples in one global batch
-        self.consumed = self.start // self.streams  # of each stream, before ``start``
+        """How global batches from ``start`` take from the streams."""
+        if self.start > self.sample_count:
+            raise ValueError(f"start must be at most the epoch's {self.sample_count} samples, got {self.start}")
         self.full_batches = (self.sample_count - self.start) // self.global_batch_size
 
     def __len__(self) -> int:
@@ -181,9 +178,14 @@ class WindowedOrder:
         order = EpochOrder(shards, shuffle=True, seed=self.seed, epoch=self.epoch)
         return order.indices(np.arange(shards, dtype=np.int64))
 
+    @cached_property
+    def _share_starts(self) -> npt.NDArray[np.int64]:
+        lengths = taken_from_stream(self.sample_count, np.arange(self.streams), self.streams)
+        return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+
     def stream_bounds(self, stream: int) -> tuple[int, int]:
         """The samples of the epoch's shard sequence that stream ``stream`` reads: ``begin .. end - 1``."""
-        return stream * self.sample_count // self.streams, (stream + 1) * self.sample_count // self.streams
+        return int(self._share_starts[stream]), int(self._share_starts[stream + 1])
 
     def stream(self, stream: int) -> _Stream:
         found = self._streams.get(stream)
@@ -195,8 +197,9 @@ class WindowedOrder:
     @cached_property
     def _tail_starts(self) -> npt.NDArray[np.int64]:
         """Where each stream's leftover (after the last whole global batch) starts in the concatenated tail."""
-        taken = self.consumed + self.full_batches * self.per_stream
-        lengths = [self.stream_bounds(s)[1] - self.stream_bounds(s)[0] - taken for s in range(self.streams)]
+        streams = np.arange(self.streams)
+        taken = taken_from_stream(self.start + self.full_batches * self.global_batch_size, streams, self.streams)
+        lengths = np.diff(self._share_starts) - taken
         return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
 
     def stream_offsets(self, positions: npt.ArrayLike) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
@@ -206,14 +209,27 @@ class WindowedOrder:
             raise IndexError(f"positions must lie in [{self.start}, {self.sample_count}), got {pos.min()}..{pos.max()}")
         relative = pos - self.start
         batch, within = np.divmod(relative, self.global_batch_size)
-        streams, offset = np.divmod(within, self.per_stream)
-        offsets = self.consumed + batch * self.per_stream + offset
+        batch_starts = self.start + batch * self.global_batch_size
+        streams, offsets = np.empty_like(pos), np.empty_like(pos)
         tail = batch >= self.full_batches
+        # A whole global batch takes from each stream what brings it to `taken_from_stream` of the batch's end,
+        # stream after stream: q or q + 1 samples each, the extra ones to the streams the cyclic interval
+        # [a, a + r) names (q, r = divmod(global batch, streams); a = the batch's start modulo streams).
+        quotient, remainder = divmod(self.global_batch_size, self.streams)
+        each = np.arange(self.streams + 1, dtype=np.int64)
+        for phase in np.unique(batch_starts[~tail] % self.streams).tolist():
+            mask = ~tail & (batch_starts % self.streams == phase)
+            wrapped = max(0, phase + remainder - self.streams)
+            before = each * quotient + np.clip(each - phase, 0, remainder) + np.minimum(each, wrapped)
+            chosen = np.searchsorted(before, within[mask], side="right") - 1
+            streams[mask] = chosen
+            offsets[mask] = taken_from_stream(batch_starts[mask], chosen, self.streams) + within[mask] - before[chosen]
         if tail.any():
             leftover = relative[tail] - self.full_batches * self.global_batch_size
             tail_streams = np.searchsorted(self._tail_starts, leftover, side="right") - 1
+            tail_start = self.start + self.full_batches * self.global_batch_size
             streams[tail] = tail_streams
-            offsets[tail] = self.consumed + self.full_batches * self.per_stream + leftover
+            offsets[tail] = taken_from_stream(tail_start, tail_streams, self.streams) + leftover
             offsets[tail] -= self._tail_starts[tail_streams]
         return streams, offsets
 
