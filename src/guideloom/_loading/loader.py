@@ -28,11 +28,11 @@ from guideloom._loading.job_snapshot import in_job
 from guideloom._loading.make_source import make_source
 from guideloom._loading.orders import epoch_order
 from guideloom._loading.state import OrderSettings, build_state, check_state
-from guideloom._loading.streaming import check_windowed, local_world_size_of, warn_if_thrashing
+from guideloom._loading.streaming import check_windowed, local_world_size_of, prepare_streaming
 from guideloom._loading.transport import Batcher, Transport, make_transport
 from guideloom._mixture.mixture import Mixture
 from guideloom._sampling.epoch_order import BatchPlan
-from guideloom._sources.source import PinnedShards, SampleSource
+from guideloom._sources.source import SampleSource
 from guideloom._sources.window_modes import window_mode
 from guideloom._storage.storages import DocumentStorage, TokenStorage
 
@@ -253,9 +253,7 @@ class StatefulDataLoader:
             seed=seed,
             one_snapshot_per_job=in_job(rank, world_size),
         )
-        warn_if_thrashing(storage, source, shuffle, shuffle_window)
-        if shuffle_window is not None and isinstance(source, PinnedShards):
-            source.hold_at_most(shuffle_window + 1)  # the window and the shard that a window runs into
+        prepare_streaming(storage, source, shuffle, shuffle_window)
         return cls(
             source,
             collate,

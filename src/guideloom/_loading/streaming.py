@@ -11,7 +11,7 @@ from guideloom._core.checks import check_int
 from guideloom._mixture.mixture import Mixture
 from guideloom._sources.source import PinnedShards, SampleSource
 
-__all__ = ["check_windowed", "local_world_size_of", "warn_if_thrashing"]
+__all__ = ["check_windowed", "local_world_size_of", "prepare_streaming", "warn_if_thrashing"]
 
 _warned: set[str] = set()  # storages whose thrashing was reported (once per process)
 
@@ -53,6 +53,14 @@ def local_world_size_of(local_world_size: object, world_size: int, shuffle_windo
     if world_size % ranks:
         raise ValueError(f"local_world_size={ranks} must divide world_size={world_size} (ranks per machine)")
     return ranks
+
+
+def prepare_streaming(storage: object, source: SampleSource, shuffle: bool, shuffle_window: int | None) -> None:
+    """What a new loader's source needs for its order: the warnings below, and a windowed order's source keeps
+    its window and the shard a window runs into open, no more (a finished shard is left to the cache at once)."""
+    warn_if_thrashing(storage, source, shuffle, shuffle_window)
+    if shuffle_window is not None and isinstance(source, PinnedShards):
+        source.hold_at_most(shuffle_window + 1)
 
 
 def warn_if_thrashing(storage: object, source: SampleSource, shuffle: bool, shuffle_window: int | None) -> None:
