@@ -126,7 +126,7 @@ class PieceRows(RowDicts):
         if not padded.any():
             return self.piece_lengths, None
         counts = self.piece_counts + padded
-        padding_pieces = (np.cumsum(counts) - 1)[padded]
+        padding_pieces = (counts.cumsum() - 1)[padded]
         is_padding = np.zeros(int(counts.sum()), bool)
         is_padding[padding_pieces] = True
         lengths = np.empty(len(is_padding), np.int64)
@@ -156,7 +156,7 @@ def piece_arrays(
     length = input_ids.shape[1]
     total = input_ids.size
     cu_seqlens = np.zeros(len(lengths) + 1, np.int64)
-    np.cumsum(lengths, out=cu_seqlens[1:])
+    lengths.cumsum(out=cu_seqlens[1:])
     if cu_seqlens[-1] != total:
         raise AssertionError(f"pieces cover {cu_seqlens[-1]} tokens of a batch of {total}")
     starts = cu_seqlens[:-1]
@@ -203,9 +203,9 @@ def count_up_by_steps(flat_positions: np.ndarray, starts: np.ndarray, lengths: n
 
 def flat_indices(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Every index of the runs ``[start, start + length)``, one run after another."""
-    ends = np.cumsum(lengths)
+    ends = lengths.cumsum()
     total = int(ends[-1]) if len(ends) else 0
-    return np.repeat(starts - (ends - lengths), lengths) + np.arange(total, dtype=np.int64)
+    return (starts - (ends - lengths)).repeat(lengths) + np.arange(total, dtype=np.int64)
 
 
 def window_pieces(window_starts: np.ndarray, length: int, document_starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -216,16 +216,17 @@ def window_pieces(window_starts: np.ndarray, length: int, document_starts: np.nd
     """
     window_starts = np.asarray(window_starts, np.int64)
     rows = len(window_starts)
-    first = np.searchsorted(document_starts, window_starts, side="right")
-    inner = np.searchsorted(document_starts, window_starts + length, side="left") - first
-    cuts_before = np.cumsum(inner) - inner
+    document_starts = np.asarray(document_starts)
+    first = document_starts.searchsorted(window_starts, side="right")
+    inner = document_starts.searchsorted(window_starts + length, side="left") - first
+    cuts_before = inner.cumsum() - inner
     row_points = np.arange(rows, dtype=np.int64) + cuts_before  # where each row's own start goes
     points = np.empty(rows + int(inner.sum()) + 1, np.int64)
     is_inner = np.ones(len(points) - 1, bool)
     is_inner[row_points] = False
     points[row_points] = np.arange(rows, dtype=np.int64) * length
-    which = np.repeat(first - cuts_before, inner) + np.arange(int(inner.sum()), dtype=np.int64)
-    shift = np.repeat(np.arange(rows, dtype=np.int64) * length - window_starts, inner)
+    which = (first - cuts_before).repeat(inner) + np.arange(int(inner.sum()), dtype=np.int64)
+    shift = (np.arange(rows, dtype=np.int64) * length - window_starts).repeat(inner)
     points[:-1][is_inner] = document_starts[which] + shift
     points[-1] = rows * length
     return inner + 1, points[1:] - points[:-1]
@@ -240,7 +241,7 @@ def split_batch(batch: dict[str, Any], sizes: list[int]) -> list[dict[str, Any]]
     length = batch["input_ids"].shape[1]
     cu_seqlens = batch["cu_seqlens"].numpy().astype(np.int64)
     row_bounds = np.fromiter(accumulate(sizes, initial=0), np.int64, len(sizes) + 1)
-    cuts = np.searchsorted(cu_seqlens, row_bounds * length)
+    cuts = cu_seqlens.searchsorted(row_bounds * length)
     piece_counts = cuts[1:] - cuts[:-1]
     piece_lengths = cu_seqlens[1:] - cu_seqlens[:-1]
     if len(piece_lengths) and piece_counts.all():  # every part has rows, hence pieces
@@ -251,7 +252,7 @@ def split_batch(batch: dict[str, Any], sizes: list[int]) -> list[dict[str, Any]]
             longest[piece_counts > 0] = np.maximum.reduceat(piece_lengths, cuts[:-1][piece_counts > 0])
     # Part i's cu_seqlens: entries cuts[i] .. cuts[i + 1] (its end is the next part's start), less its offset.
     counts = piece_counts + 1
-    rebased = cu_seqlens[flat_indices(cuts[:-1], counts)] - np.repeat(row_bounds[:-1] * length, counts)
+    rebased = cu_seqlens[flat_indices(cuts[:-1], counts)] - (row_bounds[:-1] * length).repeat(counts)
     part_cu_seqlens = torch.split(torch.from_numpy(rebased.astype(np.int32)), counts.tolist())
     columns = [torch.split(batch[key], sizes) for key in ("input_ids", "position_ids", "labels")]
     return [

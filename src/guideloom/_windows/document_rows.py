@@ -31,8 +31,8 @@ def document_starts_near(reader: TokenReader, window_starts: np.ndarray, length:
     if not len(window_starts):
         return np.empty(0, np.int64)
     token_starts = reader.token_starts
-    first = np.searchsorted(token_starts, window_starts, side="right") - 1
-    last = np.searchsorted(token_starts, window_starts + (length - 1), side="right") - 1
+    first = token_starts.searchsorted(window_starts, side="right") - 1
+    last = token_starts.searchsorted(window_starts + (length - 1), side="right") - 1
     if (first == last).all():  # no window crosses a shard's end: one span of each shard per window
         positions, bases = first, token_starts[first]
         begins = window_starts - bases
@@ -43,25 +43,25 @@ def document_starts_near(reader: TokenReader, window_starts: np.ndarray, length:
         bases = token_starts[positions]
         begins = np.maximum(np.repeat(window_starts, spans), bases) - bases
         ends = np.minimum(np.repeat(window_starts + length, spans), token_starts[positions + 1]) - bases
-    by_shard = np.argsort(positions, kind="stable")
+    by_shard = positions.argsort(kind="stable")
     positions = positions[by_shard]
     queries = np.empty((2, len(positions)), np.uint64)
     queries[0], queries[1] = begins[by_shard], ends[by_shard]
     bounds = np.empty(queries.shape, np.int64)  # each span's first and end document in its shard's offsets
-    cuts = [0, *(np.flatnonzero(positions[1:] != positions[:-1]) + 1).tolist(), len(positions)]
+    cuts = [0, *((positions[1:] != positions[:-1]).nonzero()[0] + 1).tolist(), len(positions)]
     shard_offsets = []
     for start, stop in pairwise(cuts):
         offsets = reader.shard(int(positions[start])).offsets  # mapped uint64: searched in place, never converted
-        bounds[:, start:stop] = np.searchsorted(offsets, queries[:, start:stop], side="left")
+        bounds[:, start:stop] = offsets.searchsorted(queries[:, start:stop], side="left")
         shard_offsets.append(offsets)
     # A position in the offsets below the shard's end starts a non-empty document (empty ones share it).
     counts = bounds[1] - bounds[0]
     found = flat_indices(bounds[0], counts)
-    found_cuts = np.cumsum(counts)[np.array(cuts[1:], np.int64) - 1].tolist()
+    found_cuts = counts.cumsum()[np.array(cuts[1:], np.int64) - 1].tolist()
     starts = np.empty(len(found), np.int64)
     for offsets, (start, stop) in zip(shard_offsets, pairwise([0, *found_cuts]), strict=True):
         starts[start:stop] = offsets[found[start:stop]]
-    starts += np.repeat(bases[by_shard], counts)
+    starts += bases[by_shard].repeat(counts)
     starts.sort()
     return np.concatenate((starts[:1], starts[1:][starts[1:] != starts[:-1]]))
 
@@ -133,11 +133,11 @@ class PackedShards:
             empty = np.empty(0, np.int64)
             return PieceRows(np.empty((0, length), dtype), empty, empty, empty)
         # Rows grouped by shard (stable): one search into each shard's packing for all its rows.
-        positions = np.searchsorted(self.row_bases, indices, side="right") - 1
-        by_shard = np.argsort(positions, kind="stable")
+        positions = self.row_bases.searchsorted(indices, side="right") - 1
+        by_shard = positions.argsort(kind="stable")
         positions = positions[by_shard]
         local_rows = indices[by_shard] - self.row_bases[positions]
-        row_cuts = [0, *(np.flatnonzero(positions[1:] != positions[:-1]) + 1).tolist(), len(positions)]
+        row_cuts = [0, *((positions[1:] != positions[:-1]).nonzero()[0] + 1).tolist(), len(positions)]
         used = positions[row_cuts[:-1]].tolist()
         packings = [self.packing(reader, position) for position in used]
         firsts = np.empty(len(indices), np.int64)
@@ -148,7 +148,7 @@ class PackedShards:
             counts[start:stop] = packing.row_starts[chosen + 1]
         counts -= firsts
         pieces = flat_indices(firsts, counts)  # each row's pieces in its shard's packing, rows grouped by shard
-        ends = np.cumsum(counts)
+        ends = counts.cumsum()
         piece_cuts = [0, *ends[np.array(row_cuts[1:], np.int64) - 1].tolist()]
         starts = np.empty(len(pieces), np.int64)
         lengths = np.empty(len(pieces), np.int64)
@@ -157,11 +157,11 @@ class PackedShards:
             starts[start:stop] = packing.piece_starts[chosen]
             lengths[start:stop] = packing.piece_lengths[chosen]
         # Where each piece goes: its row (the row's place in ``indices``), after the row's earlier pieces.
-        piece_ends = np.cumsum(lengths)
+        piece_ends = lengths.cumsum()
         row_ends = piece_ends[ends - 1]
         fills = row_ends.copy()
         fills[1:] -= row_ends[:-1]
-        destinations = piece_ends - lengths + np.repeat(by_shard * length - (row_ends - fills), counts)
+        destinations = piece_ends - lengths + (by_shard * length - (row_ends - fills)).repeat(counts)
         out = np.empty((len(indices), length), dtype)
         flat = out.reshape(-1)
         stops = (starts + lengths).tolist()
@@ -183,5 +183,5 @@ class PackedShards:
         row_counts = np.empty_like(counts)
         row_counts[by_shard] = counts
         if len(used) > 1:  # pieces back to the rows' order in ``indices``
-            lengths = lengths[flat_indices((ends - counts)[np.argsort(by_shard)], row_counts)]
+            lengths = lengths[flat_indices((ends - counts)[by_shard.argsort()], row_counts)]
         return PieceRows(out, lengths, row_counts, length - row_fills, mask)
