@@ -205,7 +205,8 @@ def flat_indices(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Every index of the runs ``[start, start + length)``, one run after another."""
     ends = lengths.cumsum()
     total = int(ends[-1]) if len(ends) else 0
-    return (starts - (ends - lengths)).repeat(lengths) + np.arange(total, dtype=np.int64)
+    indices: np.ndarray = (starts - (ends - lengths)).repeat(lengths) + np.arange(total, dtype=np.int64)
+    return indices
 
 
 def window_pieces(window_starts: np.ndarray, length: int, document_starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
