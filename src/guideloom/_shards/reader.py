@@ -21,7 +21,8 @@ import numpy as np
 from guideloom._core.checks import check_int, check_sequence_length
 from guideloom._shards.files import LocalShards, ShardSet, first_positions
 from guideloom._shards.formats import DocumentStorageFormat
-from guideloom._shards.layout import ShardFile, StorageHeader, verify_shards
+from guideloom._shards.header import StorageHeader
+from guideloom._shards.layout import ShardFile, verify_shards
 from guideloom._shards.loss_masks import unpack_bits
 from guideloom._shards.shard_table import CHUNK, ShardTable
 
@@ -145,6 +146,23 @@ class StorageReader(Generic[Out]):
 
     def read(self, index: int) -> Out:
         raise NotImplementedError
+
+    def length(self, index: int) -> int:
+        """Record ``index``'s length, without decoding it: the one its format recorded (see ``shard_lengths``)."""
+        self.check_open()
+        position, record = self.locate(index)
+        return self.shard(position).record_length(record)
+
+    def shard_lengths(self, position: int) -> np.ndarray:
+        """The lengths of the records of the reader's shard at ``position`` (in ascending id order), in order:
+        int64, read-only, nothing decoded.
+
+        The lengths a format's ``length(data)`` gave when they were written (mapped from the shard), or, where
+        the storage records none (a format without ``length``, storages of guideloom 0.3, token storages),
+        each record's size: bytes for documents, tokens for token storages.
+        """
+        self.check_open()
+        return self.shard(position).record_lengths()
 
     @property
     def fingerprint(self) -> str:
