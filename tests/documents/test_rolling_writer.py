@@ -72,10 +72,10 @@ def test_an_id_claimed_by_another_writer_meanwhile_is_skipped(tmp_path: Path) ->
     storage = DocumentStorage(tmp_path / "docs", DocumentJsonFormat())
     first, second = storage.sync_writer(shard_size=1), storage.sync_writer(shard_size=1)
     first.append(record(1, 0))  # claims shard 0
-    second.append(record(2, 0))  # its candidate 0 is taken: shard 1
+    second.append(record(2, 0))  # starts after the highest committed: shard 1
     with storage.sync_writer() as naming:
         naming.append(2, record(3, 0))  # a writer that names its shards takes 2
-    first.append(record(1, 1))  # 1 and 2 are taken: 3
+    first.append(record(1, 1))  # its next candidate, 1, is taken: it moves past the highest committed, to 3
     second.append(record(2, 1))
     first.close()
     second.close()
