@@ -206,3 +206,10 @@ def test_a_negative_stored_length_is_a_corrupt_shard(tmp_path: Path) -> None:
     file.write_bytes(bytes(raw))
     with storage.sync_reader() as reader, pytest.raises(CorruptStorageError, match=r"shard 0.*record 3 has a negative"):
         reader.length(0)
+
+
+def test_inspect_lengths_shows_the_recorded_lengths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    storage = DocumentStorage(tmp_path / "docs", DocumentJsonFormat(length=lambda record: record["n"]))
+    write(storage, [{"n": n} for n in (0, 3, 5, 900)], shards=2)
+    assert main(["inspect", str(tmp_path / "docs"), "--lengths"]) == 0
+    assert "length per record: 4 records (1 empty), min 0, mean 227.0, max 900" in capsys.readouterr().out
