@@ -21,11 +21,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Generic, TypeVar
 
+from guideloom._core.errors import ShardExistsError
 from guideloom._shards.files import CommitTarget, LocalTarget
 from guideloom._shards.header import StorageHeader
 from guideloom._shards.layout import MAX_SHARD_ID
 from guideloom._shards.loss_masks import loss_mask_array
-from guideloom._shards.writer import Background, RecordEncoder, ShardInProgress
+from guideloom._shards.record_encoder import RecordEncoder
+from guideloom._shards.writer import Background, ShardInProgress
 
 In = TypeVar("In")
 
@@ -130,9 +132,10 @@ class RollingWriter(Generic[In]):
             attempt = finished.path.with_name(f"{finished.path.name}.{candidate}")
             os.link(finished.path, attempt)
             try:
-                if self._target.publish(attempt, finished.info()):
-                    self._next_candidate = candidate + 1
-                    return candidate
+                with contextlib.suppress(ShardExistsError):  # a refusal, like False
+                    if self._target.publish(attempt, finished.info()):
+                        self._next_candidate = candidate + 1
+                        return candidate
             finally:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(attempt)

@@ -27,12 +27,13 @@ from typing import IO, Any, Generic, TypeVar
 
 import numpy as np
 
-from guideloom._core.errors import RecordPackError, ShardExistsError
+from guideloom._core.errors import ShardExistsError
 from guideloom._shards.files import CommitTarget, LocalTarget
 from guideloom._shards.header import StorageHeader
 from guideloom._shards.layout import ShardInfo, check_shard_id, shard_file_name, shard_footer, shard_size, shard_trailer
 from guideloom._shards.loss_masks import MaskBits, loss_mask_array
-from guideloom._shards.record_lengths import checked_length, lengths_bytes
+from guideloom._shards.record_encoder import RecordEncoder
+from guideloom._shards.record_lengths import lengths_bytes
 
 In = TypeVar("In")
 MAX_OPEN_FILES = 64
@@ -193,25 +194,6 @@ class ShardInProgress:
         self.file = None
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
-
-
-class RecordEncoder:
-    """Turns a record into what a shard stores, naming the shard and record in any error: its bytes (or tokens)
-    and their count, and its length where the storage records lengths."""
-
-    def __init__(self, encode: Callable[[Any], tuple[memoryview, int]], measure: Callable[[Any], int] | None):
-        self.encode = encode
-        self.measure = measure
-
-    def __call__(self, data: Any, where: Callable[[], str]) -> tuple[memoryview, int, int | None]:
-        """Encode ``data``; ``where`` names the record in an error ("record 3 of shard 7")."""
-        try:
-            payload, element_count = self.encode(data)
-            if self.measure is None:
-                return payload, element_count, None
-            return payload, element_count, checked_length(self.measure(data), "this record")
-        except Exception as error:
-            raise RecordPackError(f"cannot write {where()}: {type(error).__name__}: {error}") from error
 
 
 _NO_DATA: Any = object()  # tells append(data) from append(shard, data)
@@ -388,7 +370,7 @@ class AsyncWriter(Generic[In]):
     def __init__(self, writer: SyncWriter[In]) -> None:
         self._writer = writer
 
-    async def append(self, shard: int, data: In, loss_mask: object = None) -> None:
+    async def append(self, shard: int, data: In = _NO_DATA, loss_mask: object = None) -> None:
         await asyncio.to_thread(self._writer.append, shard, data, loss_mask)
 
     async def commit(self, shard: int) -> None:

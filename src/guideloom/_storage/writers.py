@@ -7,9 +7,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from guideloom._core.sizes import parse_shard_size
+from guideloom._shards.record_encoder import RecordEncoder
 from guideloom._shards.record_lengths import defines_length
 from guideloom._shards.rolling_writer import RollingWriter
-from guideloom._shards.writer import RecordEncoder, SyncWriter
+from guideloom._shards.writer import SyncWriter
 from guideloom._storage.trust import note_committed
 
 if TYPE_CHECKING:
