@@ -25,4 +25,9 @@ class RecordEncoder:
                 return payload, element_count, None
             return payload, element_count, checked_length(self.measure(data), "this record")
         except Exception as error:
-            raise RecordPackError(f"cannot write {where()}: {type(error).__name__}: {error}") from error
+            raise self.error(error, where()) from error
+
+    @staticmethod
+    def error(error: Exception, where: str) -> RecordPackError:
+        """The error to raise for ``error``, met encoding or measuring the record ``where`` names."""
+        return RecordPackError(f"cannot write {where}: {type(error).__name__}: {error}")

@@ -109,6 +109,9 @@ class RollingWriter(Generic[In]):
         if current is None:
             return
         try:
+            if self._next_candidate is None:  # the first commit: look where the committed ids end
+                self._next_candidate = self._highest_committed() + 1
+            current.shard = self._next_candidate
             current.finish(self._header)  # under its candidate id
             shard = self._claim(current)
         finally:
@@ -120,9 +123,7 @@ class RollingWriter(Generic[In]):
 
     def _claim(self, finished: ShardInProgress) -> int:
         """Commit the finished shard under the first id no other writer has claimed; that id."""
-        if self._next_candidate is None:
-            self._next_candidate = self._highest_committed() + 1
-        candidate = self._next_candidate
+        candidate = finished.shard
         while True:
             if candidate > MAX_SHARD_ID:
                 raise ValueError("every shard id below 10**12 is taken: this storage can commit no more shards")
@@ -144,9 +145,8 @@ class RollingWriter(Generic[In]):
     def _new_shard(self) -> ShardInProgress:
         self._files_made += 1
         temporary = self._target.incomplete / f"rolling.{self._token}.{self._files_made}"
-        candidate = 0 if self._next_candidate is None else self._next_candidate
         header = self._header
-        return ShardInProgress(candidate, temporary, self._background, header.loss_mask, header.record_lengths)
+        return ShardInProgress(0, temporary, self._background, header.loss_mask, header.record_lengths)  # id: later
 
     def close(self, commit: bool = True) -> None:
         """Commit (or, with ``commit=False``, discard) the shard being filled; full ones are committed already."""

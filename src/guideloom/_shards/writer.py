@@ -244,7 +244,15 @@ class SyncWriter(Generic[In]):
             return
         last = self._last
         if last is not None and type(shard) is int and shard == last.shard and last.file is not None:
-            last.write(*self._encode(data, lambda: _record_of(last)))  # appending to the same shard: the fast path
+            encoder = self._encode  # appending to the same shard again: the fast path, inlined
+            try:
+                payload, element_count = encoder.encode(data)
+            except Exception as error:
+                raise encoder.error(error, _record_of(last)) from error
+            if encoder.measure is None:
+                last.write(payload, element_count)
+            else:
+                last.write(*encoder(data, lambda: _record_of(last)))
             return
         shard = check_shard_id(shard)
         encoded = self._encode(data, lambda: self._next_record(shard))
