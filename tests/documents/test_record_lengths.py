@@ -212,4 +212,6 @@ def test_inspect_lengths_shows_the_recorded_lengths(tmp_path: Path, capsys: pyte
     storage = DocumentStorage(tmp_path / "docs", DocumentJsonFormat(length=lambda record: record["n"]))
     write(storage, [{"n": n} for n in (0, 3, 5, 900)], shards=2)
     assert main(["inspect", str(tmp_path / "docs"), "--lengths"]) == 0
-    assert "length per record: 4 records (1 empty), min 0, mean 227.0, max 900" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert "length per record: 4 records (1 empty), min 0, mean 227.0, max 900" in shown
+    assert "measured:   by the format's length(), stored per record" in shown

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import multiprocessing
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from guideloom import DocumentJsonFormat, DocumentStorage, ShardExistsError, TokenStorage
-from tests.helpers import make_document_storage
+from tests.helpers import RawFormat, make_document_storage
 
 RECORD_BYTES = len(b'{"w":0,"i":000}')
 
@@ -143,3 +146,22 @@ def test_writers_in_threads_at_once_commit_every_record_once(tmp_path: Path) -> 
         assert sorted((item["w"], item["i"]) for item in reader) == [
             (number, index + 100) for number in range(3) for index in range(40)
         ]
+
+
+@settings(max_examples=40, deadline=None)
+@given(sizes=st.lists(st.integers(0, 50), max_size=40), shard_size=st.integers(1, 120))
+def test_shards_cut_where_they_reach_shard_size_and_keep_the_order(sizes: list[int], shard_size: int) -> None:
+    payloads = [bytes([index % 256]) * size for index, size in enumerate(sizes)]
+    with tempfile.TemporaryDirectory() as directory:
+        storage = DocumentStorage(Path(directory), RawFormat())
+        with storage.sync_writer(shard_size=shard_size) as writer:
+            for payload in payloads:
+                writer.append(payload)
+        with storage.sync_reader() as reader:
+            assert list(reader) == payloads
+            shards = [reader.shard(position) for position in range(len(reader.infos))]
+            for number, shard in enumerate(shards):
+                last_size = int(shard.offsets[-1] - shard.offsets[-2])
+                assert shard.record_count > 0
+                assert shard.data_size - last_size < shard_size  # not full before its last record
+                assert shard.data_size >= shard_size or number == len(shards) - 1  # full, or the last one
