@@ -24,6 +24,8 @@ def defines_length(document_format: object) -> bool:
 
 def checked_length(value: object, what: str) -> int:
     """A length a format returned for ``what`` (a record, named in errors): a non-negative int, or an error."""
+    if type(value) is int and 0 <= value <= MAX_LENGTH:  # the usual case, checked first: once per record
+        return value
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
         raise TypeError(f"length() must return an int for {what}, got {type(value).__name__}")
     length = int(value)

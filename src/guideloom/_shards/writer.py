@@ -33,7 +33,7 @@ from guideloom._shards.header import StorageHeader
 from guideloom._shards.layout import ShardInfo, check_shard_id, shard_file_name, shard_footer, shard_size, shard_trailer
 from guideloom._shards.loss_masks import MaskBits, loss_mask_array
 from guideloom._shards.record_encoder import RecordEncoder
-from guideloom._shards.record_lengths import lengths_bytes
+from guideloom._shards.record_lengths import checked_length, lengths_bytes
 
 In = TypeVar("In")
 MAX_OPEN_FILES = 64
@@ -247,12 +247,10 @@ class SyncWriter(Generic[In]):
             encoder = self._encode  # appending to the same shard again: the fast path, inlined
             try:
                 payload, element_count = encoder.encode(data)
+                length = None if encoder.measure is None else checked_length(encoder.measure(data), "this record")
             except Exception as error:
                 raise encoder.error(error, _record_of(last)) from error
-            if encoder.measure is None:
-                last.write(payload, element_count)
-            else:
-                last.write(*encoder(data, lambda: _record_of(last)))
+            last.write(payload, element_count, length)
             return
         shard = check_shard_id(shard)
         encoded = self._encode(data, lambda: self._next_record(shard))
