@@ -68,8 +68,9 @@ class RollingWriter(Generic[In]):
         """Append one record (a masked token storage's takes its ``loss_mask=``); the writer picks its shard."""
         if more:
             raise TypeError(
-                "this writer picks shard ids itself (it was opened with shard_size): call writer.append(data); "
-                "writer.append(shard, data) is the call of a writer opened without shard_size"
+                "this writer picks shard ids itself (it was opened with shard_size): call writer.append(data) "
+                "(a masked token storage's takes loss_mask= by keyword); writer.append(shard, data) is the call of a "
+                "writer opened without shard_size"
             )
         if self._closed:
             raise ValueError("this writer is closed")
