@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from guideloom import DocumentPickleFormat, DocumentStorage, StatefulDataLoader, UntrustedFormatWarning
-from tests.test_spec_samples import test_documents_sample_store_trusted_python_records
+from tests import test_spec_samples
 
 pytestmark = pytest.mark.filterwarnings("error::guideloom.UntrustedFormatWarning")
 
@@ -80,4 +80,4 @@ def test_one_shard_from_elsewhere_among_ones_own_warns(tmp_path: Path) -> None:
 def test_the_documents_pages_first_example_shows_no_warning() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error", UntrustedFormatWarning)
-        test_documents_sample_store_trusted_python_records()
+        test_spec_samples.test_documents_sample_store_trusted_python_records()  # the sample, verbatim
