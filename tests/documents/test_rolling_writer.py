@@ -14,6 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guideloom import DocumentJsonFormat, DocumentStorage, ShardExistsError, TokenStorage
+from guideloom._shards.record_encoder import RecordEncoder
+from guideloom._shards.rolling_writer import RollingWriter
 from tests.helpers import RawFormat, make_document_storage
 
 RECORD_BYTES = len(b'{"w":0,"i":000}')
@@ -71,14 +73,14 @@ def test_ids_start_after_the_highest_committed_shard(tmp_path: Path) -> None:
     assert storage.committed_shards() == [0, 1, 41, 42, 43]
 
 
-def test_an_id_claimed_by_another_writer_meanwhile_is_skipped(tmp_path: Path) -> None:
+def test_ids_taken_by_other_writers_meanwhile_are_skipped(tmp_path: Path) -> None:
     storage = DocumentStorage(tmp_path / "docs", DocumentJsonFormat())
     first, second = storage.sync_writer(shard_size=1), storage.sync_writer(shard_size=1)
     first.append(record(1, 0))  # claims shard 0
     second.append(record(2, 0))  # starts after the highest committed: shard 1
     with storage.sync_writer() as naming:
         naming.append(2, record(3, 0))  # a writer that names its shards takes 2
-    first.append(record(1, 1))  # its next candidate, 1, is taken: it moves past the highest committed, to 3
+    first.append(record(1, 1))  # 1 and 2 are taken: the id after the highest committed, 3
     second.append(record(2, 1))
     first.close()
     second.close()
@@ -86,6 +88,19 @@ def test_an_id_claimed_by_another_writer_meanwhile_is_skipped(tmp_path: Path) ->
     with pytest.raises(ShardExistsError):
         with storage.sync_writer() as naming:
             naming.append(3, record(3, 1))
+
+
+def test_a_claim_refused_under_a_stale_listing_moves_on_and_relabels_the_shard(tmp_path: Path) -> None:
+    """A writer whose listing missed two commits (made just after it listed) is refused twice, then claims 2."""
+    storage = make_document_storage(tmp_path / "docs", count=2, shards=2)  # shards 0 and 1
+    encoder = RecordEncoder(storage.encode, None)
+    stale = RollingWriter(storage.commit_target(), storage.create(), encoder, 1, lambda: -1)
+    stale.append({"id": 2})
+    stale.close()
+    assert stale.committed_shards == [2]
+    with storage.sync_reader() as reader:
+        assert list(reader) == [{"id": 0}, {"id": 1}, {"id": 2}]
+    assert storage.verify() == []
 
 
 def test_token_storages_roll_over_too_with_their_loss_masks(tmp_path: Path) -> None:

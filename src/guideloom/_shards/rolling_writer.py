@@ -1,9 +1,9 @@
 """The writer that picks shard ids itself: records appended in order, a new shard at each target size.
 
 Each shard is committed as soon as it holds ``shard_size`` bytes of data, under the next free id:
-it is finished under a candidate id (the highest id committed when the writer first commits, plus
-one) and handed to the storage's commit target, which refuses an id that is already committed
-(a hard link on a local or network file system, a conditional create on an object store). Refused,
+it is finished under a candidate id (the highest id committed then, plus one: a read of the local
+index, or one listing) and handed to the storage's commit target, which refuses an id already
+committed (a hard link on a local or network file system, a conditional create on an object store). Refused,
 the writer rewrites the footer, the only place that names the id, with the next candidate after
 the highest committed now, and tries again. So writers running at once, in threads, processes or
 on other machines, never need to coordinate: each id is committed once, by whoever claims it first.
@@ -57,7 +57,7 @@ class RollingWriter(Generic[In]):
         self._token = f"{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:12]}"
         self._background = Background()
         self._current: ShardInProgress | None = None
-        self._next_candidate: int | None = None  # known after the first commit
+        self._next_candidate = 0  # the id after this writer's last
         self._files_made = 0
         self._closed = False
         self.committed_shards: list[int] = []  #: ids this writer committed, in order
@@ -110,9 +110,8 @@ class RollingWriter(Generic[In]):
         if current is None:
             return
         try:
-            if self._next_candidate is None:  # the first commit: look where the committed ids end
-                self._next_candidate = self._highest_committed() + 1
-            current.shard = self._next_candidate
+            # Where the committed ids end now: the ids after this writer's last may be others' by now.
+            current.shard = max(self._next_candidate, self._highest_committed() + 1)
             current.finish(self._header)  # under its candidate id
             shard = self._claim(current)
         finally:
