@@ -1,6 +1,6 @@
 """Streaming a corpus larger than the cache: the global shuffle against shuffle_window, per simulated machine.
 
-    python benchmarks/bench_streaming.py [--shards 64] [--shard-mib 1] [--latency-ms 20] [--mb-per-s 200]
+    python -m benchmarks.bench_streaming [--shards 64] [--shard-mib 1] [--latency-ms 20] [--mb-per-s 200]
 
 A moto S3 server (``remote/s3_server.py``, counting the bytes it sends) holds a token storage of ``--shards``
 shards of ``--shard-mib`` MiB of uint32 tokens; every read goes through ``remote/link_proxy.py`` (20 ms a
@@ -19,43 +19,61 @@ The peers (LitData, MosaicML Streaming) are not driven by this script yet.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
+from benchmarks.harness import (
+    REPOSITORY,
+    RESULTS,
+    argument_parser,
+    child_environment,
+    free_port,
+    machine,
+    module_command,
+    run_child,
+    s3_counters,
+    s3_server,
+    wait_until_listening,
+    write_results,
+)
+
 SEQUENCE, BATCH, SEED = 2049, 8, 0
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _wait_for(port: int, process: subprocess.Popen[bytes], what: str) -> None:
-    for _ in range(300):
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.1)
-    process.kill()
-    raise RuntimeError(f"the {what} did not start")
-
-
-def _counters(endpoint: str, reset: bool = False) -> dict[str, int]:
-    request = urllib.request.Request(f"{endpoint}/_bench/counters", method="POST" if reset else "GET")
-    return dict(json.loads(urllib.request.urlopen(request, timeout=10).read()))
+@contextlib.contextmanager
+def link_proxy(upstream: str, latency_ms: float, megabytes_per_second: float, log: Path) -> Iterator[str]:
+    """``remote/link_proxy.py`` in front of the S3 server at ``upstream``: its endpoint, while the block runs."""
+    port = free_port()
+    with open(log, "wb") as errors:
+        proxy = subprocess.Popen(
+            module_command(
+                "benchmarks.remote.link_proxy",
+                upstream.rsplit(":", 1)[1],
+                str(port),
+                str(latency_ms),
+                str(megabytes_per_second),
+            ),
+            cwd=REPOSITORY,
+            env=child_environment(),
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+        )
+    try:
+        wait_until_listening(port, proxy, "the link proxy", log)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proxy.kill()
+        proxy.wait()
 
 
 def machine_epoch(options: dict[str, Any]) -> dict[str, Any]:
@@ -114,19 +132,11 @@ def _mix(loader: Any) -> dict[str, float]:
 
 
 def _run_machine(options: dict[str, Any], server: str) -> dict[str, Any]:
-    _counters(server, reset=True)
-    completed = subprocess.run(
-        [sys.executable, __file__, "--machine-epoch", json.dumps(options)],
-        capture_output=True,
-        text=True,
-        timeout=3600,
-        check=False,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), os.environ.get("PYTHONPATH", "")])},
-    )
-    if completed.returncode != 0:
-        raise RuntimeError(f"a machine's epoch failed:\n{completed.stderr[-4000:]}")
-    result: dict[str, Any] = json.loads(completed.stdout.strip().splitlines()[-1])
-    result["bytes"] = _counters(server)["get_bytes"]
+    """One machine's epoch in a fresh process; the bytes the server sent meanwhile are its downloads."""
+    s3_counters(server, reset=True)
+    _, printed = run_child(module_command("benchmarks.bench_streaming", "--machine-epoch", json.dumps(options)))
+    result: dict[str, Any] = json.loads(printed.strip().splitlines()[-1])
+    result["bytes"] = s3_counters(server)["get_bytes"]
     return result
 
 
@@ -144,113 +154,99 @@ def _write_corpus(url: str, endpoint: str, shards: int, shard_tokens: int) -> in
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__)
     parser.add_argument("--shards", type=int, default=64)
     parser.add_argument("--shard-mib", type=float, default=1.0)
     parser.add_argument("--latency-ms", type=float, default=20)
     parser.add_argument("--mb-per-s", type=float, default=200)
     parser.add_argument("--machines", default="1,2,4")
     parser.add_argument("--caches", default="100,50,25,10")
+    parser.add_argument("--out", type=Path, default=RESULTS / "streaming.json", help="the results file (.json)")
     parser.add_argument("--machine-epoch", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     if arguments.machine_epoch:
         print(json.dumps(machine_epoch(json.loads(arguments.machine_epoch))))
         return
     work = Path(tempfile.mkdtemp(prefix="guideloom-streaming-bench-"))
-    os.environ.update(
-        {
-            "AWS_ACCESS_KEY_ID": "bench",
-            "AWS_SECRET_ACCESS_KEY": "bench",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "GUIDELOOM_CACHE_DIR": str(work / "default-cache"),
-        }
-    )
-    server_port, proxy_port = _free_port(), _free_port()
-    server_process = subprocess.Popen(
-        [sys.executable, str(HERE / "remote" / "s3_server.py"), str(server_port)],
-        stdout=subprocess.DEVNULL,
-        stderr=open(work / "server.log", "wb"),
-    )
-    proxy_process = subprocess.Popen(
-        [
-            sys.executable,
-            str(HERE / "remote" / "link_proxy.py"),
-            str(server_port),
-            str(proxy_port),
-            str(arguments.latency_ms),
-            str(arguments.mb_per_s),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=open(work / "proxy.log", "wb"),
-    )
-    server, proxy = f"http://127.0.0.1:{server_port}", f"http://127.0.0.1:{proxy_port}"
+    os.environ["GUIDELOOM_CACHE_DIR"] = str(work / "default-cache")
     rows: list[dict[str, Any]] = []
     try:
-        _wait_for(server_port, server_process, "S3 server")
-        _wait_for(proxy_port, proxy_process, "link proxy")
-        import boto3
+        with (
+            s3_server(work / "server.log") as server,
+            link_proxy(server, arguments.latency_ms, arguments.mb_per_s, work / "proxy.log") as proxy,
+        ):
+            import boto3
 
-        boto3.client("s3", endpoint_url=server, region_name="us-east-1").create_bucket(Bucket="bench")
-        url = "s3://bench/corpus"
-        shard_tokens = int(arguments.shard_mib * (1 << 20)) // 4
-        corpus_bytes = _write_corpus(url, server, arguments.shards, shard_tokens)
-        shard_bytes = corpus_bytes // arguments.shards + 1
-        bandwidth = arguments.mb_per_s * 1e6
-        for machines in [int(value) for value in arguments.machines.split(",")]:
-            share_shards = arguments.shards // machines
-            for percent in [int(value) for value in arguments.caches.split(",")]:
-                cache_shards = share_shards * percent // 100
-                if cache_shards < 4:
-                    continue
-                orders: list[tuple[str, int | None]] = [("windowed", max(1, cache_shards - 3))]
-                if machines == 1:
-                    orders.insert(0, ("global", None))
-                for order, window in orders:
-                    partial = order == "global" and percent < 100
-                    row: dict[str, Any] = {"order": order, "machines": machines, "cache_percent": percent}
-                    row.update({"window": window, "estimated": partial, "per_machine": []})
-                    for machine in range(machines):
-                        options = {
-                            "url": url,
-                            "endpoint": proxy,
-                            "cache_dir": str(work / f"cache-{order}-{machines}-{percent}-{machine}"),
-                            "cache_bytes": cache_shards * shard_bytes,
-                            "window": window,
-                            "machine": machine,
-                            "machines": machines,
-                        }
-                        if partial:
-                            total = arguments.shards * shard_tokens // SEQUENCE // BATCH
-                            options["stop_after"] = total // 8
-                        result = _run_machine(options, server)
-                        result.pop("state")
-                        result["bytes"] *= 8 if partial else 1
-                        result["share"] = corpus_bytes / machines
-                        result["link_s"] = result["bytes"] / bandwidth
-                        row["per_machine"].append(result)
-                        print(order, machines, percent, machine, json.dumps(result), flush=True)
-                    rows.append(_summary(row))
-        rows.append(_resume_row(arguments, url, proxy, server, work, corpus_bytes, shard_bytes))
+            boto3.client("s3", endpoint_url=server, region_name="us-east-1").create_bucket(Bucket="bench")
+            url = "s3://bench/corpus"
+            shard_tokens = int(arguments.shard_mib * (1 << 20)) // 4
+            corpus_bytes = _write_corpus(url, server, arguments.shards, shard_tokens)
+            shard_bytes = corpus_bytes // arguments.shards + 1
+            for machines in [int(value) for value in arguments.machines.split(",")]:
+                for percent in [int(value) for value in arguments.caches.split(",")]:
+                    rows += _cache_rows(arguments, url, proxy, server, work, machines, percent, corpus_bytes)
+            rows.append(_resume_row(arguments, url, proxy, server, work, corpus_bytes, shard_bytes))
     finally:
-        for process in (proxy_process, server_process):
-            process.kill()
-            process.wait()
         shutil.rmtree(work, ignore_errors=True)
     results = {"shards": arguments.shards, "shard_mib": arguments.shard_mib, "latency_ms": arguments.latency_ms}
-    results.update({"mb_per_s": arguments.mb_per_s, "rows": rows})
-    out = HERE / "results"
-    out.mkdir(exist_ok=True)
-    (out / "streaming.json").write_text(json.dumps(results, indent=2) + "\n")
-    (out / "streaming.md").write_text(table(results))
-    plot(results, out / "streaming.png")
+    results.update({"mb_per_s": arguments.mb_per_s, "machine": machine(), "rows": rows})
+    path = write_results("streaming", results, table(results), to=arguments.out)
+    plot(results, path.with_suffix(".png"))
     print(table(results))
+
+
+def _cache_rows(
+    arguments: argparse.Namespace,
+    url: str,
+    proxy: str,
+    server: str,
+    work: Path,
+    machines: int,
+    percent: int,
+    corpus_bytes: int,
+) -> list[dict[str, Any]]:
+    """The rows of one machine count and cache: the windowed order, and the global one on one machine."""
+    shard_tokens = int(arguments.shard_mib * (1 << 20)) // 4
+    shard_bytes = corpus_bytes // arguments.shards + 1
+    cache_shards = arguments.shards // machines * percent // 100
+    if cache_shards < 4:
+        return []
+    orders: list[tuple[str, int | None]] = [("windowed", max(1, cache_shards - 3))]
+    if machines == 1:
+        orders.insert(0, ("global", None))
+    rows = []
+    for order, window in orders:
+        partial = order == "global" and percent < 100
+        row: dict[str, Any] = {"order": order, "machines": machines, "cache_percent": percent}
+        row.update({"window": window, "estimated": partial, "per_machine": []})
+        for each in range(machines):
+            options = {
+                "url": url,
+                "endpoint": proxy,
+                "cache_dir": str(work / f"cache-{order}-{machines}-{percent}-{each}"),
+                "cache_bytes": cache_shards * shard_bytes,
+                "window": window,
+                "machine": each,
+                "machines": machines,
+            }
+            if partial:
+                options["stop_after"] = arguments.shards * shard_tokens // SEQUENCE // BATCH // 8
+            result = _run_machine(options, server)
+            result.pop("state")
+            result["bytes"] *= 8 if partial else 1
+            result["share"] = corpus_bytes / machines
+            result["link_s"] = result["bytes"] / (arguments.mb_per_s * 1e6)
+            row["per_machine"].append(result)
+            print(order, machines, percent, each, json.dumps(result), flush=True)
+        rows.append(_summary(row))
+    return rows
 
 
 def _resume_row(
     arguments: argparse.Namespace, url: str, proxy: str, server: str, work: Path, corpus_bytes: int, shard_bytes: int
 ) -> dict[str, Any]:
     """One machine, cache 25%: half an epoch, then a new process resumes from the state with the same cache."""
-    cache_shards = arguments.shards // 4
+    cache_shards = max(4, arguments.shards // 4)  # a quarter of the corpus, and room for a window of one
     options: dict[str, Any] = {
         "url": url,
         "endpoint": proxy,
