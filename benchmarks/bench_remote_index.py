@@ -1,6 +1,6 @@
 """Opening a remote storage of 10^5 shards behind 50 ms a request: with its index object, and without.
 
-    python benchmarks/bench_remote_index.py [--shards 100000] [--latency-ms 50] [--cases indexed,listed]
+    python -m benchmarks.bench_remote_index [--shards 100000] [--latency-ms 50] [--cases indexed,listed]
 
 A moto S3 server runs in this process; a latency proxy on 127.0.0.1 in front of it
 (``tests/remote/fault_proxy.py`` with every request delayed by ``--latency-ms``) serves each rank, so
@@ -33,18 +33,16 @@ from typing import Any
 
 import numpy as np
 
+from guideloom import TokenStorage
+from guideloom._remote.index_object import INDEX_OBJECT, index_object_bytes
+from guideloom._remote.remote_files import marker_name
+from guideloom._remote.store_pages import PAGE_SIZE
+from guideloom._shards.layout import SHARDS_DIR, ShardInfo, shard_file_name, shard_trailer
+from guideloom._shards.shard_table import ShardTable
+from tests.remote.fault_proxy import FaultProxy
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "src"))
-
-from guideloom import TokenStorage  # noqa: E402
-from guideloom._remote.index_object import INDEX_OBJECT, index_object_bytes  # noqa: E402
-from guideloom._remote.remote_files import marker_name  # noqa: E402
-from guideloom._remote.store_pages import PAGE_SIZE  # noqa: E402
-from guideloom._shards.layout import SHARDS_DIR, ShardInfo, shard_file_name, shard_trailer  # noqa: E402
-from guideloom._shards.shard_table import ShardTable  # noqa: E402
-from tests.remote.fault_proxy import FaultProxy  # noqa: E402
 
 TOKENS = 256
 RANK = """

@@ -20,7 +20,7 @@ import zlib
 
 import numpy as np
 
-from guideloom._shards.layout import StorageHeader
+from guideloom._shards.header import StorageHeader
 from guideloom._shards.shard_table import RECORD, ShardTable, sound_records
 
 INDEX_OBJECT = "shards.index"

@@ -13,8 +13,8 @@ import numpy as np
 
 from guideloom._core.errors import CorruptStorageError
 from guideloom._shards.files import LocalShards
+from guideloom._shards.header import StorageHeader
 from guideloom._shards.index import append_records, read_index, replace_index
-from guideloom._shards.layout import StorageHeader
 from guideloom._shards.shard_table import ShardTable
 from guideloom._shards.snapshot import footer_facts, listed_shard_ids, local_snapshot
 
