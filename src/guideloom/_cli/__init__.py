@@ -30,6 +30,7 @@ from guideloom._core.text import plural
 from guideloom._remote.object_store import is_url, parse_storage_options
 from guideloom._shards.loss_masks import counted_tokens, describe_counted
 from guideloom._shards.reader import StorageReader
+from guideloom._shards.snapshot import local_index_problem
 from guideloom._storage.storages import AnyFormatStorage, local_path
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -73,6 +74,7 @@ def _prepare_inspect(arguments: argparse.Namespace) -> Run:
         raise ValueError("--plot draws the histogram of --lengths: add --lengths")
     storage = _open(arguments.path, arguments.storage_options)
     header = storage.header
+    damage_before_opening = None if is_url(arguments.path) else local_index_problem(storage.path)
     unit = "documents" if header.kind == "tokens" else "records"
     with storage.open_reader() as reader:
         shards = reader.infos  # from the shard index, or a remote storage's listing: nothing is downloaded
@@ -88,15 +90,8 @@ def _prepare_inspect(arguments: argparse.Namespace) -> Run:
         if header.loss_mask:
             fields.append(("loss mask", _loss_mask_summary(reader, remote=is_url(arguments.path))))
         fields.append(("bytes", f"{int(shards.rows['size'].sum()):,}"))
-        strays = storage.stray_shards()
-        if strays:
-            fields.append(
-                (
-                    "strays",
-                    f"{plural(len(strays), 'shard file')} in shards/ that no commit recorded (first: {strays[0]}): "
-                    "writers killed while committing left them; they are not part of the storage",
-                )
-            )
+        if damage_before_opening is not None:
+            fields.append(("index", f"{damage_before_opening}; readers bypass it and rebuild it from the shards"))
         files, size = (0, 0) if is_url(arguments.path) else _leftovers(storage)
         if files:
             fields.append(

@@ -263,6 +263,8 @@ class SyncWriter(Generic[In]):
                     first_error = first_error or error
         finally:
             self._background.shutdown()
+            if isinstance(self._target, LocalTarget):
+                self._target.write_index(self._header)
         if first_error is not None:
             raise first_error
 
