@@ -37,7 +37,7 @@ def verify_local(path: Path, header: StorageHeader, progress: Callable[[int], No
         if draft is not None:
             draft.discard()
         raise
-    problems += _index_problems(path, contents, current, ShardTable.of(footers))
+    problems += _index_problems(path, contents, current, ids, ShardTable.of(footers))
     if draft is not None:
         if len(footers) == len(ids):
             draft.publish(ShardTable.of(footers))  # every listed shard opened: the index is rebuilt from them
@@ -64,7 +64,9 @@ def _each_shard(
             opened.close()
 
 
-def _index_problems(path: Path, contents: IndexContents, current: bool, footers: ShardTable) -> list[str]:
+def _index_problems(
+    path: Path, contents: IndexContents, current: bool, listed: np.ndarray, footers: ShardTable
+) -> list[str]:
     """How the index read before the listing disagrees with the shards' footers (a stale one may lack or keep
     shards committed or removed since: only a current one must match them exactly)."""
     damage = index_problem(contents, path)
@@ -72,7 +74,7 @@ def _index_problems(path: Path, contents: IndexContents, current: bool, footers:
         return [f"{damage}; rebuilt from the shards"]
     if not contents.present:
         return []
-    known, unknown = contents.table.select(footers.ids)
+    known = contents.table.select(footers.ids)[0]
     differing = np.flatnonzero(known.rows != footers.select(known.ids)[0].rows)
     if len(differing):
         shard = known[int(differing[0])]
@@ -80,9 +82,11 @@ def _index_problems(path: Path, contents: IndexContents, current: bool, footers:
             f"the shard index {path / INDEX_NAME} records shard {shard.id} as {shard}, but its file holds "
             f"{footers.select([shard.id])[0][0]}; rebuilt from the shards"
         ]
-    extra = footers.lacking(contents.table.ids) if current else np.empty(0, np.int64)
-    if current and (len(unknown) or len(extra)):
-        named = f"lacks shard {unknown[0]}" if unknown else f"records shard {int(extra[0])}, which is not in shards/"
+    if not current:
+        return []
+    unknown, extra = contents.table.lacking(listed), np.setdiff1d(contents.table.ids, listed)
+    if len(unknown) or len(extra):
+        named = f"lacks shard {int(unknown[0])}" if len(unknown) else f"records shard {int(extra[0])}, not in shards/"
         return [f"the shard index {path / INDEX_NAME} {named} though it says it is current; rebuilt from the shards"]
     return []
 
