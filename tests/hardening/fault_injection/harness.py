@@ -21,9 +21,8 @@ shards 0 and 1, or onto a fresh directory so the header is created too) and is k
 After each case the harness checks, in this process: the storage opens (or, for a fresh one whose
 header was never published, is ``StorageNotFoundError`` with no shard anywhere); the visible shards
 are the base ones plus a prefix of the commit order, each file byte-identical to an undisturbed
-run's, and nothing else is in ``shards/`` but at most one stray (the next shard of that order, killed
-between its link and its index record: complete, but not committed); every record reads back equal and ``verify()`` is
-empty; the shards not committed (the interrupted one included) can be written afresh, after which
+run's, and nothing else is in ``shards/`` (a writer killed after its link committed its shard: the
+file under its name is the commit); every record reads back equal and ``verify()`` is empty; the shards not committed (the interrupted one included) can be written afresh, after which
 the whole storage equals the undisturbed one byte for byte; ``clean_leftovers(older_than=0)``
 empties ``incomplete/``.
 
@@ -53,7 +52,7 @@ import numpy as np
 import guideloom
 from guideloom import StorageNotFoundError
 from guideloom._shards.layout import HEADER_NAME, committed_shard_ids, shard_file_name
-from tests.helpers import committed_and_strays, comparable, open_storage
+from tests.helpers import comparable, committed_shards, open_storage
 
 BASE = (0, 1)
 SEQUENCE = (2, 3, 4, 5)  # the commit order of the workload
@@ -249,13 +248,10 @@ def check_storage(path: Path, kind: str, fresh: bool, reference: dict[int, bytes
             raise AssertionError("a storage without header opened")
         visible: list[int] = []
     else:
-        visible, strays = committed_and_strays(path)
-        assert names == sorted(map(shard_file_name, [*visible, *strays])), f"unexpected names in shards/: {names}"
+        visible = committed_shards(path)
+        assert names == sorted(map(shard_file_name, visible)), f"unexpected names in shards/: {names}"
         own = [shard for shard in visible if shard in SEQUENCE]
         assert own == list(SEQUENCE[: len(own)]), f"shards {own} are not a prefix of the commit order"
-        assert strays in ([], list(SEQUENCE[len(own) : len(own) + 1])), f"strays {strays} are not the one killed"
-        for shard in strays:  # linked, never recorded: a complete file all the same
-            assert (shards_dir / shard_file_name(shard)).read_bytes() == reference[shard], f"stray {shard} differs"
         assert set(base) <= set(visible) <= set(BASE) | set(SEQUENCE) | set(PARTNER), f"visible: {visible}"
         if partner_done:
             assert set(PARTNER) <= set(visible), "the surviving writer's shards are missing"
@@ -275,10 +271,10 @@ def check_storage(path: Path, kind: str, fresh: bool, reference: dict[int, bytes
         for shard in missing:
             for record in records(kind, shard):
                 writer.append(shard, record)
-    final, strays = committed_and_strays(path)
+    final = committed_shards(path)
     wanted = sorted({*BASE, *SEQUENCE} | (set(PARTNER) & set(visible)))
-    assert final == wanted and strays == [], f"after rewriting: {final}, strays {strays}"
-    assert sorted(os.listdir(shards_dir)) == list(map(shard_file_name, final)), "a stray survives its shard's commit"
+    assert final == wanted, f"after rewriting: {final}"
+    assert sorted(os.listdir(shards_dir)) == list(map(shard_file_name, final)), "a file in shards/ is not committed"
     for shard in final:
         assert (shards_dir / shard_file_name(shard)).read_bytes() == reference[shard], f"rewritten {shard} differs"
     assert storage.verify() == []
