@@ -20,9 +20,8 @@ import numpy as np
 import pytest
 
 from guideloom import CorruptStorageError, ShardExistsError, StatefulDataLoader, TokenStorage
-from guideloom._cli import main
-from guideloom._shards import index as index_module
 from guideloom._shards import freshness, local_commit, snapshot
+from guideloom._shards import index as index_module
 from guideloom._shards.index import HEADER, INDEX_NAME, PREAMBLE, encode_index, read_index
 from guideloom._shards.shard_table import RECORD, ShardTable
 from tests.scale.many_shards import document_shards, token_shards

@@ -22,8 +22,8 @@ After each case the harness checks, in this process: the storage opens (or, for 
 header was never published, is ``StorageNotFoundError`` with no shard anywhere); the visible shards
 are the base ones plus a prefix of the commit order, each file byte-identical to an undisturbed
 run's, and nothing else is in ``shards/`` (a writer killed after its link committed its shard: the
-file under its name is the commit); every record reads back equal and ``verify()`` is empty; the shards not committed (the interrupted one included) can be written afresh, after which
-the whole storage equals the undisturbed one byte for byte; ``clean_leftovers(older_than=0)``
+file under its name is the commit); every record reads back equal and ``verify()`` is empty; the
+shards not committed (the interrupted one included) can be written afresh, after which the whole storage equals the undisturbed one byte for byte; ``clean_leftovers(older_than=0)``
 empties ``incomplete/``.
 
 Output: one JSON line per case, then ``{"summary": ...}``. Exit status 1 if a case failed.
@@ -52,7 +52,7 @@ import numpy as np
 import guideloom
 from guideloom import StorageNotFoundError
 from guideloom._shards.layout import HEADER_NAME, committed_shard_ids, shard_file_name
-from tests.helpers import comparable, committed_shards, open_storage
+from tests.helpers import committed_shards, comparable, open_storage
 
 BASE = (0, 1)
 SEQUENCE = (2, 3, 4, 5)  # the commit order of the workload
