@@ -23,8 +23,8 @@ header was never published, is ``StorageNotFoundError`` with no shard anywhere);
 are the base ones plus a prefix of the commit order, each file byte-identical to an undisturbed
 run's, and nothing else is in ``shards/`` (a writer killed after its link committed its shard: the
 file under its name is the commit); every record reads back equal and ``verify()`` is empty; the
-shards not committed (the interrupted one included) can be written afresh, after which the whole storage equals the undisturbed one byte for byte; ``clean_leftovers(older_than=0)``
-empties ``incomplete/``.
+shards not committed (the interrupted one included) can be written afresh, after which the whole
+storage equals the undisturbed one byte for byte; ``clean_leftovers(older_than=0)`` empties ``incomplete/``.
 
 Output: one JSON line per case, then ``{"summary": ...}``. Exit status 1 if a case failed.
 """
