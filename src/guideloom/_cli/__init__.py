@@ -138,6 +138,7 @@ def _loss_mask_summary(reader: StorageReader[object], remote: bool) -> str:
 
 def _prepare_verify(arguments: argparse.Namespace) -> Run:
     storage = _open(arguments.path, arguments.storage_options)
+    damage = None if is_url(arguments.path) else local_index_problem(storage.path)  # before a reader rebuilds it
 
     def run() -> int:
         shard_sizes = storage.committed_shard_sizes()
@@ -161,10 +162,16 @@ def _prepare_verify(arguments: argparse.Namespace) -> Run:
         problems = storage.verify(progress)
         if bar is not None:
             bar.close()
+        if damage is not None and not any(problem.startswith(damage) for problem in problems):
+            problems.insert(0, f"{damage}; rebuilt from the shards")
         for problem in problems:
             print(f"CORRUPT {problem}")
+        damaged_shards = [problem for problem in problems if not problem.startswith("the shard index ")]
+        if damaged_shards:
+            print(f"{len(damaged_shards)} of {plural(len(shard_sizes), 'shard')} failed verification", file=sys.stderr)
+        elif problems:
+            print("the shard index was damaged: readers bypassed it; it was rebuilt from the shards", file=sys.stderr)
         if problems:
-            print(f"{len(problems)} of {plural(len(shard_sizes), 'shard')} failed verification", file=sys.stderr)
             return EXIT_FAILED
         print(f"ok: {plural(len(shard_sizes), 'shard')}, {plural(checked, 'data byte')} verified")
         return EXIT_OK
