@@ -100,7 +100,7 @@ def test_a_damaged_record_is_named_and_its_shard_read_from_its_footer(tmp_path: 
     raw = bytearray(index.read_bytes())
     raw[HEADER.size + RECORD.itemsize * 2 + 9] ^= 0x40  # shard 2's record count, under its checksums
     index.write_bytes(bytes(raw))
-    assert read_index(tmp_path / "tokens").problem == "its checksum does not match its contents"
+    assert read_index(tmp_path / "tokens").problem == "its records are out of order or unsound"
     assert batches(storage) == expected
 
 
