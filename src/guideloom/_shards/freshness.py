@@ -59,7 +59,7 @@ class IndexDraft:
                 data = memoryview(encode_index(table, self.stamp))
                 while data:
                     data = data[os.write(self._descriptor, data) :]
-                os.fsync(self._descriptor)
+                # No fsync: an index a power cut tore is named as damaged and rebuilt, like any other.
                 os.replace(self._temporary, self.path / INDEX_NAME)
         finally:
             self.discard()
