@@ -310,3 +310,9 @@ def test_a_large_index_is_mapped_while_a_loader_reads_and_let_go_when_it_closes(
         assert [batch.tolist() for batch in loader] == expected
     gc.collect()
     assert index_mappings() == 0
+
+
+def test_the_index_header_is_two_records_long_as_the_format_says(tmp_path: Path) -> None:
+    token_shards(tmp_path / "tokens", 3)
+    assert HEADER.size == 2 * RECORD.itemsize
+    assert (tmp_path / "tokens" / INDEX_NAME).stat().st_size == HEADER.size + 3 * RECORD.itemsize

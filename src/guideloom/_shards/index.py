@@ -10,7 +10,7 @@ Layout of version 2 (little-endian; docs/format.md): an 80-byte header, then the
 
     8s magic "GLOOMIX1"   u32 version 2   u32 digest: CRC-32 of the rest of the header and of the sum of the checks
     i64 record count      u64 shards/ inode   i64 shards/ mtime_ns   i64 shards/ ctime_ns
-    i64 listed after (the file system's clock before the listing)   16 bytes zero
+    i64 listed after (the file system's clock before the listing)   24 bytes zero
 
 Version 1 (guideloom 0.3) was a 40-byte preamble and records appended by commits; it is read as a
 snapshot that proves nothing about freshness. Anything else under the name is named as damage and
@@ -34,7 +34,7 @@ from guideloom._shards.shard_table import RECORD, ShardTable, last_of_each_id, s
 
 MAGIC = b"GLOOMIX1"
 PREAMBLE = MAGIC + (1).to_bytes(4, "little") + bytes(RECORD.itemsize - 12)  # guideloom 0.3's index (version 1)
-HEADER = struct.Struct("<8sIIqQqqq16x")  # magic, version, CRC, count, then the directory stamp (see above)
+HEADER = struct.Struct("<8sIIqQqqq24x")  # magic, version, CRC, count, then the directory stamp (see above)
 VERSION = 2
 MAPPED_SIZE = 1 << 20  # an index this large (about 26,000 shards) is mapped, a smaller one read
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # fault the pages in at once (Linux)
