@@ -80,12 +80,13 @@ def begin_index(path: Path) -> IndexDraft | None:
     except OSError:
         return None
     try:
-        listed_after = os.fstat(descriptor).st_mtime_ns
-        return IndexDraft(path, descriptor, temporary, listed_after)
-    except BaseException:
+        return IndexDraft(path, descriptor, temporary, os.fstat(descriptor).st_mtime_ns)
+    except BaseException as error:
         os.close(descriptor)
         with contextlib.suppress(OSError):
             os.unlink(temporary)
+        if isinstance(error, OSError):  # shards/ missing or no directory: the listing names what is wrong
+            return None
         raise
 
 
