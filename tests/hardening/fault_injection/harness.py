@@ -55,7 +55,8 @@ import numpy as np
 
 import guideloom
 from guideloom import StorageNotFoundError
-from guideloom._shards.layout import HEADER_NAME, committed_shard_ids, shard_file_name
+from guideloom._shards.header import HEADER_NAME
+from guideloom._shards.layout import committed_shard_ids, shard_file_name
 from guideloom._storage.storages import AnyFormatStorage
 from tests.helpers import committed_shards, comparable, open_storage
 
