@@ -33,7 +33,8 @@ def test_writer_killed_at_random_instants(tmp_path: Path) -> None:
     tally("fault injection: killed writers", **summary)
     assert not failures, "\n\n".join(json.dumps(failure, indent=1) for failure in failures[:3])
     assert completed.returncode == 0, completed.stderr
-    assert summary["cases"] == 60 and summary["killed"] >= 40, summary
+    # a writer whose unfinished file `clean --older-than 0` took fails its shard instead of being killed
+    assert summary["cases"] == 60 and summary["killed"] + summary["unfinished files cleaned away"] >= 40, summary
     assert summary["mode line"] and summary["mode call"] and summary["mode pair"] and summary["mode clean"], summary
 
 
