@@ -267,6 +267,8 @@ def check_download(part: Path, info: ShardInfo, header: StorageHeader, name: str
 class RemoteShards:
     """A reader's snapshot of a remote storage: shards downloaded on first use, prefetched in the background."""
 
+    mapped_in_place = False  # downloaded into the cache first: prefetching overlaps the downloads
+
     def __init__(self, files: RemoteFiles, header: StorageHeader, infos: ShardTable, max_open: int) -> None:
         self.files = files
         self.header = header

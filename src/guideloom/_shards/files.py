@@ -31,6 +31,7 @@ class ShardSet(Protocol):
     infos: ShardTable
     location: str
     max_open: int  # how many shards a reader keeps open at once
+    mapped_in_place: bool  # True: shards are read where they lie, so prefetching them gains nothing
 
     def open(self, position: int) -> ShardFile: ...
 
@@ -55,6 +56,8 @@ class CommitTarget(Protocol):
 
 class LocalShards:
     """The shards of a local storage's snapshot, each mapped when first read; a reader keeps ``max_open`` mapped."""
+
+    mapped_in_place = True
 
     def __init__(self, path: Path, header: StorageHeader, infos: ShardTable, max_open: int) -> None:
         self.location = str(path)
