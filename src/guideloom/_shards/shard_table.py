@@ -12,7 +12,8 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from guideloom._shards.layout import MAX_SHARD_ID, ShardInfo
+from guideloom._shards.layout import ShardInfo
+from guideloom._shards.shard_names import MAX_SHARD_ID
 
 RECORD = np.dtype(
     [

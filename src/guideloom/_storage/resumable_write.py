@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING
 
 from guideloom._core.errors import CorruptStorageError, ShardExistsError, UnfinishedWriteError
 from guideloom._shards.header import StorageHeader
+from guideloom._shards.shard_names import unfinished_shard_id
 
 if TYPE_CHECKING:
     from guideloom._storage.storages import StorageBase
 
 WRITES_DIR = "writes"
 _WRITE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-_LEFTOVER = re.compile(r"([0-9]{12})\.shard\..+")
 
 
 def check_write_id(write_id: object) -> str | None:
@@ -167,8 +167,8 @@ def remove_leftovers(incomplete: Path, first_shard: int, stop_shard: int | None)
     except FileNotFoundError:
         return 0
     for name in names:
-        match = _LEFTOVER.fullmatch(name)
-        if match and first_shard <= int(match.group(1)) and (stop_shard is None or int(match.group(1)) < stop_shard):
+        shard = unfinished_shard_id(name)
+        if shard is not None and first_shard <= shard and (stop_shard is None or shard < stop_shard):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(incomplete / name)
                 removed += 1
