@@ -24,9 +24,9 @@ from guideloom._core.checks import check_bool, check_callable, check_int, check_
 from guideloom._loading.devices import check_device
 from guideloom._loading.epoch_iterator import EpochIterator
 from guideloom._loading.explain import DigestCache, Place, check_next_batch, explain_batches, skipped
-from guideloom._loading.job_snapshot import in_job
 from guideloom._loading.make_source import make_source
 from guideloom._loading.orders import epoch_order
+from guideloom._loading.snapshot_broadcast import in_job
 from guideloom._loading.state import OrderSettings, build_state, check_state
 from guideloom._loading.streaming import check_windowed, local_world_size_of, prepare_streaming
 from guideloom._loading.transport import Batcher, Transport, make_transport

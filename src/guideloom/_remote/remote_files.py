@@ -35,12 +35,12 @@ from guideloom._remote.indexed_listing import problem_of_index, read_index_objec
 from guideloom._remote.object_store import ObjectStore
 from guideloom._remote.shard_cache import CacheLease, ShardCache
 from guideloom._remote.store_pages import overwrite
-from guideloom._shards.files import clean_incomplete
 from guideloom._shards.footer import FOOTER, decode_footer
 from guideloom._shards.header import HEADER_NAME, StorageHeader, parse_header
 from guideloom._shards.layout import SHARDS_DIR, ShardFile, ShardInfo, shard_file_name, shard_size
 from guideloom._shards.shard_names import shard_id_of
 from guideloom._shards.shard_table import ShardTable
+from guideloom._shards.upkeep import clean_incomplete
 
 PREFETCH_THREADS = 4  # downloads in flight at once, in the order the loader needs the shards
 _MARKER = re.compile(r"([0-9]{12})\.r([0-9]+)\.e([0-9]+)\.c([0-9a-f]{8})\.meta")

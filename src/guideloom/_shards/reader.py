@@ -17,12 +17,12 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from guideloom._core.checks import check_int, check_sequence_length
-from guideloom._shards.files import ShardSet, first_positions
 from guideloom._shards.fingerprints import earlier_fingerprint, snapshot_fingerprint
 from guideloom._shards.formats import DocumentStorageFormat
 from guideloom._shards.header import StorageHeader
 from guideloom._shards.layout import ShardFile, verify_shards
 from guideloom._shards.loss_masks import unpack_bits
+from guideloom._shards.shard_access import ShardSet, first_positions
 from guideloom._shards.shard_table import ShardTable
 
 Out = TypeVar("Out")

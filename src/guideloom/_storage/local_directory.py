@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from guideloom._shards.files import LocalShards, LocalTarget
 from guideloom._shards.header import HEADER_NAME, MAX_HEADER_BYTES, StorageHeader, read_header
+from guideloom._shards.index import EMPTY
 from guideloom._shards.layout import (
     INCOMPLETE_DIR,
     SHARDS_DIR,
@@ -23,10 +23,10 @@ from guideloom._shards.layout import (
     publish,
 )
 from guideloom._shards.local_commit import is_committed
-from guideloom._shards.shard_table import ShardTable
-from guideloom._shards.snapshot import local_snapshot, visible_shard_ids
+from guideloom._shards.local_shards import LocalShards, LocalTarget
+from guideloom._shards.shard_table import ShardTable, selected
+from guideloom._shards.snapshot import local_snapshot, refresh_snapshot, visible_shard_ids
 from guideloom._shards.upkeep import clean_local, verify_local
-from guideloom._storage.snapshots import rewrite_local_index, selected
 
 
 class LocalDirectory:
@@ -104,7 +104,8 @@ class LocalDirectory:
         return incomplete_dir(self.path)
 
     def write_index(self, header: StorageHeader) -> int:
-        return rewrite_local_index(self.path, header)
+        """Write the shard index afresh from one listing (the old index's sound records spare footer reads)."""
+        return len(refresh_snapshot(self.path, header, EMPTY))
 
     def verify(self, header: StorageHeader, progress: Callable[[int], None] | None) -> list[str]:
         return verify_local(self.path, header, progress)

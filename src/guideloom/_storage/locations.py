@@ -1,9 +1,12 @@
 """Where a storage lives, as one protocol: a local directory or an object store, chosen once by the path's form.
 
-A storage holds one :class:`Location` (``storage.home``) and asks it for everything that depends on
-where its files are: the header, snapshots and shard sets to read, the commit target writers publish
-to, the index, verification, clean-up, the small records of named writes, and facts such as the cache's
-limit. The storages themselves carry no ``if remote``; a new kind of place is a new implementation here.
+A snapshot is a :class:`ShardTable`: a loader takes one when it is made (rank 0 of a job takes it for
+every rank, see ``_loading.snapshot_broadcast``), pins it for its workers and states, and opens readers
+over it without listing again. A storage holds one :class:`Location` (``storage.home``) and asks it
+for everything that depends on where its files are: the header, snapshots and shard sets to read, the
+commit target writers publish to, the index, verification, clean-up, the small records of named writes,
+and facts such as the cache's limit. The storages themselves carry no ``if remote``; a new kind of place
+is a new implementation of the protocol.
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ import numpy as np
 
 from guideloom._core.checks import check_path
 from guideloom._remote.object_store import is_url
-from guideloom._shards.files import CommitTarget, ShardSet
 from guideloom._shards.header import StorageHeader
 from guideloom._shards.layout import ShardInfo
+from guideloom._shards.shard_access import CommitTarget, ShardSet
 from guideloom._shards.shard_table import ShardTable
 from guideloom._storage.local_directory import LocalDirectory
+
+DEFAULT_MAX_OPEN_SHARDS = 128  # shards a reader keeps open (mapped, or leased from the cache) at once
 
 
 class Location(Protocol):

@@ -11,8 +11,7 @@ import numpy as np
 from guideloom._remote.remote_files import RemoteFiles, RemoteShards, RemoteTarget
 from guideloom._shards.header import StorageHeader
 from guideloom._shards.layout import ShardInfo
-from guideloom._shards.shard_table import ShardTable
-from guideloom._storage.snapshots import selected
+from guideloom._shards.shard_table import ShardTable, selected
 
 
 class ObjectStoreLocation:

@@ -14,18 +14,17 @@ from guideloom._core.checks import check_bool, check_int, check_number
 from guideloom._core.errors import FormatMismatchError, StorageNotFoundError
 from guideloom._remote.compression import DEFAULT_LEVEL, check_compression, recorded_compression
 from guideloom._remote.shard_cache import check_cache_arguments
-from guideloom._shards.files import CommitTarget, ShardSet
 from guideloom._shards.formats import DocumentPickleFormat, DocumentStorageFormat, format_identity
 from guideloom._shards.header import StorageHeader
 from guideloom._shards.layout import ShardInfo
 from guideloom._shards.reader import AsyncReader, DocumentReader, StorageReader, TokenReader
 from guideloom._shards.record_lengths import defines_length
 from guideloom._shards.rolling_writer import RollingWriter
+from guideloom._shards.shard_access import CommitTarget, ShardSet
 from guideloom._shards.shard_table import ShardTable
 from guideloom._shards.token_ids import TokenEncoder, TokenInput
 from guideloom._shards.writer import AsyncWriter, SyncWriter
-from guideloom._storage.locations import Location, local_path, locate
-from guideloom._storage.snapshots import DEFAULT_MAX_OPEN_SHARDS
+from guideloom._storage.locations import DEFAULT_MAX_OPEN_SHARDS, Location, local_path, locate
 from guideloom._storage.trust import warn_untrusted
 from guideloom._storage.writers import open_writer, record_measure
 
