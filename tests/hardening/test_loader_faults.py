@@ -332,7 +332,7 @@ def test_shards_truncated_under_worker_processes_are_a_clear_error(tmp_path: Pat
 
     Shards are mapped when first read (and stay mapped: 4 of max_open_shards=128), so batches are taken
     until every worker has read every shard: from then on every read of a worker is a bus error (a shard
-    opened after the truncation is refused as truncated instead, see tests/unit/shards/test_shard_file.py).
+    opened after the truncation is refused as truncated instead, see tests/shards/test_shard_file.py).
     torch reports a worker's death (once per loader) from its SIGCHLD handler, wherever the main thread is
     then, and the workers build batches ahead: the error may come while the files are still being
     truncated, so the check spans the truncation too.

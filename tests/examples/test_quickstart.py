@@ -19,7 +19,7 @@ pytest.importorskip("tokenizers")
 pytest.importorskip("matplotlib")
 pytest.importorskip("msgpack")
 
-QUICKSTART = Path(__file__).resolve().parent.parent / "examples" / "quickstart"
+QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart"
 
 
 def run(script: str, *arguments: str) -> subprocess.CompletedProcess[str]:

@@ -39,7 +39,7 @@ import torch
 
 from guideloom._cli import main as guideloom_main
 
-REPOSITORY = Path(__file__).resolve().parents[1]
+REPOSITORY = Path(__file__).resolve().parents[2]
 PAGES = [*sorted((REPOSITORY / "docs").glob("*.md")), REPOSITORY / "README.md"]
 FENCE = re.compile(r"^```([\w-]*)\s*$")
 MARKER = re.compile(r"^<!--\s*(file|not-executed):\s*(.*?)\s*-->\s*$")

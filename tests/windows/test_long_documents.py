@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from guideloom import Mixture, StatefulDataLoader, StateMismatchError, TokenStorage
 from guideloom._windows.packing import document_pieces, pack_shard
-from tests.unit.windows.test_packing import SHARD_DOCUMENTS, packed_loader, reference_pieces, write_numbered
-from tests.unit.windows.test_packing import reference_rows as packing_reference_rows
+from tests.windows.test_packing import SHARD_DOCUMENTS, packed_loader, reference_pieces, write_numbered
+from tests.windows.test_packing import reference_rows as packing_reference_rows
 
 
 @pytest.fixture(autouse=True)

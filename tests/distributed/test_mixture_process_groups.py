@@ -12,8 +12,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from guideloom import Mixture, StatefulDataLoader, TokenStorage
+from tests.distributed.test_process_groups import free_port
 from tests.helpers import gather_to_file
-from tests.test_distributed import free_port
 
 S = 4
 WINDOWS = {"web": 40, "code": 9, "math": 5}
