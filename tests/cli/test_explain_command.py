@@ -13,8 +13,8 @@ import torch
 
 from guideloom import StatefulDataLoader, TokenStorage
 from guideloom._cli import main
-from tests.helpers import take
-from tests.provenance_helpers import open_loader, token
+from tests.helpers.batches import take
+from tests.helpers.provenance import open_loader, token
 
 
 def saved_state(mode: str, path: Path, batches: int = 2, **options: Any) -> tuple[dict[str, Any], Path]:

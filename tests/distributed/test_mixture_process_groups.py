@@ -12,8 +12,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from guideloom import Mixture, StatefulDataLoader, TokenStorage
-from tests.distributed.test_process_groups import free_port
-from tests.helpers import gather_to_file
+from tests.helpers.processes import free_port, gather_to_file
 
 S = 4
 WINDOWS = {"web": 40, "code": 9, "math": 5}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -14,17 +13,10 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from guideloom import StatefulDataLoader, TokenStorage
-from tests.helpers import gather_to_file
+from tests.helpers.processes import free_port, gather_to_file
 
 SEQUENCE_LENGTH = 6
 LOCAL_BATCH = 3
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def rank_main(rank: int, world_size: int, port: int, storage_path: str, out: str, steps: int, state: Any) -> None:

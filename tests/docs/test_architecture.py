@@ -6,7 +6,7 @@ import ast
 import re
 from pathlib import Path
 
-from tests.helpers import ROOT
+from tests.helpers.processes import ROOT
 
 PACKAGE = ROOT / "src" / "guideloom"
 ARCHITECTURE = ROOT / "docs" / "architecture.md"

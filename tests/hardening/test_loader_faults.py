@@ -34,7 +34,7 @@ from guideloom import (
 )
 from tests.hardening.campaigns import tally, tally_max
 from tests.hardening.processes import children, shm_entries
-from tests.helpers import make_document_storage, make_token_storage
+from tests.helpers.storages import make_document_storage, make_token_storage
 
 RECORDS = 240
 SHARDS = 4  # of make_documents: records 0 to 59 in shard 0, 60 to 119 in shard 1, ...

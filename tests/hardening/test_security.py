@@ -35,15 +35,9 @@ from guideloom import (
 )
 from guideloom.types import DocumentStorageFormat
 from tests.hardening.campaigns import tally
-from tests.helpers import (
-    CRAFTED_SHARD_NAMES,
-    RawFormat,
-    comparable,
-    open_storage,
-    rewrite_footer,
-    set_offset,
-    shard_file,
-)
+from tests.helpers.batches import comparable
+from tests.helpers.shard_files import CRAFTED_SHARD_NAMES, rewrite_footer, set_offset, shard_file
+from tests.helpers.storages import RawFormat, open_storage
 
 KINDS = ("documents", "tokens")
 

@@ -293,7 +293,7 @@ def test_tokenize_with_ray_writes_what_worker_processes_write(
 
 
 def test_tokenize_conversations_with_ray(ray_cluster: str, tmp_path: Path) -> None:
-    from tests.chat_tokenizers import PLAIN_TEMPLATE, conversation, make_chat_tokenizer
+    from tests.helpers.chat_tokenizers import PLAIN_TEMPLATE, conversation, make_chat_tokenizer
 
     tokenizer = make_chat_tokenizer(tmp_path / "chat-tokenizer", PLAIN_TEMPLATE)
     inputs = []

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from guideloom import StatefulDataLoader, TokenStorage
-from tests.helpers import take
-from tests.provenance_helpers import (
+from tests.helpers.batches import take
+from tests.helpers.provenance import (
     MODES,
     assert_explains,
     grown_after_one_batch,

@@ -23,31 +23,13 @@ from guideloom import (
     StorageNotFoundError,
     TokenStorage,
 )
-from tests import helpers
-from tests.helpers import make_document_storage as make_documents
-from tests.helpers import make_token_storage as make_tokens
+from tests.helpers.batches import assert_resumes_exactly, comparable, take
+from tests.helpers.storages import make_document_storage as make_documents
+from tests.helpers.storages import make_token_storage as make_tokens
 
 
 def ids(batch: list[dict[str, int]]) -> list[int]:
     return [record["id"] for record in batch]
-
-
-def as_list(batch: Any) -> Any:
-    """A batch in a comparable form: token tensors as nested lists, documents as id lists."""
-    return batch.tolist() if isinstance(batch, torch.Tensor) else ids(batch)
-
-
-def as_lists(batches: list[Any]) -> list[Any]:
-    return [as_list(batch) for batch in batches]
-
-
-def take(loader: StatefulDataLoader, count: int) -> list[Any]:
-    """The next ``count`` batches, crossing epochs as a training loop does, in a comparable form."""
-    return helpers.take(loader, count, as_list)
-
-
-def assert_resumes_exactly(open_loader: Any, total: int, checkpoints: list[int]) -> None:
-    helpers.assert_resumes_exactly(open_loader, total, checkpoints, as_list)
 
 
 def test_unshuffled_order_is_storage_order(tmp_path: Path) -> None:
@@ -170,9 +152,9 @@ def test_resume_with_workers_is_exact(tmp_path: Path) -> None:
 
     with open_loader(0) as loader:
         total = 2 * len(loader) + 1
-        expected = take(loader, total)
+        expected = take(loader, total, comparable)
     with open_loader() as loader:
-        assert take(loader, total) == expected
+        assert take(loader, total, comparable) == expected
     assert_resumes_exactly(open_loader, total, [0, 1, total // 2, total - 1])
 
 
@@ -184,9 +166,9 @@ def test_batches_do_not_depend_on_workers_or_prefetch(tmp_path: Path, workers: i
         with StatefulDataLoader.from_storage(
             storage, device="cpu", local_batch_size=4, shuffle=True, num_workers=workers, prefetch_factor=prefetch
         ) as loader:
-            runs.append(take(loader, 20))
+            runs.append(take(loader, 20, comparable))
     with StatefulDataLoader.from_storage(storage, device="cpu", local_batch_size=4, shuffle=True) as loader:
-        runs.append(take(loader, 20))
+        runs.append(take(loader, 20, comparable))
     assert runs[0] == runs[1] == runs[2]
 
 
@@ -536,7 +518,7 @@ def test_int32_windows_are_the_int64_windows(tmp_path: Path, num_workers: int) -
         ) as loader:
             batches[window_dtype] = list(loader) + list(loader)  # two epochs
     assert {batch.dtype for batch in batches[torch.int32]} == {torch.int32}
-    assert as_lists(batches[torch.int32]) == as_lists(batches[torch.int64])
+    assert comparable(batches[torch.int32]) == comparable(batches[torch.int64])
 
 
 def test_uint32_ids_beyond_int32_are_refused_at_their_batch(tmp_path: Path) -> None:

@@ -7,19 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from guideloom import StatefulDataLoader, TokenStorage
-from tests.helpers import take
-from tests.provenance_helpers import grown_after_one_batch, open_loader
-
-
-def comparable(batch: Any) -> Any:
-    if isinstance(batch, dict):
-        return {key: value.tolist() if isinstance(value, torch.Tensor) else value for key, value in batch.items()}
-    return batch.tolist() if isinstance(batch, torch.Tensor) else batch
+from tests.helpers.batches import comparable, take
+from tests.helpers.provenance import grown_after_one_batch, open_loader
 
 
 def assert_skip_is_reading(make: Any, count: int, after: int = 4) -> None:

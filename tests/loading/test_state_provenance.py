@@ -12,8 +12,8 @@ import pytest
 
 import guideloom._sampling.epoch_order as epoch_order
 from guideloom import Mixture, StatefulDataLoader, StateMismatchError, TokenStorage
-from tests.helpers import take
-from tests.provenance_helpers import open_loader, write_tokens
+from tests.helpers.batches import take
+from tests.helpers.provenance import open_loader, write_tokens
 
 
 def saved(loader: StatefulDataLoader, batches: int = 2) -> dict[str, Any]:

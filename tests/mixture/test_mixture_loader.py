@@ -22,6 +22,7 @@ from guideloom import (
 )
 from guideloom._mixture.mixture_order import MixtureOrder
 from guideloom._mixture.schedule import parse_schedule
+from tests.helpers.batches import comparable
 
 S = 4  # tokens per window
 SPAN = 100_000  # component k's tokens are k * SPAN + their position in its stream
@@ -113,12 +114,6 @@ def test_a_schedule_switch_lands_on_its_sample_in_a_later_epoch(components: dict
 
 
 # --- resume ---------------------------------------------------------------------------------------------
-
-
-def comparable(batch: Any) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return batch.tolist()
-    return json.dumps(batch, sort_keys=True, default=lambda value: np.asarray(value).tolist())
 
 
 def assert_resumes_after_every_step(make: Callable[[], StatefulDataLoader], epochs: int = 2) -> None:

@@ -23,7 +23,7 @@ from guideloom import (
     TokenStorage,
 )
 from guideloom._shards.layout import FOOTER
-from tests.helpers import shard_file
+from tests.helpers.shard_files import shard_file
 
 pytestmark = pytest.mark.filterwarnings("ignore::guideloom.UntrustedFormatWarning")
 

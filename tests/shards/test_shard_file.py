@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from guideloom import CorruptStorageError
-from tests.helpers import make_document_storage, shard_file
+from tests.helpers.shard_files import shard_file
+from tests.helpers.storages import make_document_storage
 
 
 def test_a_shard_truncated_between_its_size_check_and_its_mapping_is_corrupt(

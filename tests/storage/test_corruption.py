@@ -21,7 +21,8 @@ import pytest
 
 from guideloom import DocumentStorage, TokenStorage
 from guideloom._shards.layout import FOOTER
-from tests.helpers import RawFormat, footer_fields, rewrite_footer, set_offset, shard_file
+from tests.helpers.shard_files import footer_fields, rewrite_footer, set_offset, shard_file
+from tests.helpers.storages import RawFormat
 
 PROBE = """
 import json
@@ -29,7 +30,7 @@ import sys
 from pathlib import Path
 
 from guideloom import CorruptStorageError, DocumentStorage, TokenStorage
-from tests.helpers import RawFormat
+from tests.helpers.storages import RawFormat
 
 
 def probe(kind, path, mode):

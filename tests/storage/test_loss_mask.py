@@ -14,7 +14,8 @@ import torch
 
 from guideloom import CorruptStorageError, DocumentJsonFormat, DocumentStorage, FormatMismatchError, TokenStorage
 from guideloom._cli import main
-from tests import helpers
+from guideloom._shards.layout import FOOTER
+from tests.helpers.shard_files import FOOTER_FIELDS, footer_fields, rewrite_footer, shard_file
 
 DOCUMENTS = [[5, 6, 7], [], [8, 9, 10, 11, 12, 13, 14, 15, 16], [17]]
 MASKS = [[0, 1, 1], [], [True, False, True, True, False, False, True, True, True], [1]]
@@ -156,11 +157,11 @@ def test_reading_a_mask_out_of_range_is_an_index_error(tmp_path: Path) -> None:
 def test_verify_names_the_shard_whose_mask_bit_flipped(tmp_path: Path) -> None:
     storage = write_masked(tmp_path / "sft", shards=(0, 1))
     assert storage.verify() == []
-    file = helpers.shard_file(tmp_path / "sft", 1)
+    file = shard_file(tmp_path / "sft", 1)
     data = bytearray(file.read_bytes())
-    fields = helpers.footer_fields(file)
-    records = fields[helpers.FOOTER_FIELDS.index("record_count")]
-    data_size = fields[helpers.FOOTER_FIELDS.index("data_size")]
+    fields = footer_fields(file)
+    records = fields[FOOTER_FIELDS.index("record_count")]
+    data_size = fields[FOOTER_FIELDS.index("data_size")]
     mask_start = (data_size + 7) // 8 * 8 + 8 * (records + 1)
     data[mask_start] ^= 0b100  # token 2 of the shard: its mask bit
     file.write_bytes(bytes(data))
@@ -172,10 +173,10 @@ def test_verify_names_the_shard_whose_mask_bit_flipped(tmp_path: Path) -> None:
 
 def test_a_masked_shard_cut_short_is_corrupt(tmp_path: Path) -> None:
     write_masked(tmp_path / "sft")
-    file = helpers.shard_file(tmp_path / "sft", 0)
+    file = shard_file(tmp_path / "sft", 0)
     raw = file.read_bytes()
     mask_bytes = 8  # 13 tokens: 2 bytes of mask, padded to 8
-    file.write_bytes(raw[: -helpers.FOOTER.size - mask_bytes] + raw[-helpers.FOOTER.size :])
+    file.write_bytes(raw[: -FOOTER.size - mask_bytes] + raw[-FOOTER.size :])
     with TokenStorage(tmp_path / "sft").sync_reader() as reader, pytest.raises(CorruptStorageError, match="shard 0"):
         reader.read(0)  # opening reads the listing and the index; the shard is checked when first read
 
@@ -183,7 +184,7 @@ def test_a_masked_shard_cut_short_is_corrupt(tmp_path: Path) -> None:
 def test_a_shard_without_a_mask_in_a_masked_storage_is_refused(tmp_path: Path) -> None:
     """A shard's footer says whether it holds a mask: one that contradicts the header is never read."""
     write_masked(tmp_path / "sft")
-    helpers.rewrite_footer(helpers.shard_file(tmp_path / "sft", 0), flags=0)
+    rewrite_footer(shard_file(tmp_path / "sft", 0), flags=0)
     storage = TokenStorage(tmp_path / "sft")
     with storage.sync_reader() as reader, pytest.raises(FormatMismatchError, match="shard 0 holds no loss mask"):
         reader.read(0)  # the shard is checked when first read
@@ -197,10 +198,10 @@ def write_the_0_2_way(path: Path, documents: list[list[int]]) -> None:
     data = np.concatenate([np.asarray(tokens, "<u2") for tokens in documents]).tobytes()
     offsets = np.concatenate([[0], np.cumsum([len(tokens) for tokens in documents])]).astype("<u8").tobytes()
     fields = [b"GLOOMSH1", 1, 0, 0, len(documents), len(data), zlib.crc32(data), zlib.crc32(offsets)]
-    body = helpers.FOOTER.pack(*fields, zlib.crc32(header), 0)[: helpers.FOOTER.size - 12]
+    body = FOOTER.pack(*fields, zlib.crc32(header), 0)[: FOOTER.size - 12]
     padding = bytes((len(data) + 7) // 8 * 8 - len(data))
     footer = body + struct.pack("<I", zlib.crc32(body)) + bytes(8)
-    helpers.shard_file(path, 0).write_bytes(data + padding + offsets + footer)
+    shard_file(path, 0).write_bytes(data + padding + offsets + footer)
 
 
 def test_a_storage_written_by_0_2_opens_unchanged(tmp_path: Path) -> None:
@@ -213,7 +214,7 @@ def test_a_storage_written_by_0_2_opens_unchanged(tmp_path: Path) -> None:
     with storage.sync_writer() as writer:  # and it grows the 0.2 way
         writer.append(1, [6])
     assert (tmp_path / "old" / "guideloom.json").read_bytes() == header
-    assert helpers.footer_fields(helpers.shard_file(tmp_path / "old", 1))[2] == 0
+    assert footer_fields(shard_file(tmp_path / "old", 1))[2] == 0
 
 
 def test_a_mask_change_changes_the_fingerprint(tmp_path: Path) -> None:
@@ -235,7 +236,7 @@ def test_masks_are_eight_times_smaller_than_bytes(tmp_path: Path) -> None:
     with storage.sync_writer() as writer, plain.sync_writer() as plain_writer:
         writer.append(0, tokens, loss_mask=tokens % 3 == 0)
         plain_writer.append(0, tokens)
-    sizes = [helpers.shard_file(tmp_path / name, 0).stat().st_size for name in ("sft", "plain")]
+    sizes = [shard_file(tmp_path / name, 0).stat().st_size for name in ("sft", "plain")]
     assert sizes[0] - sizes[1] == 80_000 // 8
 
 
@@ -278,7 +279,7 @@ def test_inspect_of_an_unmasked_storage_says_nothing_of_masks(
 
 def test_the_verify_command_fails_on_a_flipped_mask_bit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write_masked(tmp_path / "sft")
-    file = helpers.shard_file(tmp_path / "sft", 0)
+    file = shard_file(tmp_path / "sft", 0)
     data = bytearray(file.read_bytes())
     data[32 + 8 * 5] ^= 1  # 13 uint16 tokens padded to 32 bytes, 5 offsets, then the mask
     file.write_bytes(bytes(data))

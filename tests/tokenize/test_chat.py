@@ -12,7 +12,7 @@ import pytest
 from guideloom import FormatMismatchError, TokenStorage
 from guideloom._cli import main as cli
 from guideloom.tokenize import TokenizeInputError, tokenize_files
-from tests.chat_tokenizers import (
+from tests.helpers.chat_tokenizers import (
     GENERATION_TEMPLATE,
     LAST_MESSAGE_TEMPLATE,
     PLAIN_TEMPLATE,

@@ -21,7 +21,7 @@ from guideloom._cli import main as cli
 from guideloom._shards.layout import committed_shard_ids, shard_file_name
 from guideloom.tokenize import load_tokenizer, tokenize_files, train_tokenizer
 from guideloom.tokenize._groups import parse_shard_size
-from tests.helpers import child_environment
+from tests.helpers.processes import child_environment
 
 WORDS = "the a fox dog jumps over lazy quick brown alpha beta gamma delta naïve café 東京 def return".split()
 

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from guideloom import Mixture, StatefulDataLoader, StateMismatchError, TokenStorage
 from guideloom._windows.packing import document_pieces, pack_shard
+from tests.helpers.batches import assert_resumes_exactly
 from tests.windows.test_packing import SHARD_DOCUMENTS, packed_loader, reference_pieces, write_numbered
 from tests.windows.test_packing import reference_rows as packing_reference_rows
 
@@ -131,8 +132,6 @@ def test_a_state_of_another_mode_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("long_documents", ["truncate", "drop"])
 def test_resume_after_every_step_is_exact_with_workers(tmp_path: Path, long_documents: str) -> None:
-    from tests import helpers
-
     storage = write_numbered(tmp_path / "tokens", SHARD_DOCUMENTS)
 
     def reopen() -> StatefulDataLoader:
@@ -140,11 +139,7 @@ def test_resume_after_every_step_is_exact_with_workers(tmp_path: Path, long_docu
 
     with reopen() as loader:
         total = len(loader) + 2
-
-    def convert(batch: dict[str, Any]) -> list[Any]:
-        return [batch[key].tolist() if hasattr(batch[key], "tolist") else batch[key] for key in sorted(batch)]
-
-    helpers.assert_resumes_exactly(reopen, total, list(range(total)), convert)
+    assert_resumes_exactly(reopen, total, list(range(total)))
 
 
 def test_a_mixture_applies_the_mode_to_every_component(tmp_path: Path) -> None:

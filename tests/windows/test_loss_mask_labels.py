@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guideloom import Mixture, StatefulDataLoader, TokenStorage
-from tests import helpers
+from tests.helpers.batches import assert_resumes_exactly, comparable, take
 
 MODES: dict[str, dict[str, Any]] = {
     "plain": {},
@@ -68,10 +68,6 @@ def runs_mask(total: int, seed: int) -> np.ndarray:
 def open_loader(storage: Any, mode: str, **options: Any) -> StatefulDataLoader:
     settings_ = {"device": "cpu", "local_batch_size": 3, "sequence_length": 8, **MODES[mode], **options}
     return StatefulDataLoader.from_storage(storage, **settings_)
-
-
-def comparable(batch: Any) -> Any:
-    return {key: value.tolist() if isinstance(value, torch.Tensor) else value for key, value in batch.items()}
 
 
 def expected_labels(input_ids: torch.Tensor, plain_labels: torch.Tensor, mask: np.ndarray, first: int = 1) -> list[Any]:
@@ -198,7 +194,7 @@ def test_resume_after_every_step_is_exact_with_workers(tmp_path: Path, mode: str
 
     with reopen() as loader:
         total = len(loader) + 2  # into the next epoch
-    helpers.assert_resumes_exactly(reopen, total, list(range(total)), comparable)
+    assert_resumes_exactly(reopen, total, list(range(total)))
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
@@ -207,7 +203,7 @@ def test_workers_and_threads_give_the_inline_batches(tmp_path: Path, mode: str) 
     sequences = []
     for workers in (0, 1, 2):
         with open_loader(storage, mode, shuffle=True, seed=1, num_workers=workers) as loader:
-            sequences.append([comparable(batch) for batch in helpers.take(loader, 2 * len(loader))])
+            sequences.append([comparable(batch) for batch in take(loader, 2 * len(loader))])
     assert sequences[0] == sequences[1] == sequences[2]
 
 
@@ -279,4 +275,4 @@ def test_a_mixed_masked_and_unmasked_loader_resumes_exactly_with_workers(tmp_pat
 
     with reopen() as loader:
         total = len(loader) + 2
-    helpers.assert_resumes_exactly(reopen, total, list(range(0, total, 3)), comparable)
+    assert_resumes_exactly(reopen, total, list(range(0, total, 3)))

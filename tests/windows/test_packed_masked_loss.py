@@ -17,7 +17,7 @@ import torch
 
 from guideloom import StatefulDataLoader, TokenStorage
 from guideloom.tokenize import tokenize_files
-from tests.chat_tokenizers import GENERATION_TEMPLATE, PLAIN_TEMPLATE, conversation, make_chat_tokenizer
+from tests.helpers.chat_tokenizers import GENERATION_TEMPLATE, PLAIN_TEMPLATE, conversation, make_chat_tokenizer
 
 CONVERSATIONS = [conversation(number, turns=1 + number % 4, system=number % 3 != 0) for number in range(14)]
 SEQUENCE_LENGTH = 192

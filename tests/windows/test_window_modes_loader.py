@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from guideloom import DocumentJsonFormat, DocumentStorage, StatefulDataLoader, StateMismatchError, TokenStorage
-from tests import helpers
+from tests.helpers.batches import assert_resumes_exactly, comparable, take
 
 MODES: dict[str, dict[str, Any]] = {
     "boundaries": {"document_boundaries": True},
@@ -32,19 +31,6 @@ def write_tokens(path: Path, seed: int = 0) -> TokenStorage:
     return storage
 
 
-def comparable(batch: dict[str, Any]) -> list[Any]:
-    return [batch[key].tolist() if isinstance(batch[key], torch.Tensor) else batch[key] for key in sorted(batch)]
-
-
-def take(loader: StatefulDataLoader, count: int) -> list[Any]:
-    """The next ``count`` batches, crossing epochs as a training loop does, in a comparable form."""
-    return helpers.take(loader, count, comparable)
-
-
-def assert_resumes_after_every_step(open_loader: Callable[[], StatefulDataLoader], total: int) -> None:
-    helpers.assert_resumes_exactly(open_loader, total, list(range(total)), comparable)
-
-
 @pytest.mark.parametrize("mode", sorted(MODES))
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_resume_after_every_step_is_exact(tmp_path: Path, mode: str, shuffle: bool) -> None:
@@ -57,7 +43,7 @@ def test_resume_after_every_step_is_exact(tmp_path: Path, mode: str, shuffle: bo
 
     with open_loader() as loader:
         total = 2 * len(loader) + 1  # across an epoch boundary
-    assert_resumes_after_every_step(open_loader, total)
+    assert_resumes_exactly(open_loader, total, list(range(total)))
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
@@ -79,15 +65,15 @@ def test_workers_and_prefetch_do_not_change_the_batches(tmp_path: Path, mode: st
 
     with open_loader(0) as loader:
         total = 2 * len(loader) + 1
-        expected = take(loader, total)
+        expected = take(loader, total, comparable)
     with open_loader(2, prefetch=1) as loader:
-        assert take(loader, total) == expected
+        assert take(loader, total, comparable) == expected
     with open_loader(2) as loader:
-        first = take(loader, 3)
+        first = take(loader, 3, comparable)
         state = loader.state_dict()
     with open_loader(2) as resumed:
         resumed.load_state_dict(state)
-        assert first + take(resumed, total - 3) == expected
+        assert first + take(resumed, total - 3, comparable) == expected
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))

@@ -53,7 +53,8 @@ import numpy as np
 import guideloom
 from guideloom import StorageNotFoundError
 from guideloom._shards.layout import HEADER_NAME, committed_shard_ids, shard_file_name
-from tests.helpers import committed_and_strays, comparable, open_storage
+from tests.helpers.batches import comparable
+from tests.helpers.storages import committed_and_strays, open_storage
 
 BASE = (0, 1)
 SEQUENCE = (2, 3, 4, 5)  # the commit order of the workload
