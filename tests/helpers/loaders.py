@@ -1,4 +1,4 @@
-"""The loader the framework tests train on: every framework reads the same batches of the same storage."""
+"""Loaders many tests build alike: the one the framework tests train on, small windows for tests of mistakes."""
 
 from __future__ import annotations
 
@@ -12,3 +12,10 @@ def framework_loader(tokens: TokenStorage, *collate: Any, **options: Any) -> Sta
     ``options`` are passed on to :meth:`StatefulDataLoader.from_storage`."""
     settings: dict[str, Any] = {"device": "cpu", "local_batch_size": 4, "sequence_length": 17, "shuffle": True}
     return StatefulDataLoader.from_storage(tokens, *collate, **settings, seed=3, **options)
+
+
+def window_loader(storage: Any, **overrides: Any) -> StatefulDataLoader:
+    """Windows of 8 tokens, 2 a batch on the CPU (``overrides`` change any argument): the loader of the tests of
+    what building or resuming one refuses."""
+    arguments: dict[str, Any] = {"device": "cpu", "local_batch_size": 2, "sequence_length": 8, **overrides}
+    return StatefulDataLoader.from_storage(storage, **arguments)

@@ -64,3 +64,12 @@ def committed_and_strays(path: Path) -> tuple[list[int], list[int]]:
     complete shard files of writers killed between their link and their index record, never committed."""
     storage = AnyFormatStorage(path)
     return storage.committed_shards(), storage.stray_shards()
+
+
+def make_counted_tokens(path: Path, *, shards: int, tokens: int = 40) -> TokenStorage:
+    """Shard k holds one document: the ``tokens`` consecutive ids from 10·k on."""
+    storage = TokenStorage(path)
+    with storage.sync_writer() as writer:
+        for shard in range(shards):
+            writer.append(shard, list(range(shard * 10, shard * 10 + tokens)))
+    return storage

@@ -1,4 +1,4 @@
-"""What a new user hit in the first hour: every batch type a collate returns works, every mistake names its cause."""
+"""Batches of every type a collate returns arrive unchanged; a collate error keeps its type; close stops workers."""
 
 from __future__ import annotations
 
@@ -14,25 +14,8 @@ import torch
 from torch.nn.utils.rnn import PackedSequence, pack_sequence
 from torch.utils.data._utils import MP_STATUS_CHECK_INTERVAL
 
-from guideloom import DocumentJsonFormat, DocumentStorage, StatefulDataLoader, StateMismatchError, TokenStorage
-
-RECORDS = 12
-
-
-def make_documents(path: Path, count: int = RECORDS) -> DocumentStorage[Any, Any]:
-    storage = DocumentStorage(path, DocumentJsonFormat())
-    with storage.sync_writer() as writer:
-        for index in range(count):
-            writer.append(index * 3 // count, {"id": index})
-    return storage
-
-
-def make_tokens(path: Path, shards: int = 3) -> TokenStorage:
-    storage = TokenStorage(path)
-    with storage.sync_writer() as writer:
-        for shard in range(shards):
-            writer.append(shard, list(range(shard * 10, shard * 10 + 7)))
-    return storage
+from guideloom import StatefulDataLoader
+from tests.helpers.storages import make_document_storage
 
 
 class Pair(NamedTuple):
@@ -102,7 +85,7 @@ def assert_same(got: Any, expected: Any) -> None:
 @pytest.mark.parametrize("num_workers", [0, 2])
 @pytest.mark.parametrize("kind", list(COLLATES))
 def test_every_batch_type_a_collate_returns_arrives_unchanged(tmp_path: Path, kind: str, num_workers: int) -> None:
-    storage = make_documents(tmp_path)
+    storage = make_document_storage(tmp_path, count=12)
     collate = COLLATES[kind]
     with storage.sync_reader() as reader:
         expected = [collate([reader.read(index) for index in range(start, start + 3)]) for start in (0, 3, 6, 9)]
@@ -116,65 +99,11 @@ def test_every_batch_type_a_collate_returns_arrives_unchanged(tmp_path: Path, ki
 
 
 def test_a_packed_sequence_moves_as_a_whole_and_keeps_batch_sizes_on_the_cpu(tmp_path: Path) -> None:
-    storage = make_documents(tmp_path)
+    storage = make_document_storage(tmp_path, count=12)
     with StatefulDataLoader.from_storage(storage, COLLATES["packed"], device="meta", local_batch_size=3) as loader:
         batch = next(iter(loader))
     assert isinstance(batch, PackedSequence)
     assert batch.data.device.type == "meta" and batch.batch_sizes.device.type == "cpu"
-
-
-def test_sequence_length_beyond_the_whole_storage_names_both(tmp_path: Path) -> None:
-    storage = make_tokens(tmp_path)
-    with pytest.raises(ValueError) as caught:
-        StatefulDataLoader.from_storage(storage, device="cpu", local_batch_size=2, sequence_length=100)
-    assert str(caught.value) == (
-        f"the storage at {tmp_path} has no samples to load: sequence_length=100 is longer than its 21 tokens"
-    )
-
-
-def test_a_state_of_another_sequence_length_names_sequence_length(tmp_path: Path) -> None:
-    storage = make_tokens(tmp_path)
-    with StatefulDataLoader.from_storage(storage, device="cpu", local_batch_size=2, sequence_length=4) as loader:
-        state = loader.state_dict()
-    with StatefulDataLoader.from_storage(storage, device="cpu", local_batch_size=2, sequence_length=3) as loader:
-        with pytest.raises(StateMismatchError) as caught:
-            loader.load_state_dict(state)
-    assert str(caught.value) == "the state was taken with sequence_length=4, but this loader has sequence_length=3"
-
-
-def test_a_state_whose_shard_is_gone_names_the_shard(tmp_path: Path) -> None:
-    storage = make_tokens(tmp_path)
-    with StatefulDataLoader.from_storage(storage, device="cpu", local_batch_size=2, sequence_length=4) as loader:
-        state = loader.state_dict()
-    (tmp_path / "shards" / "000000000001.shard").unlink()
-    (tmp_path / "shards.index").unlink()  # removing shards by hand: their files, then the index (rebuilt)
-    with StatefulDataLoader.from_storage(storage, device="cpu", local_batch_size=2, sequence_length=4) as loader:
-        with pytest.raises(StateMismatchError) as caught:
-            loader.load_state_dict(state)
-    assert str(caught.value) == (
-        f"shard 1 of the storage at {tmp_path}, which the state read, is missing: "
-        "a checkpoint survives shards being added, not removed"
-    )
-
-
-def test_a_state_of_another_storage_with_the_same_shard_ids_says_so(tmp_path: Path) -> None:
-    with StatefulDataLoader.from_storage(make_documents(tmp_path / "a"), device="cpu", local_batch_size=2) as loader:
-        state = loader.state_dict()
-    other = make_documents(tmp_path / "b", count=RECORDS + 1)
-    with StatefulDataLoader.from_storage(other, device="cpu", local_batch_size=2) as loader:
-        with pytest.raises(StateMismatchError) as caught:
-            loader.load_state_dict(state)
-    assert str(caught.value) == (
-        f"the state was taken from another storage: it read shards 0-2 of the storage at {tmp_path / 'a'}, "
-        f"and shards 0-2 of the storage at {tmp_path / 'b'} hold other contents (rewritten, or another storage)"
-    )
-
-
-def test_an_empty_state_says_the_key_is_missing(tmp_path: Path) -> None:
-    with StatefulDataLoader.from_storage(make_documents(tmp_path), device="cpu", local_batch_size=2) as loader:
-        with pytest.raises(StateMismatchError) as caught:
-            loader.load_state_dict({})
-    assert str(caught.value) == "not a guideloom loader state: the 'guideloom_loader_state' key is missing"
 
 
 class TwoArguments(Exception):
@@ -189,7 +118,7 @@ def collate_with_two_argument_error(samples: list[dict[str, int]]) -> Any:
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_a_collate_error_with_two_constructor_arguments_keeps_its_type(tmp_path: Path, num_workers: int) -> None:
-    storage = make_documents(tmp_path)
+    storage = make_document_storage(tmp_path, count=12)
     with StatefulDataLoader.from_storage(
         storage, collate_with_two_argument_error, device="cpu", local_batch_size=2, num_workers=num_workers
     ) as loader:
@@ -200,31 +129,6 @@ def test_a_collate_error_with_two_constructor_arguments_keeps_its_type(tmp_path:
         assert "collate_with_two_argument_error" in str(caught.value)
 
 
-@pytest.mark.parametrize(
-    ("device", "message"),
-    [
-        ("cuda:99", "device is 'cuda:99', but CUDA is not available on this machine"),
-        ("no-such-device", "device must be a torch.device or a device string"),
-    ],
-)
-def test_a_device_this_machine_lacks_is_refused_at_construction(tmp_path: Path, device: str, message: str) -> None:
-    if device.startswith("cuda") and torch.cuda.is_available():
-        message = f"device is 'cuda:99', but this machine has {torch.cuda.device_count()} CUDA device(s)"
-    storage = make_documents(tmp_path)
-    with pytest.raises(ValueError) as caught:
-        StatefulDataLoader.from_storage(storage, device=device, local_batch_size=2)
-    assert str(caught.value).startswith(message)
-
-
-def test_a_misspelt_dtype_lists_the_token_dtypes(tmp_path: Path) -> None:
-    with pytest.raises(TypeError) as caught:
-        TokenStorage(tmp_path, dtype="unit16")
-    assert (
-        str(caught.value)
-        == "dtype must be one of uint8, uint16, uint32, uint64, int8, int16, int32, int64, got 'unit16'"
-    )
-
-
 def sleeping_collate(samples: list[dict[str, int]]) -> Any:
     time.sleep(600)
     return samples
@@ -232,7 +136,7 @@ def sleeping_collate(samples: list[dict[str, int]]) -> Any:
 
 @pytest.mark.timeout(60)
 def test_close_after_a_timeout_stops_a_busy_worker_at_once(tmp_path: Path) -> None:
-    storage = make_documents(tmp_path)
+    storage = make_document_storage(tmp_path, count=12)
     before = _children()
     loader = StatefulDataLoader.from_storage(
         storage, sleeping_collate, device="cpu", local_batch_size=2, num_workers=1, timeout=1
@@ -257,21 +161,3 @@ def _state_of(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].split()[0]
     except (FileNotFoundError, IndexError):
         return "Z"
-
-
-@pytest.mark.parametrize(
-    ("arguments", "message"),
-    [
-        ({"sequence_length": 8.0}, "sequence_length must be an int, got float"),
-        ({"local_batch_size": 2.0}, "local_batch_size must be an int, got float"),
-        ({"window_dtype": "int32"}, "window_dtype must be torch.int64 or torch.int32, got str"),
-        ({"timeout": "1"}, "timeout must be a number, got str"),
-    ],
-)
-def test_an_argument_of_the_wrong_type_is_a_type_error_naming_it(
-    tmp_path: Path, arguments: dict[str, Any], message: str
-) -> None:
-    options: dict[str, Any] = {"device": "cpu", "local_batch_size": 2, "sequence_length": 4, **arguments}
-    with pytest.raises(TypeError) as caught:
-        StatefulDataLoader.from_storage(make_tokens(tmp_path), **options)
-    assert str(caught.value) == message
