@@ -52,7 +52,8 @@ import numpy as np
 
 import guideloom
 from guideloom import StorageNotFoundError
-from guideloom._shards.layout import HEADER_NAME, committed_shard_ids, shard_file_name
+from guideloom._shards.header import HEADER_NAME
+from guideloom._shards.layout import committed_shard_ids, shard_file_name
 from tests.helpers.batches import comparable
 from tests.helpers.storages import committed_and_strays, open_storage
 
