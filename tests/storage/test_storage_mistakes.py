@@ -7,9 +7,8 @@ from pathlib import Path
 import pytest
 
 from guideloom import DocumentStorage, StorageNotFoundError, TokenStorage
-from guideloom.types import DocumentStorageFormat
 from tests.helpers.loaders import window_loader
-from tests.helpers.storages import make_counted_tokens
+from tests.helpers.storages import RawFormat, make_counted_tokens
 
 
 def test_a_file_is_not_called_a_missing_directory(tmp_path: Path) -> None:
@@ -72,14 +71,8 @@ def test_a_misspelt_dtype_lists_the_token_dtypes(tmp_path: Path) -> None:
     )
 
 
-class NumberedFormat(DocumentStorageFormat[bytes, bytes]):
+class NumberedFormat(RawFormat):
     name = 3  # type: ignore[assignment]  # the mistake under test
-
-    def pack(self, data: bytes) -> bytes:
-        return data
-
-    def unpack(self, encoded_data: memoryview, shard: int) -> bytes:
-        return bytes(encoded_data)
 
 
 def test_a_format_name_that_is_not_a_str_is_refused_before_writing(tmp_path: Path) -> None:

@@ -17,11 +17,7 @@ from tests.helpers.batches import assert_resumes_exactly
 from tests.windows.test_packing import SHARD_DOCUMENTS, packed_loader, reference_pieces, write_numbered
 from tests.windows.test_packing import reference_rows as packing_reference_rows
 
-
-@pytest.fixture(autouse=True)
-def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("GUIDELOOM_CACHE_DIR", str(tmp_path / "cache"))
-    return tmp_path / "cache"
+pytestmark = pytest.mark.usefixtures("cache_dir")  # each test packs into its own cache
 
 
 def reference_long_pieces(lengths: list[int], capacity: int, long_documents: str) -> list[tuple[int, int]]:

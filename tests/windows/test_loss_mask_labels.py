@@ -28,10 +28,7 @@ MODES: dict[str, dict[str, Any]] = {
 SHARDS = {0: [5, 0, 12, 3, 7, 16], 2: [1, 30, 2], 5: [9, 9, 4, 15, 2]}
 
 
-@pytest.fixture(autouse=True)
-def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("GUIDELOOM_CACHE_DIR", str(tmp_path / "cache"))
-    return tmp_path / "cache"
+pytestmark = pytest.mark.usefixtures("cache_dir")  # each test packs into its own cache
 
 
 def write_numbered(

@@ -100,13 +100,6 @@ def test_pieces_follow_their_documents_rows_in_placement_order() -> None:
     assert rows == [[(5, 8)], [(20, 7)], [(0, 5), (17, 3)], [(13, 4)]]
 
 
-@pytest.fixture
-def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    directory = tmp_path / "cache"
-    monkeypatch.setenv("GUIDELOOM_CACHE_DIR", str(directory))
-    return directory
-
-
 def cached_files(cache_dir: Path) -> list[Path]:
     return sorted((cache_dir / "packing").glob("*.pack"))
 
