@@ -8,3 +8,29 @@
 - ``provenance``: storages whose every token says where it lives, and the check that an explained batch is read.
 - ``chat_tokenizers``: tiny Hugging Face tokenizer directories with chat templates.
 """
+
+from __future__ import annotations
+
+# Where each name of the former single module ``tests/helpers.py`` lives now; importing one from the package
+# says where, so that a test written against the former layout is fixed in one line.
+MOVED = {
+    **dict.fromkeys(("comparable", "take", "assert_resumes_exactly"), "batches"),
+    **dict.fromkeys(
+        ("RawFormat", "make_token_storage", "make_document_storage", "open_storage", "committed_and_strays"),
+        "storages",
+    ),
+    **dict.fromkeys(
+        ("FOOTER_FIELDS", "CRAFTED_SHARD_NAMES", "shard_file", "footer_fields", "with_footer", "rewrite_footer"),
+        "shard_files",
+    ),
+    "set_offset": "shard_files",
+    **dict.fromkeys(
+        ("ROOT", "module_command", "run_harness", "child_environment", "gather_to_file", "free_port"), "processes"
+    ),
+}
+
+
+def __getattr__(name: str) -> object:
+    if name in MOVED:
+        raise ImportError(f"tests.helpers.{name} moved: import it from tests.helpers.{MOVED[name]}")
+    raise AttributeError(f"module 'tests.helpers' has no attribute {name!r}")
