@@ -16,7 +16,7 @@ from __future__ import annotations
 MOVED = {
     **dict.fromkeys(("comparable", "take", "assert_resumes_exactly"), "batches"),
     **dict.fromkeys(
-        ("RawFormat", "make_token_storage", "make_document_storage", "open_storage", "committed_and_strays"),
+        ("RawFormat", "make_token_storage", "make_document_storage", "open_storage", "committed_shards"),
         "storages",
     ),
     **dict.fromkeys(
