@@ -9,7 +9,9 @@ from hypothesis import strategies as st
 from guideloom._sampling.token_budget import TokenBudgetPlan
 
 
-def reference_steps(lengths: list[int], budget: int, world_size: int, drop_last: bool, start: int) -> list[list[list[int]]]:
+def reference_steps(
+    lengths: list[int], budget: int, world_size: int, drop_last: bool, start: int
+) -> list[list[list[int]]]:
     """The rule, one record at a time: each step is one list of positions per rank."""
     count, position, steps = len(lengths), start, []
     while position < count:
@@ -30,7 +32,9 @@ def reference_steps(lengths: list[int], budget: int, world_size: int, drop_last:
     return steps
 
 
-def planned_steps(lengths: list[int], budget: int, world_size: int, drop_last: bool, start: int) -> list[list[list[int]]]:
+def planned_steps(
+    lengths: list[int], budget: int, world_size: int, drop_last: bool, start: int
+) -> list[list[list[int]]]:
     array = np.array(lengths, np.int64)
     asked: list[int] = []
 

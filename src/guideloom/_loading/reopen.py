@@ -14,6 +14,7 @@ from typing import Any
 from guideloom._core.errors import StateMismatchError, StorageNotFoundError
 from guideloom._loading.loader import StatefulDataLoader
 from guideloom._loading.state import (
+    BATCH_TOKENS,
     DROP_LAST,
     LOCAL_BATCH_SIZE,
     SEED,
@@ -149,7 +150,8 @@ def loader_from_state(
     loader = StatefulDataLoader.from_storage(
         storage,
         device="cpu",
-        local_batch_size=_field(state, LOCAL_BATCH_SIZE, int),
+        local_batch_size=_field(state, LOCAL_BATCH_SIZE, int) if state.get(BATCH_TOKENS) is None else None,
+        batch_tokens=_field(state, BATCH_TOKENS, int) if state.get(BATCH_TOKENS) is not None else None,
         shuffle=_field(state, SHUFFLE, bool),
         seed=_field(state, SEED, int),
         drop_last=_field(state, DROP_LAST, bool),

@@ -25,6 +25,7 @@ SEED = "seed"
 LOCAL_BATCH_SIZE = "local_batch_size"  # this and the next two are recorded for reference: they may change
 WORLD_SIZE = "world_size"
 DROP_LAST = "drop_last"
+BATCH_TOKENS = "batch_tokens"  # only in the states of loaders batching by budget (their local_batch_size is None)
 SOURCE = "source"  # the source's identity(): what it read, in words a user can compare
 NEXT_BATCH = "next_batch"  # a digest of the next global batch's first sample (hex)
 
@@ -39,9 +40,10 @@ class OrderSettings:
 
     shuffle: bool
     seed: int
-    local_batch_size: int
+    local_batch_size: int | None  # None when batches are cut by batch_tokens
     world_size: int
     drop_last: bool
+    batch_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ def build_state(
     settings: OrderSettings, source: SampleSource, epoch: int, position: int, next_batch: str
 ) -> dict[str, Any]:
     """The state dict: small, JSON-serialisable and equal on every rank."""
+    budget = {} if settings.batch_tokens is None else {BATCH_TOKENS: settings.batch_tokens}
     return {
         VERSION_KEY: VERSION,
         EPOCH: epoch,
@@ -67,6 +70,7 @@ def build_state(
         LOCAL_BATCH_SIZE: settings.local_batch_size,
         WORLD_SIZE: settings.world_size,
         DROP_LAST: settings.drop_last,
+        **budget,
         SOURCE: source.identity(),
         NEXT_BATCH: next_batch,
     }

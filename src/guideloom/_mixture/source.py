@@ -137,6 +137,21 @@ class MixtureSource:
         described: SamplePieces = _interleave(parts, components) if parts else SamplePieces.of([], [], [], [], [])
         return described.named(self.mixture.names)
 
+    def sample_lengths(self, indices: np.ndarray, epoch: int) -> np.ndarray:
+        """The lengths of the samples at these positions, each from its component (all must measure samples)."""
+        positions = np.asarray(indices, np.int64) % self._sample_count
+        components, samples = self.order.locate(epoch * self._sample_count + positions)
+        lengths = np.empty(len(positions), np.int64)
+        for k in np.flatnonzero(np.bincount(components, minlength=len(self.components))).tolist():
+            chosen = components == k
+            lengths[chosen] = self.components[k].sample_lengths(samples[chosen], epoch)
+        return lengths
+
+    @property
+    def measures_samples(self) -> bool:
+        """Whether every component knows its samples' lengths (``batch_tokens`` needs them)."""
+        return all(getattr(source, "sample_lengths", None) is not None for source in self.components)
+
     def sample_keys(self, indices: np.ndarray, epoch: int) -> np.ndarray:
         """Each sample's component and its keys there, sample after sample."""
         positions = np.asarray(indices, np.int64) % self._sample_count

@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from guideloom._core.checks import check_bool, check_int
 
-__all__ = ["BudgetStep", "TokenBudgetPlan"]
+__all__ = ["Step", "TokenBudgetPlan"]
 
 LengthsAt = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.int64]]
 FIRST_CHUNK = 256  # positions whose lengths are read first; later reads double up to MAX_CHUNK
@@ -31,9 +31,9 @@ MAX_CHUNK = 1 << 16
 
 
 @dataclass(frozen=True)
-class BudgetStep:
-    """One step: rank ``r`` reads positions ``bounds[r]:bounds[r + 1]`` (at or past ``sample_count``: padding,
-    wrapping around); the epoch continues at ``end``."""
+class Step:
+    """One step of all ranks: rank ``r`` reads positions ``bounds[r]:bounds[r + 1]`` (those at or past
+    ``sample_count`` are padding, wrapping around); the epoch continues at ``end``."""
 
     bounds: tuple[int, ...]
     end: int
@@ -100,7 +100,7 @@ class TokenBudgetPlan:
             raise ValueError(f"start must be <= sample_count ({self.sample_count}), got {start}")
         self._lengths_at = lengths_at
 
-    def steps(self) -> Iterator[BudgetStep]:
+    def steps(self) -> Iterator[Step]:
         """The steps left in the epoch, in order."""
         lengths = _Lengths(self._lengths_at, self.sample_count, self.start)
         position = self.start
@@ -114,18 +114,20 @@ class TokenBudgetPlan:
 
     def is_complete(self) -> bool:
         """Whether no step is left from ``start``."""
+        if not self.drop_last:  # (without reading a length)
+            return self.start >= self.sample_count
         return next(iter(self.steps()), None) is None
 
     def step_count(self) -> int:
         """Steps left from ``start`` (walks them: reads the lengths of the rest of the epoch)."""
         return sum(1 for _ in self.steps())
 
-    def _step(self, lengths: _Lengths, position: int) -> BudgetStep:
+    def _step(self, lengths: _Lengths, position: int) -> Step:
         bounds = [position]
         for _ in range(self.world_size):
             position = self._batch_end(lengths, position)
             bounds.append(position)
-        return BudgetStep(tuple(bounds), min(position, self.sample_count))
+        return Step(tuple(bounds), min(position, self.sample_count))
 
     def _batch_end(self, lengths: _Lengths, first: int) -> int:
         """Where the batch starting at ``first`` ends: the greedy run of samples within the budget, never
