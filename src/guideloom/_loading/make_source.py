@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import numpy as np
 import torch
 
@@ -11,6 +13,7 @@ from guideloom._mixture.mixture import Mixture
 from guideloom._mixture.source import MixtureSource
 from guideloom._sources.document_windows import check_window_modes, window_source
 from guideloom._sources.documents import DocumentSource
+from guideloom._sources.packed_records import PackedRecordSource
 from guideloom._sources.source import SampleSource
 from guideloom._sources.token_windows import TokenWindowSource
 from guideloom._storage.storages import DocumentStorage, TokenStorage
@@ -70,10 +73,18 @@ def make_source(
         raise ValueError(f"window_dtype must be torch.int64 or torch.int32, got {window_dtype!r}")
     if isinstance(storage, TokenStorage) and sequence_length is None:
         raise ValueError("sequence_length is required for a TokenStorage (use T + 1 for next-token targets)")
-    if isinstance(storage, DocumentStorage) and sequence_length is not None:
-        raise ValueError("sequence_length must be omitted for a DocumentStorage: each record is one sample")
+    if isinstance(storage, DocumentStorage) and sequence_length is not None and not pack_documents:
+        raise ValueError(
+            "sequence_length must be omitted for a DocumentStorage: each record is one sample (with "
+            "pack_documents=True it is the length of a row of packed records)"
+        )
+    if isinstance(storage, DocumentStorage) and pack_documents and sequence_length is None:
+        raise ValueError("pack_documents=True on a DocumentStorage needs sequence_length: the length of a row")
     storage.header_for_reading()  # a missing storage is StorageNotFoundError here, not at the first batch
     snapshot = job_snapshot(storage) if one_snapshot_per_job else storage.snapshot()
+    if isinstance(storage, DocumentStorage) and pack_documents:
+        rows = PackedRecordSource(storage, snapshot, check_sequence_length(sequence_length), long_documents)
+        return _not_empty(rows, " (empty storage, or every record longer than a row)", component)
     if isinstance(storage, DocumentStorage):
         return _not_empty(DocumentSource(storage, snapshot), " (empty storage)", component)
     sequence_length = check_sequence_length(sequence_length)
@@ -96,10 +107,16 @@ def make_source(
     return _not_empty(source, why, component)
 
 
-def _not_empty(
-    source: DocumentSource | TokenWindowSource, why: str, component: str | None
-) -> DocumentSource | TokenWindowSource:
-    if source.sample_count == 0:
+SourceT = TypeVar("SourceT", DocumentSource, PackedRecordSource, TokenWindowSource)
+
+
+def _not_empty(source: SourceT, why: str, component: str | None) -> SourceT:
+    try:
+        empty = source.sample_count == 0
+    except BaseException:
+        source.close()
+        raise
+    if empty:
         source.close()
         which = "" if component is None else f"the mixture's component {component!r}: "
         raise ValueError(f"{which}the storage at {source.storage.location} has no samples to load{why}")

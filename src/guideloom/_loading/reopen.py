@@ -36,6 +36,7 @@ WINDOW_MODES: dict[str, dict[str, Any]] = {
     "token windows": {},
     "token windows with document boundaries": {"document_boundaries": True},
     "packed documents": {"pack_documents": True},
+    "packed records": {"pack_documents": True},
 }
 OPTIONS = ("sequence_length", "pad_id", "long_documents")  # identity keys that are from_storage arguments
 
@@ -97,7 +98,7 @@ def _open(location: str, kind: str, storage_options: dict[str, Any] | None, what
     options = storage_options if is_url(location) else None
     try:
         found = AnyFormatStorage(location, storage_options=options)
-        if kind == "documents":
+        if kind in ("documents", "packed records"):
             return DocumentStorage(location, OpaqueFormat(found.header.format or ""), storage_options=options)
         return TokenStorage(location, storage_options=options)
     except StorageNotFoundError as error:

@@ -16,6 +16,7 @@ from guideloom._core.checks import check_bool, check_choice, check_int
 from guideloom._shards.shard_table import ShardTable
 from guideloom._sources.describe import SamplePieces, packed_keys, packed_pieces
 from guideloom._sources.labeled_windows import LabeledWindowSource
+from guideloom._sources.packed_records import RECORD_LONG_DOCUMENTS
 from guideloom._sources.token_windows import TokenWindowSource
 from guideloom._storage.storages import TokenStorage
 from guideloom._windows.boundaries import PieceRows, split_batch
@@ -130,12 +131,19 @@ def check_window_modes(
         raise ValueError(
             "document_boundaries and pack_documents are exclusive: pick one (packed rows report their documents too)"
         )
-    if (document_boundaries or pack_documents) and not isinstance(storage, TokenStorage):
-        mode = "document_boundaries" if document_boundaries else "pack_documents"
+    if document_boundaries and not isinstance(storage, TokenStorage):
         raise ValueError(
-            f"{mode}=True applies to a TokenStorage or a mixture of them, not to a {type(storage).__name__}: "
-            "documents are whole samples already"
+            f"document_boundaries=True applies to a TokenStorage or a mixture of them, not to a "
+            f"{type(storage).__name__}: documents are whole samples already"
         )
+    if pack_documents and not isinstance(storage, TokenStorage):  # packed records: never cut, never padded
+        if long_documents not in (None, *RECORD_LONG_DOCUMENTS):
+            raise ValueError(
+                f"long_documents={long_documents!r} cannot apply to packed records, which are never cut: pass "
+                '"drop" to leave records longer than a row out, or omit it (such a record is then an error)'
+            )
+        if pad_id != 0:
+            raise ValueError("pad_id applies to packed token rows: packed records are lists of records, not padded")
     if pad_id != 0 and not pack_documents:
         raise ValueError("pad_id applies only with pack_documents=True (other windows have no padding)")
 
