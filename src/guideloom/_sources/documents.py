@@ -9,7 +9,7 @@ import numpy as np
 
 from guideloom._shards.reader import DocumentReader
 from guideloom._sources.describe import SamplePieces, record_keys, record_pieces
-from guideloom._sources.record_lengths import record_lengths
+from guideloom._sources.record_lengths import record_lengths_at
 from guideloom._sources.source import PinnedShards
 
 
@@ -17,7 +17,6 @@ class DocumentSource(PinnedShards[DocumentReader[Any]]):
     """One decoded record per sample; the default collate keeps the list as it is."""
 
     kind = "documents"
-    _lengths: np.ndarray | None = None  # every record's length, read once when batches by budget first need it
 
     @property
     def sample_count(self) -> int:
@@ -38,9 +37,7 @@ class DocumentSource(PinnedShards[DocumentReader[Any]]):
 
     def sample_lengths(self, indices: np.ndarray, epoch: int) -> np.ndarray:
         """The lengths of the records at these indices (what ``batch_tokens`` counts)."""
-        if self._lengths is None:
-            self._lengths = record_lengths(self.reader)
-        return self._lengths[np.asarray(indices, np.int64)]
+        return record_lengths_at(self.reader, indices)
 
     def default_collate(self, samples: list[Any]) -> list[Any]:
         return samples
@@ -48,6 +45,3 @@ class DocumentSource(PinnedShards[DocumentReader[Any]]):
     def split_collated(self, batch: list[Any], sizes: list[int]) -> list[Any]:
         starts = np.cumsum([0, *sizes]).tolist()
         return [batch[start:stop] for start, stop in pairwise(starts)]
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**super().__getstate__(), "_lengths": None}
