@@ -18,13 +18,35 @@ from guideloom._sampling.epoch_order import BatchPlan, EpochOrder
 from guideloom._sampling.token_budget import LengthsAt, Step, TokenBudgetPlan
 from guideloom._sources.source import SampleSource
 
-__all__ = ["EpochSteps", "check_measured", "epoch_order"]
+__all__ = ["EpochSteps", "OrderedRuns", "check_measured", "epoch_order"]
+
+ORDER_CHUNK = 4096  # positions whose sample indices are computed at once when batches by budget ask for runs
 
 
 def epoch_order(source: SampleSource, settings: OrderSettings, epoch: int) -> EpochOrder:
     """The order in which the loader visits ``source``'s samples in ``epoch`` (identity if it orders itself)."""
     shuffle = settings.shuffle and not source.orders_itself
     return EpochOrder(source.sample_count, shuffle=shuffle, seed=settings.seed, epoch=epoch)
+
+
+class OrderedRuns:
+    """The sample indices at runs of consecutive epoch positions, computed a chunk at a time (the order is
+    vectorised, and batches by budget ask for one short run after another)."""
+
+    def __init__(self, source: SampleSource, settings: OrderSettings, epoch: int) -> None:
+        self._order = None if source.orders_itself else epoch_order(source, settings, epoch)
+        self._base = 0
+        self._indices = np.empty(0, np.int64)
+
+    def __call__(self, positions: np.ndarray) -> np.ndarray:
+        """``positions`` (consecutive, ascending; past the end: wrapping around) as the source takes them."""
+        if self._order is None or not len(positions):
+            return positions
+        first, count = int(positions[0]), len(positions)
+        if not self._base <= first <= first + count <= self._base + len(self._indices):
+            self._base = first
+            self._indices = self._order.sample_at(np.arange(first, first + max(count, ORDER_CHUNK), dtype=np.int64))
+        return self._indices[first - self._base : first - self._base + count]
 
 
 def check_measured(source: SampleSource) -> None:
@@ -39,12 +61,11 @@ def check_measured(source: SampleSource) -> None:
 
 def lengths_in_order(source: SampleSource, settings: OrderSettings, epoch: int) -> LengthsAt:
     """The lengths of the samples at epoch positions of ``epoch``, as the budget planner asks for them."""
-    order = epoch_order(source, settings, epoch)
-    measured: Any = source
+    indices_at = OrderedRuns(source, settings, epoch)
+    measured: Any = source  # (check_measured said it has sample_lengths)
 
     def lengths_at(positions: np.ndarray) -> np.ndarray:
-        indices = positions if source.orders_itself else order.sample_at(positions)
-        return np.asarray(measured.sample_lengths(indices, epoch), np.int64)
+        return np.asarray(measured.sample_lengths(indices_at(positions), epoch), np.int64)
 
     return lengths_at
 

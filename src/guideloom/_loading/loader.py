@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from guideloom._core.checks import check_bool, check_callable, check_int, check_number
-from guideloom._loading.batching import EpochSteps, check_measured, epoch_order
+from guideloom._loading.batching import EpochSteps, OrderedRuns, check_measured, epoch_order
 from guideloom._loading.devices import check_device
 from guideloom._loading.epoch_iterator import EpochIterator
 from guideloom._loading.explain import DigestCache, Place, check_next_batch, explain_batches, skipped
@@ -267,10 +267,9 @@ class StatefulDataLoader:
             yield batch
 
     def _budget_index_batches(self, steps: EpochSteps, ends: deque[int]) -> Iterator[np.ndarray]:
-        order, source = epoch_order(self._source, self._settings(), self.epoch), self._source
+        indices_at, source = OrderedRuns(self._source, self._settings(), self.epoch), self._source
         for step in steps.steps():
-            positions = step.rank_positions(self.rank)
-            indices = positions if source.orders_itself else order.sample_at(positions)
+            indices = indices_at(step.rank_positions(self.rank))
             source.prefetch(indices, self.epoch)
             ends.append(step.end)
             yield indices
