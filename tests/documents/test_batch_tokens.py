@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from guideloom import DocumentStorage, Mixture, StatefulDataLoader
+from guideloom._loading.reopen import loader_from_state
 from tests.documents.records import ids, make_sized_records, record_lengths
 from tests.helpers import assert_resumes_exactly, make_token_storage, take
 
@@ -149,3 +150,13 @@ def test_batch_tokens_is_for_records_not_token_windows(tmp_path: Path) -> None:
     tokens = make_token_storage(tmp_path / "tokens")
     with pytest.raises(ValueError, match="batch_tokens applies to the records of a DocumentStorage"):
         StatefulDataLoader.from_storage(tokens, device="cpu", batch_tokens=64, sequence_length=9)
+
+
+def test_a_state_by_budget_reopens_alone_and_explains_the_same_batches(storage: DocumentStorage[Any, Any]) -> None:
+    with loader_of(storage, rank=1, world_size=2) as loader:
+        take(loader, 3)
+        state = json.loads(json.dumps(loader.state_dict()))
+        explained = loader.explain(batches=3)
+    with loader_from_state(state, rank=1) as reopened:
+        assert reopened.batch_tokens == BUDGET and reopened.local_batch_size is None
+        assert reopened.explain(batches=3) == explained
