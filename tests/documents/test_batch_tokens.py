@@ -12,6 +12,7 @@ from guideloom import DocumentStorage, Mixture, StatefulDataLoader
 from guideloom._loading.reopen import loader_from_state
 from tests.documents.records import ids, make_sized_records, record_lengths
 from tests.helpers import assert_resumes_exactly, make_token_storage, take
+from tests.test_cli_explain import run
 
 LENGTHS = record_lengths(97)
 BUDGET = 100
@@ -160,3 +161,15 @@ def test_a_state_by_budget_reopens_alone_and_explains_the_same_batches(storage: 
     with loader_from_state(state, rank=1) as reopened:
         assert reopened.batch_tokens == BUDGET and reopened.local_batch_size is None
         assert reopened.explain(batches=3) == explained
+
+
+def test_guideloom_explain_says_the_batches_are_cut_by_budget(
+    storage: DocumentStorage[Any, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with loader_of(storage) as loader:
+        take(loader, 2)
+        (tmp_path / "state.json").write_text(json.dumps(loader.state_dict()))
+        (batch,) = take(loader, 1)
+    status, out, _ = run(capsys, "explain", tmp_path / "state.json", "--batches", 1)
+    assert status == 0 and f"batches of records up to {BUDGET} length units on each of 1 rank" in out
+    assert out.count(", record ") == len(batch)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ def test_rows_are_the_token_packing_of_each_shard(storage: DocumentStorage[Any, 
     expected = []
     for shard in (range(0, 40), range(40, 80)):  # the two shards' records
         starts, order = best_fit_decreasing(np.array([LENGTHS[i] for i in shard]), ROW)
-        expected += [[shard[j] for j in order[a:b]] for a, b in zip(starts[:-1], starts[1:], strict=True)]
+        expected += [[shard[j] for j in order[a:b]] for a, b in pairwise(starts)]
     with packed(storage, shuffle=False, local_batch_size=1) as loader:
         assert [batch[0] for batch in loader] == expected
     assert sum(LENGTHS) / (len(expected) * ROW) > 0.95  # padding-free: few length units left unused
