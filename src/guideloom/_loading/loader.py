@@ -110,6 +110,7 @@ class StatefulDataLoader:
         self.position = 0
         self._generation = 0
         self._digests = DigestCache()
+        self._length: tuple[int, SampleSource | None, int] = (-1, None, 0)  # len(self) of an epoch of a source
         self._transport = self._make_transport()
         self._closed = False
 
@@ -221,8 +222,13 @@ class StatefulDataLoader:
         return EpochSteps(self._source, self._settings(), self.epoch, start)
 
     def __len__(self) -> int:
-        """Batches this rank yields in a full epoch (with ``batch_tokens``: this epoch, whose lengths it reads)."""
-        return self._steps(0).epoch_count()
+        """Batches this rank yields in a full epoch (with ``batch_tokens``: this epoch, whose lengths it reads once)."""
+        epoch = self.epoch if self.batch_tokens is not None else 0  # (fixed batches: the same in every epoch)
+        known_epoch, source, length = self._length
+        if known_epoch != epoch or source is not self._source:
+            length = self._steps(0).epoch_count()
+            self._length = (epoch, self._source, length)
+        return length
 
     def __iter__(self) -> Iterator[Any]:
         """The rest of the current epoch, or the next epoch if this one is complete."""
