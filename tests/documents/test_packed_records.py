@@ -98,10 +98,12 @@ def test_a_record_longer_than_a_row_is_an_error_naming_it_or_dropped(tmp_path: P
         assert list(loader) == [[[2, 0]]]
 
 
-@pytest.mark.parametrize("choice", ["split", "truncate"])
-def test_records_are_never_cut(storage: DocumentStorage[Any, Any], choice: str) -> None:
+def test_records_are_never_cut(tmp_path: Path) -> None:
+    storage = make_sized_records(tmp_path / "records", [10, 200, 30], shards=1)
     with pytest.raises(ValueError, match="cannot apply to packed records, which are never cut"):
-        packed(storage, long_documents=choice)
+        packed(storage, long_documents="truncate")
+    with pytest.raises(ValueError, match="record 1 of shard 0 .* is 200 long"):  # "split", the default, cuts none
+        packed(storage, long_documents="split")
 
 
 def test_packed_records_need_a_row_length(storage: DocumentStorage[Any, Any]) -> None:

@@ -201,9 +201,9 @@ class Summary:
         names = [entry[0] for entry in source["components"]] if mixture else [STORAGE]
         kind = source.get("component_kind", source.get("kind"))
         steps = sorted({(batch["epoch"], batch["batch"]) for batch in batches})
-        global_batch = (state[LOCAL_BATCH_SIZE] or 0) * state[WORLD_SIZE]  # by budget: the weights at the state
+        global_batch = (state[LOCAL_BATCH_SIZE] or 0) * state[WORLD_SIZE]  # 0 by budget: the weights at the state
         scheduled = [
-            _weights(source, epoch * state[SAMPLE_COUNT] + (number * global_batch or state[POSITION]))
+            _weights(source, epoch * state[SAMPLE_COUNT] + (number * global_batch if global_batch else state[POSITION]))
             if mixture
             else [1.0]
             for epoch, number in steps

@@ -47,14 +47,14 @@ class RecordRows:
         return self.records[flat], counts
 
 
-def pack_records(reader: DocumentReader[Any], sequence_length: int, long_documents: str | None) -> RecordRows:
+def pack_records(reader: DocumentReader[Any], sequence_length: int, drop_long: bool) -> RecordRows:
     """The rows of every shard of ``reader``: its records' lengths packed best-fit decreasing, shard by shard."""
     row_starts, records = [np.zeros(1, np.int64)], []
     rows_so_far = 0
     for position in range(len(reader.infos)):
         lengths = shard_record_lengths(reader, position)
         kept = np.flatnonzero(lengths <= sequence_length)
-        if len(kept) < len(lengths) and long_documents != "drop":
+        if len(kept) < len(lengths) and not drop_long:
             record = int(np.flatnonzero(lengths > sequence_length)[0])
             raise ValueError(
                 f"record {record} of shard {reader.infos[position].id} of {reader.location} is {int(lengths[record])} "
@@ -78,17 +78,17 @@ class PackedRecordSource(PinnedShards[DocumentReader[Any]]):
         storage: Any,
         snapshot: ShardTable,
         sequence_length: int,
-        long_documents: str | None = None,
+        drop_long: bool = False,
     ) -> None:
         super().__init__(storage, snapshot)
         self.sequence_length = sequence_length
-        self.long_documents = long_documents
+        self.drop_long = drop_long  # long_documents="drop": records longer than a row are left out
         self._rows: RecordRows | None = None
 
     @property
     def rows(self) -> RecordRows:
         if self._rows is None:
-            self._rows = pack_records(self.reader, self.sequence_length, self.long_documents)
+            self._rows = pack_records(self.reader, self.sequence_length, self.drop_long)
         return self._rows
 
     @property
@@ -123,7 +123,7 @@ class PackedRecordSource(PinnedShards[DocumentReader[Any]]):
         return [batch[start:stop] for start, stop in pairwise(starts)]
 
     def identity(self, *, digest: bool = True) -> dict[str, Any]:
-        chosen = {} if self.long_documents is None else {"long_documents": self.long_documents}
+        chosen = {"long_documents": "drop"} if self.drop_long else {}
         return {**super().identity(digest=digest), "sequence_length": self.sequence_length, **chosen}
 
     def with_shards(self, shard_ids: list[int]) -> PackedRecordSource:
