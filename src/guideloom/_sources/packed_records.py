@@ -18,7 +18,6 @@ import numpy as np
 from guideloom._shards.reader import DocumentReader
 from guideloom._shards.shard_table import ShardTable
 from guideloom._sources.describe import WHOLE_RECORD, SamplePieces, record_keys
-from guideloom._sources.record_lengths import shard_record_lengths
 from guideloom._sources.source import PinnedShards
 from guideloom._windows.packing import best_fit_decreasing
 
@@ -52,7 +51,7 @@ def pack_records(reader: DocumentReader[Any], sequence_length: int, drop_long: b
     row_starts, records = [np.zeros(1, np.int64)], []
     rows_so_far = 0
     for position in range(len(reader.infos)):
-        lengths = shard_record_lengths(reader, position)
+        lengths = np.asarray(reader.shard_lengths(position), np.int64)
         kept = np.flatnonzero(lengths <= sequence_length)
         if len(kept) < len(lengths) and not drop_long:
             record = int(np.flatnonzero(lengths > sequence_length)[0])
