@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from guideloom import DocumentStorage, Mixture, StatefulDataLoader
+from guideloom import DocumentJsonFormat, DocumentStorage, Mixture, StatefulDataLoader
 from guideloom._loading.reopen import loader_from_state
 from tests.documents.records import ids, make_sized_records, record_lengths
 from tests.helpers import assert_resumes_exactly, make_token_storage, take
@@ -173,3 +173,25 @@ def test_guideloom_explain_says_the_batches_are_cut_by_budget(
     status, out, _ = run(capsys, "explain", tmp_path / "state.json", "--batches", 1)
     assert status == 0 and f"batches of records up to {BUDGET} length units on each of 1 rank" in out
     assert out.count(", record ") == len(batch)
+
+
+def token_count(record: dict[str, Any]) -> int:
+    return len(record["tokens"])
+
+
+def test_budgets_and_packing_count_the_lengths_a_format_recorded(tmp_path: Path) -> None:
+    lengths = record_lengths(50, seed=4)
+    storage = DocumentStorage(tmp_path / "measured", DocumentJsonFormat(length=token_count))
+    with storage.sync_writer() as writer:
+        for index, length in enumerate(lengths):
+            writer.append(index % 2, {"id": index, "tokens": [7] * length})  # JSON bytes: far more than tokens
+    with StatefulDataLoader.from_storage(storage, device="cpu", batch_tokens=BUDGET, shuffle=True) as loader:
+        batches = [[record["id"] for record in batch] for batch in loader]
+    sizes = [sum(lengths[i] for i in batch) for batch in batches]
+    assert all(size <= BUDGET for size in sizes) and sorted(i for batch in batches for i in batch) == list(range(50))
+    assert all(size + lengths[batches[k + 1][0]] > BUDGET for k, size in enumerate(sizes[:-1]))  # full by tokens
+    with StatefulDataLoader.from_storage(
+        storage, device="cpu", local_batch_size=1, pack_documents=True, sequence_length=BUDGET
+    ) as loader:
+        rows = [[record["id"] for record in batch[0]] for batch in loader]
+    assert all(sum(lengths[i] for i in row) <= BUDGET for row in rows) and sum(map(len, rows)) == 50

@@ -102,7 +102,7 @@ def test_records_are_never_cut(tmp_path: Path) -> None:
     storage = make_sized_records(tmp_path / "records", [10, 200, 30], shards=1)
     with pytest.raises(ValueError, match="cannot apply to packed records, which are never cut"):
         packed(storage, long_documents="truncate")
-    with pytest.raises(ValueError, match="record 1 of shard 0 .* is 200 long"):  # "split", the default, cuts none
+    with pytest.raises(ValueError, match=r"record 1 of shard 0 .* is 200 long"):  # "split", the default, cuts none
         packed(storage, long_documents="split")
 
 
