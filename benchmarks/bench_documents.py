@@ -19,15 +19,14 @@ Parts (``--parts``, default: all):
 
 Writes ``results/documents.json`` (one entry per part measured; other parts' entries are kept).
 
-    python benchmarks/bench_documents.py                      # 20,000 records (seconds)
-    python benchmarks/bench_documents.py --records 100_000 --parts padding
+    python -m benchmarks.bench_documents                      # 20,000 records (seconds)
+    python -m benchmarks.bench_documents --records 100_000 --parts padding
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import platform
 import struct
 import tempfile
 from collections.abc import Callable
@@ -36,10 +35,10 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.harness import argument_parser, count, machine, read_results, write_results
 from guideloom import DocumentStorage, StatefulDataLoader
 from guideloom.types import DocumentStorageFormat
 
-RESULTS = Path(__file__).parent / "results" / "documents.json"
 VOCABULARY = 32_000
 SHARDS = 4
 PAD_ID = 0
@@ -147,24 +146,22 @@ PARTS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {"padding": p
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argument_parser(__doc__)
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)}")
-    parser.add_argument("--records", type=int, default=20_000)
+    parser.add_argument("--records", type=count, default=20_000)
     parser.add_argument("--batch", type=int, default=32, help="records per fixed batch")
-    parser.add_argument("--batch-tokens", type=int, default=32_768, help="the budget of a batch, in length units")
-    parser.add_argument("--sequence-length", type=int, default=8_192, help="the length of a packed row")
+    parser.add_argument("--batch-tokens", type=count, default=32_768, help="the budget of a batch, in length units")
+    parser.add_argument("--sequence-length", type=count, default=8_192, help="the length of a packed row")
     arguments = parser.parse_args()
     chosen = [part.strip() for part in arguments.parts.split(",") if part.strip()]
     unknown = sorted(set(chosen) - set(PARTS))
     if unknown:
         parser.error(f"unknown parts {unknown}: choose from {sorted(PARTS)}")
-    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    results["machine"] = f"{platform.platform()}, Python {platform.python_version()}"
+    results = read_results("documents") or {}
     for part in chosen:
-        results[part] = PARTS[part](arguments)
+        results[part] = {**PARTS[part](arguments), "machine": machine()}
         print(json.dumps({part: results[part]}, indent=2))
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    write_results("documents", results)
 
 
 if __name__ == "__main__":
