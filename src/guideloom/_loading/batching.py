@@ -8,25 +8,21 @@ of the samples they cover (from the records' index, never their data), so counti
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
+from guideloom._loading.orders import epoch_order
 from guideloom._loading.state import OrderSettings
-from guideloom._sampling.epoch_order import BatchPlan, EpochOrder
+from guideloom._sampling.epoch_order import BatchPlan
 from guideloom._sampling.token_budget import LengthsAt, Step, TokenBudgetPlan
 from guideloom._sources.source import SampleSource
 
-__all__ = ["EpochSteps", "OrderedRuns", "check_measured", "epoch_order"]
+__all__ = ["EpochSteps", "OrderedRuns", "check_measured", "check_some_batch"]
 
 ORDER_CHUNK = 4096  # positions whose sample indices are computed at once when batches by budget ask for runs
-
-
-def epoch_order(source: SampleSource, settings: OrderSettings, epoch: int) -> EpochOrder:
-    """The order in which the loader visits ``source``'s samples in ``epoch`` (identity if it orders itself)."""
-    shuffle = settings.shuffle and not source.orders_itself
-    return EpochOrder(source.sample_count, shuffle=shuffle, seed=settings.seed, epoch=epoch)
 
 
 class OrderedRuns:
@@ -34,7 +30,7 @@ class OrderedRuns:
     vectorised, and batches by budget ask for one short run after another)."""
 
     def __init__(self, source: SampleSource, settings: OrderSettings, epoch: int) -> None:
-        self._order = None if source.orders_itself else epoch_order(source, settings, epoch)
+        self._order = None if source.orders_itself else epoch_order(source, settings, epoch, 0)  # (the global order)
         self._base = 0
         self._indices = np.empty(0, np.int64)
 
@@ -57,6 +53,22 @@ def check_measured(source: SampleSource) -> None:
             f"batch_tokens applies to the records of a DocumentStorage (or a mixture of them), not to {source}: "
             "token windows and packed rows have a fixed length, so batch them with local_batch_size"
         )
+
+
+def check_some_batch(source: SampleSource, settings: OrderSettings) -> None:
+    """ValueError if ``drop_last`` drops every batch of an epoch (every epoch would then be silently empty)."""
+    if not (settings.drop_last and EpochSteps(source, settings, 0, 0).is_complete()):
+        return
+    size, world_size = settings.local_batch_size, settings.world_size
+    batch = (
+        f"of {size * world_size} (local_batch_size={size} × world_size={world_size})"
+        if size is not None
+        else f"of batch_tokens={settings.batch_tokens} on each of {world_size} ranks"
+    )
+    raise ValueError(
+        f"drop_last=True would drop every batch: {source} gives {source.sample_count} samples per epoch, fewer "
+        f"than one global batch {batch}"
+    )
 
 
 def lengths_in_order(source: SampleSource, settings: OrderSettings, epoch: int) -> LengthsAt:
@@ -105,6 +117,16 @@ class EpochSteps:
             first_rank = plan.rank_positions(batch, 0)  # ranks read consecutive runs of one length
             first, per_rank = int(first_rank[0]), len(first_rank)
             yield Step(tuple(first + per_rank * rank for rank in range(world_size + 1)), plan.batch_end(batch))
+
+    def rank_indices(self, rank: int, ends: deque[int]) -> Iterator[np.ndarray]:
+        """``rank``'s sample indices (positions, for a source that orders itself), step after step, the source told
+        of each batch ahead; where the epoch continues after each step is appended to ``ends``."""
+        indices_at, source = OrderedRuns(self.source, self.settings, self.epoch), self.source
+        for step in self.steps():
+            indices = indices_at(step.rank_positions(rank))
+            source.prefetch(indices, self.epoch)
+            ends.append(step.end)
+            yield indices
 
     def is_complete(self) -> bool:
         """Whether no batch is left in the epoch."""

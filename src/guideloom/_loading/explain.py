@@ -17,17 +17,19 @@ import numpy as np
 
 from guideloom._core.checks import check_int
 from guideloom._core.errors import StateMismatchError
-from guideloom._loading.batching import EpochSteps, epoch_order
+from guideloom._loading.batching import EpochSteps
+from guideloom._loading.orders import epoch_order
 from guideloom._loading.state import (
     BATCH_TOKENS,
     DROP_LAST,
     LOCAL_BATCH_SIZE,
+    LOCAL_WORLD_SIZE,
     NEXT_BATCH,
     SOURCE,
     WORLD_SIZE,
     OrderSettings,
 )
-from guideloom._sampling.epoch_order import BatchPlan, EpochOrder
+from guideloom._sampling.epoch_order import BatchPlan
 from guideloom._sampling.token_budget import Step
 from guideloom._sources.describe import SamplePieces
 from guideloom._sources.recorded_shards import CONTENT_KEYS, LOCATION_KEYS
@@ -52,15 +54,17 @@ def plan_of(settings: OrderSettings, source: SampleSource, start: int) -> BatchP
 
 
 def describe_positions(
-    source: SampleSource, settings: OrderSettings, epoch: int, positions: np.ndarray
+    source: SampleSource, settings: OrderSettings, epoch: int, positions: np.ndarray, start: int
 ) -> SamplePieces:
-    """The samples at these positions of epoch ``epoch``'s order (past the end: wrapping around, as padding does)."""
-    return source.describe(epoch_order(source, settings, epoch).sample_at(positions), epoch)
+    """The samples at these positions of epoch ``epoch``'s order read from ``start`` (past the end: wrapping
+    around, as padding does)."""
+    return source.describe(epoch_order(source, settings, epoch, start).sample_at(positions), epoch)
 
 
-def upcoming(place: Place, settings: OrderSettings, batches: int) -> Iterator[tuple[int, int, SampleSource, Step]]:
-    """The next ``batches`` batches as iteration yields them: ``(epoch, batch number in the epoch, source, step)``.
-    A batch's number counts the epoch's batches before it, the same on every rank."""
+def upcoming(place: Place, settings: OrderSettings, batches: int) -> Iterator[tuple[int, int, SampleSource, Step, int]]:
+    """The next ``batches`` batches as iteration yields them: ``(epoch, batch number in the epoch, source, step,
+    where the epoch's reading resumed)``. A batch's number counts the epoch's batches before it, the same on every
+    rank."""
     epoch, position, source, left = place.epoch, place.position, place.source, batches
     while left:
         steps = EpochSteps(source, settings, epoch, position)
@@ -69,7 +73,7 @@ def upcoming(place: Place, settings: OrderSettings, batches: int) -> Iterator[tu
             continue
         first = steps.number_before()
         for number, step in zip(range(first, first + left), steps.steps(), strict=False):
-            yield epoch, number, source, step
+            yield epoch, number, source, step, position
             left -= 1
         position = source.sample_count
 
@@ -81,8 +85,9 @@ def explain_batches(place: Place, settings: OrderSettings, batches: object, rank
     if rank >= settings.world_size:
         raise ValueError(f"rank must be < world_size ({settings.world_size}), got {rank}")
     described = []
-    for epoch, number, source, step in upcoming(place, settings, count):
-        pieces = describe_positions(source, settings, epoch, step.rank_positions(rank))
+    for epoch, number, source, step, start in upcoming(place, settings, count):
+        epoch_settings = settings if epoch == place.epoch else settings.next_epoch()
+        pieces = describe_positions(source, epoch_settings, epoch, step.rank_positions(rank), start)
         described.append({"epoch": epoch, "batch": number, "rank": rank, "samples": pieces.samples()})
     return described
 
@@ -126,10 +131,8 @@ def next_batch(source: SampleSource, settings: OrderSettings, epoch: int, positi
     ``state_dict()`` cheap at every step and free of downloads, and tells another order apart all the same.
     """
     if EpochSteps(source, settings, epoch, position).is_complete():
-        epoch, position = epoch + 1, 0
-    index = position
-    if settings.shuffle and not source.orders_itself:
-        index = EpochOrder(source.sample_count, shuffle=True, seed=settings.seed, epoch=epoch).sample_at_one(position)
+        epoch, position, settings = epoch + 1, 0, settings.next_epoch()
+    index = epoch_order(source, settings, epoch, position).sample_at_one(position)
     keys = source.sample_keys(np.array([index % source.sample_count], np.int64), epoch)
     return hashlib.blake2b(np.ascontiguousarray(keys, "<i8").tobytes(), digest_size=8).hexdigest()
 
@@ -165,19 +168,21 @@ def check_next_batch(
     recorded = state[NEXT_BATCH]
     local_batch_size, world_size, drop_last = (state.get(key) for key in (LOCAL_BATCH_SIZE, WORLD_SIZE, DROP_LAST))
     batch_tokens = state.get(BATCH_TOKENS)
-    cut_by = (local_batch_size, world_size) if batch_tokens is None else (batch_tokens, world_size)
-    sizes_fit = all(isinstance(size, int) and not isinstance(size, bool) and size >= 1 for size in cut_by)
+    local_world_size = state.get(LOCAL_WORLD_SIZE, settings.local_world_size)
+    sizes = (local_batch_size if batch_tokens is None else batch_tokens, world_size, local_world_size)
+    sizes_fit = all(isinstance(size, int) and not isinstance(size, bool) and size >= 1 for size in sizes)
     if batch_tokens is not None and local_batch_size is not None:
         sizes_fit = False  # one or the other
     if not (sizes_fit and isinstance(drop_last, bool) and isinstance(recorded, str)):
         raise StateMismatchError(f"the state's {NEXT_BATCH!r} and batch sizes are not what guideloom writes")
-    assert isinstance(world_size, int)
+    assert isinstance(world_size, int) and isinstance(local_world_size, int)
     then = replace(
         settings,
         local_batch_size=local_batch_size,
         world_size=world_size,
         drop_last=drop_last,
         batch_tokens=batch_tokens,
+        local_world_size=local_world_size,
     )
     if next_batch(source, then, epoch, position) != recorded:
         raise StateMismatchError(

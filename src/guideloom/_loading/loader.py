@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from collections import deque
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, Self
 
@@ -19,14 +20,16 @@ import numpy as np
 import torch
 
 from guideloom._core.checks import check_bool, check_callable, check_int, check_number
-from guideloom._loading.batching import EpochSteps, OrderedRuns, check_measured, epoch_order
+from guideloom._loading.batching import EpochSteps, check_measured, check_some_batch
 from guideloom._loading.devices import check_device
 from guideloom._loading.epoch_iterator import EpochIterator
 from guideloom._loading.explain import DigestCache, Place, check_next_batch, explain_batches, skipped
 from guideloom._loading.job_snapshot import in_job
 from guideloom._loading.make_source import make_source
+from guideloom._loading.orders import epoch_order
 from guideloom._loading.ranks import check_process_group, resolve_ranks
 from guideloom._loading.state import OrderSettings, build_state, check_state
+from guideloom._loading.streaming import check_windowed, local_world_size_of, prepare_streaming
 from guideloom._loading.transport import Batcher, Transport, make_transport
 from guideloom._mixture.mixture import Mixture
 from guideloom._sampling.epoch_order import BatchPlan
@@ -74,6 +77,8 @@ class StatefulDataLoader:
         sequence_length: int | None = None,
         ranks_from_environment: bool = False,
         batch_tokens: int | None = None,
+        shuffle_window: int | None = None,
+        local_world_size: int = 1,
     ) -> None:
         self._closed = True  # until the transport exists: close() then releases only what was made
         self._source = source
@@ -88,6 +93,9 @@ class StatefulDataLoader:
         self.drop_last = drop_last
         self.rank = rank
         self.world_size = world_size
+        self.shuffle_window = shuffle_window
+        self.local_world_size = local_world_size
+        self._epoch_machines: int | None = None  # a resumed windowed epoch's machine shares, until it ends
         self._ranks_to_check = ranks_from_environment  # against a process group initialised later
         self.num_workers = num_workers
         self._prefetch_factor = prefetch_factor
@@ -96,17 +104,11 @@ class StatefulDataLoader:
         if self.sample_count == 0:
             source.close()
             raise ValueError(f"{source} has no samples to load")
-        if drop_last and EpochSteps(source, self._settings(), 0, 0).is_complete():  # else every epoch is empty
+        try:
+            check_some_batch(source, self._settings())  # with drop_last, an epoch may hold none
+        except ValueError:
             source.close()
-            batch = (
-                f"of {local_batch_size * world_size} (local_batch_size={local_batch_size} × world_size={world_size})"
-                if local_batch_size is not None
-                else f"of batch_tokens={batch_tokens} on each of {world_size} ranks"
-            )
-            raise ValueError(
-                f"drop_last=True would drop every batch: {source} gives {self.sample_count} samples per epoch, fewer "
-                f"than one global batch {batch}"
-            )
+            raise
         self.epoch = 0
         self.position = 0
         self._generation = 0
@@ -149,6 +151,8 @@ class StatefulDataLoader:
         num_workers: int = 0,
         prefetch_factor: int = 2,
         timeout: float = 0.0,
+        shuffle_window: int | None = None,
+        local_world_size: int | None = None,
     ) -> StatefulDataLoader:
         """A loader over the shards of ``storage`` (a storage or a `Mixture` of storages) committed now.
 
@@ -167,6 +171,9 @@ class StatefulDataLoader:
         ``max_seqlen`` (see docs/pretraining.md); ``long_documents`` ("split", "truncate" or "drop") says
         what packing does with a document longer than the row. A masked token storage (``loss_mask=True``)
         gives dict batches in every mode, with ``labels`` -100 where the mask is 0 (docs/tokens.md).
+        ``shuffle_window=K`` (with ``shuffle=True``) reads each machine's own share of the shards, about K shards
+        at a time, for storages larger than a machine's cache (docs/object-storage.md); ``local_world_size`` is
+        the ranks per machine (default: ``LOCAL_WORLD_SIZE``, else 1).
         """
         collate = check_callable("collate", collate, optional=True)
         device = check_device(device)
@@ -183,6 +190,10 @@ class StatefulDataLoader:
         seed = check_int("seed", seed, minimum=-(2**63))
         timeout = check_number("timeout", timeout, minimum=0)
         rank, world_size, ranks_from_environment = resolve_ranks(rank, world_size)
+        shuffle_window = check_windowed(storage, shuffle_window, shuffle)
+        local_world_size = local_world_size_of(local_world_size, world_size, shuffle_window)
+        if batch_tokens is not None and shuffle_window is not None:
+            raise ValueError("batch_tokens and shuffle_window do not combine yet: batch by budget in the global order")
         mode = window_mode(
             {
                 "document_boundaries": document_boundaries,
@@ -206,6 +217,7 @@ class StatefulDataLoader:
             except ValueError:
                 source.close()
                 raise
+        prepare_streaming(storage, source, shuffle, shuffle_window)
         return cls(
             source,
             collate,
@@ -222,6 +234,8 @@ class StatefulDataLoader:
             sequence_length=sequence_length,
             ranks_from_environment=ranks_from_environment,
             batch_tokens=batch_tokens,
+            shuffle_window=shuffle_window,
+            local_world_size=local_world_size,
         )
 
     def _steps(self, start: int) -> EpochSteps:
@@ -250,6 +264,7 @@ class StatefulDataLoader:
 
     def _start_next_epoch(self) -> None:
         self.epoch += 1
+        self._epoch_machines = None
         if self._next_epoch_source is not None:  # shards added since the checkpoint join now
             source, self._next_epoch_source = self._next_epoch_source, None
             self._use_source(source)
@@ -271,20 +286,12 @@ class StatefulDataLoader:
     def _budget_segment(self, generation: int, steps: EpochSteps) -> Iterator[Any]:
         """`_epoch_segment` for batches by budget: the steps are planned as the transport asks for them."""
         ends: deque[int] = deque()  # where the epoch continues after each batch planned and not yet yielded
-        batches = self._transport.batches(self._budget_index_batches(steps, ends), self.epoch)
+        batches = self._transport.batches(steps.rank_indices(self.rank, ends), self.epoch)
         for batch in batches:
             if generation != self._generation:
                 raise RuntimeError("this iterator was superseded by a newer iter() or state of the same loader")
             self.position = ends.popleft()
             yield batch
-
-    def _budget_index_batches(self, steps: EpochSteps, ends: deque[int]) -> Iterator[np.ndarray]:
-        indices_at, source = OrderedRuns(self._source, self._settings(), self.epoch), self._source
-        for step in steps.steps():
-            indices = indices_at(step.rank_positions(self.rank))
-            source.prefetch(indices, self.epoch)
-            ends.append(step.end)
-            yield indices
 
     def _index_batches(self, plan: BatchPlan) -> Iterator[np.ndarray]:
         """This rank's sample indices (or positions, for a source that orders itself) batch by batch.
@@ -293,7 +300,7 @@ class StatefulDataLoader:
         the first time only a few batches' worth, so that the first batch does not wait for thousands.
         """
         epoch, source = self.epoch, self._source
-        order = epoch_order(source, self._settings(), epoch)
+        order = epoch_order(source, self._settings(), epoch, plan.start)
         chunk = max(1, ORDER_CHUNK // plan.local_batch_size)
         first, stop = 0, min(max(1, FIRST_ORDER_CHUNK // plan.local_batch_size), plan.full_batch_count)
         while first < plan.full_batch_count:
@@ -308,7 +315,15 @@ class StatefulDataLoader:
 
     def _settings(self) -> OrderSettings:
         return OrderSettings(
-            self.shuffle, self.seed, self.local_batch_size, self.world_size, self.drop_last, self.batch_tokens
+            self.shuffle,
+            self.seed,
+            self.local_batch_size,
+            self.world_size,
+            self.drop_last,
+            self.shuffle_window,
+            self.local_world_size,
+            self._epoch_machines,
+            self.batch_tokens,
         )
 
     def _place(self) -> Place:
@@ -343,11 +358,13 @@ class StatefulDataLoader:
         self._check_open()
         latest = self._next_epoch_source or self._source
         resume = check_state(state, self._settings(), latest)
-        check_next_batch(state, resume.source, self._settings(), resume.epoch, resume.position)
+        settings = replace(self._settings(), epoch_machines=resume.machines)
+        check_next_batch(state, resume.source, settings, resume.epoch, resume.position)
         if resume.source is not self._source:  # e.g. the shards a grown storage had at the checkpoint
             self._use_source(resume.source, keep=latest)
         self._next_epoch_source = latest if resume.source is not latest else None
         self.epoch, self.position = resume.epoch, resume.position
+        self._epoch_machines = resume.machines
         self._generation += 1
 
     def _use_source(self, source: SampleSource, keep: SampleSource | None = None) -> None:

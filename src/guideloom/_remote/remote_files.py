@@ -269,14 +269,18 @@ class RemoteShards:
             self._prefetcher = _Prefetcher(self._prefetch_one, PREFETCH_THREADS)
             self._prefetcher_pid = os.getpid()
             self._queued = set()
-        # Without a cache limit every shard the epoch needs is fetched, in the order it needs them;
-        # with one, only as many as fit next to those a reader holds.
-        limit = len(positions) if self._room is None else max(0, self._room - 1)
+        # Without a cache limit every shard the epoch needs is fetched, in the order it needs them; with one,
+        # only as many as fit next to those this reader holds (a shard cached for a later read counts too:
+        # downloading more would evict it before it is read).
+        budget = len(positions) if self._room is None else self._room - len(self._leases)
         # A hint may reach past the last shard (packed rows counted as windows): those are no shard's.
-        for position in [position for position in positions if 0 <= position < len(self.infos)][:limit]:
-            if position in self._queued or position in self._leases:
+        for position in [position for position in positions if 0 <= position < len(self.infos)]:
+            if budget <= 0:
+                break
+            if position in self._leases:
                 continue
-            if self.files.cache.path_for(self.infos[position]).exists():
+            budget -= 1
+            if position in self._queued or self.files.cache.path_for(self.infos[position]).exists():
                 continue
             self._queued.add(position)
             self._prefetcher.submit(position)

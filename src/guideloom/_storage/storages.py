@@ -135,6 +135,11 @@ class StorageBase:
         """Whether the storage lives on an object store (read through a local cache)."""
         return self._remote is not None
 
+    @property
+    def cache_limit(self) -> int | None:
+        """A remote storage's ``cache_limit_bytes`` (None: no limit, or a local storage)."""
+        return None if self._remote is None else self._remote.cache.limit_bytes
+
     def listed_shard(self, shard: int) -> ShardInfo | None:
         """A remote storage's listing entry of ``shard``, listed now; None if it is not committed."""
         self.committed_shards()
