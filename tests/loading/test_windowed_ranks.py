@@ -12,8 +12,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from guideloom import DocumentJsonFormat, DocumentStorage, StatefulDataLoader
-from tests.helpers import gather_to_file
-from tests.test_distributed import free_port
+from tests.helpers.processes import free_port, gather_to_file
 
 RECORDS, PER_SHARD = 96, 8
 

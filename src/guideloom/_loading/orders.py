@@ -32,6 +32,7 @@ def epoch_order(source: SampleSource, settings: OrderSettings, epoch: int, start
     if settings.shuffle_window is None or not settings.shuffle or source.orders_itself:
         shuffle = settings.shuffle and not source.orders_itself
         return EpochOrder(source.sample_count, shuffle=shuffle, seed=settings.seed, epoch=epoch)
+    assert settings.local_batch_size is not None  # (batch_tokens does not combine with shuffle_window)
     global_batch_size = settings.local_batch_size * settings.world_size
     key = (source.sample_count, settings.seed, epoch, settings.shuffle_window, settings.streams)
     for known, known_key, order in _recent:
