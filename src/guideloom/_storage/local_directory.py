@@ -25,7 +25,7 @@ from guideloom._shards.layout import (
 from guideloom._shards.local_commit import is_committed
 from guideloom._shards.local_shards import LocalShards, LocalTarget
 from guideloom._shards.shard_table import ShardTable, selected
-from guideloom._shards.snapshot import local_snapshot, refresh_snapshot, visible_shard_ids
+from guideloom._shards.snapshot import local_index_problem, local_snapshot, refresh_snapshot, visible_shard_ids
 from guideloom._shards.upkeep import clean_local, verify_local
 
 
@@ -40,6 +40,9 @@ class LocalDirectory:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.name = str(path)
+
+    def index_damage(self) -> str | None:
+        return local_index_problem(self.path)
 
     def use_compression(self, compression: str | None, level: int | None) -> None:
         pass  # local shards are never compressed (the storages refuse it before)
