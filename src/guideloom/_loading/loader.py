@@ -28,7 +28,7 @@ from guideloom._loading.job_snapshot import in_job
 from guideloom._loading.make_source import make_source
 from guideloom._loading.orders import epoch_order
 from guideloom._loading.state import OrderSettings, build_state, check_state
-from guideloom._loading.streaming import check_windowed, local_world_size_of, prepare_streaming
+from guideloom._loading.streaming import check_windowed, in_machine_shares, local_world_size_of, prepare_streaming
 from guideloom._loading.transport import Batcher, Transport, make_transport
 from guideloom._mixture.mixture import Mixture
 from guideloom._sampling.epoch_order import BatchPlan
@@ -253,7 +253,7 @@ class StatefulDataLoader:
             seed=seed,
             one_snapshot_per_job=in_job(rank, world_size),
         )
-        prepare_streaming(storage, source, shuffle, shuffle_window)
+        source = prepare_streaming(storage, source, shuffle, shuffle_window, world_size // local_world_size)
         return cls(
             source,
             collate,
@@ -294,7 +294,8 @@ class StatefulDataLoader:
 
     def _start_next_epoch(self) -> None:
         self.epoch += 1
-        self._epoch_machines = None
+        if not self._source.orders_itself:  # a windowed mixture keeps its run's machine shares (see streaming)
+            self._epoch_machines = None
         if self._next_epoch_source is not None:  # shards added since the checkpoint join now
             source, self._next_epoch_source = self._next_epoch_source, None
             self._use_source(source)
@@ -374,6 +375,12 @@ class StatefulDataLoader:
         latest = self._next_epoch_source or self._source
         resume = check_state(state, self._settings(), latest)
         settings = replace(self._settings(), epoch_machines=resume.machines)
+        if resume.source is latest:
+            latest = in_machine_shares(latest, self.shuffle_window, resume.machines)
+            resume = replace(resume, source=latest)
+        else:
+            latest = in_machine_shares(latest, self.shuffle_window, resume.machines)
+            resume = replace(resume, source=in_machine_shares(resume.source, self.shuffle_window, resume.machines))
         check_next_batch(state, resume.source, settings, resume.epoch, resume.position)
         if resume.source is not self._source:  # e.g. the shards a grown storage had at the checkpoint
             self._use_source(resume.source, keep=latest)
