@@ -57,7 +57,9 @@ def test_each_pass_of_a_component_is_read_once_over_the_machines(
         passes = min(len(read) // share for read, share in zip(mine, shares, strict=True))
         assert passes >= 1
         for number in range(passes):
-            read = [sample for m in range(machines) for sample in mine[m][number * shares[m] : (number + 1) * shares[m]]]
+            read = [
+                sample for m, share in enumerate(shares) for sample in mine[m][number * share : (number + 1) * share]
+            ]
             assert sorted(read) == list(range(size))
 
 

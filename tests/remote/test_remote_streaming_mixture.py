@@ -60,7 +60,8 @@ def test_each_machine_downloads_its_share_of_each_component_about_once(
         assert read >= samples - 40
         for name, url in urls.items():
             component = url.removeprefix(f"s3://{bucket}")
-            downloads = collections.Counter(p for p in s3_server.gets(bucket, ".shard")[before:] if component + "/" in p)
+            gets = s3_server.gets(bucket, ".shard")[before:]
+            downloads = collections.Counter(path for path in gets if component + "/" in path)
             assert max(downloads.values()) == 1, f"machine {machine} downloaded a shard of {name} twice: {downloads}"
             share = SHARDS / machines
             assert sum(downloads.values()) <= 1.1 * share + 1, f"machine {machine}, {name}: {downloads}"

@@ -35,7 +35,12 @@ def epoch_order(source: SampleSource, settings: OrderSettings, epoch: int, start
         if source.machines != settings.streams:
             raise RuntimeError(f"{source} is read in {source.machines} machine shares, not {settings.streams}")
         slots = WindowedOrder(
-            [source.sample_count], seed=0, epoch=0, window=1, streams=source.machines, global_batch_size=global_batch_size
+            [source.sample_count],
+            seed=0,
+            epoch=0,
+            window=1,
+            streams=source.machines,
+            global_batch_size=global_batch_size,
         )
         return _MachineSlots(slots.at(start, global_batch_size))
     if settings.shuffle_window is None or not settings.shuffle or source.orders_itself:
