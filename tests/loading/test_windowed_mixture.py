@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from guideloom import DocumentJsonFormat, DocumentStorage, StatefulDataLoader
+from guideloom._loading.reopen import loader_from_state
 from guideloom._mixture.mixture import Mixture
 from tests import helpers
 from tests.helpers import make_token_storage as make_tokens
@@ -150,3 +151,12 @@ def test_skip_and_explain_agree_with_reading(tmp_path: Path) -> None:
 def shard_of_piece(sample: dict[str, Any]) -> tuple[str, int]:
     (piece,) = sample["pieces"]
     return sample["component"], int(piece["shard"])
+
+
+def test_a_windowed_mixture_state_is_explained_from_the_state_alone(tmp_path: Path) -> None:
+    ranks = loaders(make_mixture(tmp_path), 4, local_world_size=2)
+    read_in_lockstep(ranks, steps=3)
+    state = json.loads(json.dumps(ranks[0].state_dict()))
+    expected = ranks[3].explain(4)
+    with loader_from_state(state, rank=3) as reopened:
+        assert reopened.explain(4) == expected
