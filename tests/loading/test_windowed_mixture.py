@@ -160,3 +160,29 @@ def test_a_windowed_mixture_state_is_explained_from_the_state_alone(tmp_path: Pa
     expected = ranks[3].explain(4)
     with loader_from_state(state, rank=3) as reopened:
         assert reopened.explain(4) == expected
+
+
+def test_a_resumed_windowed_mixture_may_change_the_schedule_after_its_position(tmp_path: Path) -> None:
+    a = make_component(tmp_path / "a", A_SHARDS, A_PER_SHARD, 0)
+    b = make_component(tmp_path / "b", B_SHARDS, B_PER_SHARD, B_FIRST)
+    state_at = 97 + 64  # epoch 1 (24 whole steps of 2 ranks × 2 each), position 64: an epoch split unevenly by 2
+    stages = [(0, {"a": 1, "b": 1}), (168, {"a": 0, "b": 1})]  # the first block of 8 after the state's position
+
+    def open_ranks(weights: list[tuple[int, dict[str, int]]]) -> list[StatefulDataLoader]:
+        mixture = Mixture({"a": a, "b": b}, weights, samples_per_epoch=97, block_size=8)
+        return loaders(mixture, 2, local_world_size=1, drop_last=True)
+
+    def ids_of(batch: list[dict[str, int]]) -> list[int]:
+        return [record["id"] for record in batch]
+
+    expected = [helpers.take(loader, 70, ids_of) for loader in open_ranks(stages)]
+    before = open_ranks(stages[:1])
+    read = [helpers.take(loader, 40, ids_of) for loader in before]
+    state = json.loads(json.dumps(before[0].state_dict()))
+    assert state["epoch"] * 97 + state["position"] == state_at
+    after = open_ranks(stages)
+    for loader in after:
+        loader.load_state_dict(state)
+    read = [mine + helpers.take(loader, 30, ids_of) for mine, loader in zip(read, after, strict=True)]
+    assert read == expected
+    assert all(record >= B_FIRST for rank in read for batch in rank[-10:] for record in batch)

@@ -2,11 +2,12 @@
 
 With ``shuffle_window=K`` the loader hands a mixture *machine slots* (`WindowedOrder.stream_slots`): slot ``v``
 of epoch ``e`` is sample ``e × share + v // machines`` of machine ``s = v % machines`` (``share``: machine
-``s``'s slots per epoch). Each machine runs the mixture's blocks over its own samples (stage starts divided by
-the machines), so its ``j``-th draw of component ``k`` is closed form, and that draw is offset ``j % n`` of the
-machine's stream in the component's windowed pass ``j // n`` (``n``: the stream's length). A pass's streams are
-disjoint shares of the component: over all machines a pass reads each of its samples exactly once, and each
-machine reads only its own share, about K shards of each component at a time.
+``s``'s slots per epoch). Each machine runs the mixture's blocks over its own samples, a stage starting where the
+machine is when the mixture reaches the stage's global start, so its ``j``-th draw of component ``k`` is closed
+form, and that draw is offset ``j % n`` of the machine's stream in the component's windowed pass ``j // n``
+(``n``: the stream's length). A pass's streams are disjoint shares of the component: over all machines a pass
+reads each of its samples exactly once, and each machine reads only its own share, about K shards of each
+component at a time.
 """
 
 from __future__ import annotations
@@ -44,7 +45,20 @@ class MachineDraws:
     ) -> None:
         schedule = order.schedule
         self.window, self.machines = window, machines
-        self.order = MixtureOrder(schedule.per_machine(machines), order.sizes.tolist(), shuffle=True, seed=order.seed)
+        self.epoch_shares = taken_from_stream(sample_count, np.arange(machines), machines)
+        # A stage starts on each machine where that machine is when the mixture reaches the stage's global start.
+        epochs, positions = np.divmod(schedule.starts, sample_count)
+        self.orders = [
+            MixtureOrder(
+                schedule.restarted_at(
+                    epochs * self.epoch_shares[machine] + taken_from_stream(positions, machine, machines)
+                ),
+                order.sizes.tolist(),
+                shuffle=True,
+                seed=order.seed,
+            )
+            for machine in range(machines)
+        ]
         self.seeds = [seed - (1 << 64) if seed >= 1 << 63 else seed for seed in order.component_seeds]
         self.shard_counts, self.clean_cuts = list(shard_counts), list(clean_cuts)
         every = np.arange(machines, dtype=np.int64)
@@ -55,7 +69,6 @@ class MachineDraws:
                     f"component {name!r} has {int(order.sizes[k])} samples, fewer than the {machines} machines that "
                     "share each of its passes with shuffle_window: read it with the global order (shuffle_window=None)"
                 )
-        self.epoch_shares = taken_from_stream(sample_count, every, machines)
         self._passes: OrderedDict[tuple[int, int], WindowedOrder] = OrderedDict()
 
     def __getstate__(self) -> dict[str, object]:
@@ -65,7 +78,11 @@ class MachineDraws:
         """The component of each machine slot of epoch ``epoch`` and the index of its sample within that component."""
         machine, offset = np.divmod(np.asarray(slots, np.int64).reshape(-1), self.machines)
         offset, machine = machine, offset  # (divmod gives the offset first)
-        components, draws = self.order.draws(epoch * self.epoch_shares[machine] + offset)
+        local = epoch * self.epoch_shares[machine] + offset  # the machine's own sample number since the run began
+        components, draws = np.empty_like(local), np.empty_like(local)
+        for each in np.unique(machine).tolist():
+            mask = machine == each
+            components[mask], draws[mask] = self.orders[each].draws(local[mask])
         passes, within = np.divmod(draws, np.maximum(self.stream_lengths[components, machine], 1))
         samples = np.empty_like(within)
         count = len(self.seeds)

@@ -75,16 +75,12 @@ class Schedule:
         draws: npt.NDArray[np.int64] = covered @ self.counts
         return draws
 
-    def per_machine(self, machines: int) -> Schedule:
-        """This schedule over one of ``machines`` machines' own samples: each stage starts at the first block
-        of a machine's samples at or after its global start divided by the machines (a stage that would start
-        where a later one does is dropped)."""
-        if machines == 1:
-            return self
-        unit = self.block_size * machines
-        starts = -(-self.starts // unit) * self.block_size
-        keep = np.append(starts[1:] != starts[:-1], True)
-        return Schedule(self.names, self.block_size, starts[keep], self.counts[keep])
+    def restarted_at(self, starts: npt.NDArray[np.int64]) -> Schedule:
+        """This schedule with stage ``s`` starting at the first block at or after ``starts[s]`` (non-decreasing; a
+        stage that would start where a later one does is dropped): a machine's own schedule in a windowed mixture."""
+        rounded = -(-np.asarray(starts, np.int64) // self.block_size) * self.block_size
+        keep = np.append(rounded[1:] != rounded[:-1], True)
+        return Schedule(self.names, self.block_size, rounded[keep], self.counts[keep])
 
     def to_json(self) -> list[list[Any]]:
         """The stages as ``[[start, [count, ...]], ...]``: what a loader state records (small, exact)."""
