@@ -65,3 +65,15 @@ def test_each_machine_downloads_its_share_of_each_component_about_once(
             assert max(downloads.values()) == 1, f"machine {machine} downloaded a shard of {name} twice: {downloads}"
             share = SHARDS / machines
             assert sum(downloads.values()) <= 1.1 * share + 1, f"machine {machine}, {name}: {downloads}"
+
+
+def test_a_mixture_read_in_the_global_order_through_small_caches_warns_for_its_components(
+    s3_server: S3Server, tmp_path: Path, components: tuple[dict[str, str], int, int]
+) -> None:
+    urls, largest, _ = components
+    storages = {name: _storage(url, s3_server, tmp_path / name, 8 * largest) for name, url in urls.items()}
+    mixture = Mixture(storages, {"a": 1, "b": 1})
+    options = {"device": "cpu", "local_batch_size": 4, "sequence_length": SEQUENCE, "shuffle": True}
+    with pytest.warns(UserWarning, match=r"in one global order .*shuffle_window=5") as warned:
+        StatefulDataLoader.from_storage(mixture, **options).close()
+    assert [str(warning.message).split(" in one")[0][-8:] for warning in warned] == ["corpus-a", "corpus-b"]

@@ -57,14 +57,14 @@ def prepare_streaming(
     """The source a new loader reads, made ready for its order: the warnings below, and a windowed order's source
     keeps its window and the shard a window runs into open, no more (a finished shard is left to the cache at
     once). A windowed mixture does so for each component, and reads its positions as machine slots."""
+    read: list[tuple[object, SampleSource]] = [(storage, source)]
     if isinstance(storage, Mixture) and isinstance(source, MixtureSource):
-        for component_storage, component in zip(storage.components.values(), source.components, strict=True):
-            prepare_streaming(component_storage, component, shuffle, shuffle_window, machines)
-        return source if shuffle_window is None else in_machine_shares(source, shuffle_window, machines)
-    warn_if_thrashing(storage, source, shuffle, shuffle_window)
-    if shuffle_window is not None and isinstance(source, PinnedShards):
-        source.hold_at_most(shuffle_window + 1)
-    return source
+        read = list(zip(storage.components.values(), source.components, strict=True))
+    for one_storage, one_source in read:
+        warn_if_thrashing(one_storage, one_source, shuffle, shuffle_window)
+        if shuffle_window is not None and isinstance(one_source, PinnedShards):
+            one_source.hold_at_most(shuffle_window + 1)
+    return in_machine_shares(source, shuffle_window, machines)
 
 
 def in_machine_shares(source: SampleSource, shuffle_window: int | None, machines: int | None) -> SampleSource:
