@@ -161,13 +161,15 @@ def test_ids_beyond_int32_are_refused_at_their_batch_with_int32_windows(tmp_path
             next(batches)
 
 
-@pytest.mark.parametrize("mode", sorted(MODES))
-def test_window_modes_are_refused_for_a_document_storage(tmp_path: Path, mode: str) -> None:
+def test_document_boundaries_are_refused_for_a_document_storage(tmp_path: Path) -> None:
     storage = DocumentStorage(tmp_path / "documents", DocumentJsonFormat())
     with storage.sync_writer() as writer:
         writer.append(0, {"text": "a"})
-    with pytest.raises(ValueError, match=f"{next(iter(MODES[mode]))}=True applies to a TokenStorage"):
-        StatefulDataLoader.from_storage(storage, device="cpu", local_batch_size=2, **MODES[mode])
+    with pytest.raises(ValueError, match="document_boundaries=True applies to a TokenStorage"):
+        StatefulDataLoader.from_storage(storage, device="cpu", local_batch_size=2, **MODES["boundaries"])
+    # pack_documents=True packs a document storage's records (tests/documents), but pads nothing
+    with pytest.raises(ValueError, match="pad_id applies to packed token rows"):
+        StatefulDataLoader.from_storage(storage, device="cpu", local_batch_size=2, sequence_length=8, **MODES["packed"])
 
 
 # A training step: a tiny causal language model that attends only within pieces (a block-diagonal mask

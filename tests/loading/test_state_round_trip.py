@@ -61,6 +61,16 @@ CASES: dict[str, tuple[Callable[[Path], Any], dict[str, Any]]] = {
     "mixture of masked and plain windows": (mixture_of(masked, tokens), WINDOWS),
     "mixture of masked boundaries": (mixture_of(tokens, masked), BOUNDARIES),
     "mixture of documents": (mixture_of(documents, documents), {}),
+    "documents by budget": (documents, {"local_batch_size": None, "batch_tokens": 150}),
+    "mixture of documents by budget": (
+        mixture_of(documents, documents),
+        {"local_batch_size": None, "batch_tokens": 150},
+    ),
+    "packed documents' records": (documents, {"sequence_length": 200, "pack_documents": True}),
+    "mixture of packed documents' records": (
+        mixture_of(documents, documents),
+        {"sequence_length": 200, "pack_documents": True},
+    ),
 }
 
 

@@ -30,8 +30,9 @@ class Order(Protocol):
 
 def epoch_order(source: SampleSource, settings: OrderSettings, epoch: int, start: int) -> Order:
     """The order of epoch ``epoch`` of ``source`` from position ``start`` (the start of a global batch)."""
-    global_batch_size = settings.local_batch_size * settings.world_size
     if settings.shuffle_window is not None and settings.shuffle and isinstance(source, MixtureSource):
+        assert settings.local_batch_size is not None  # (batch_tokens does not combine with shuffle_window)
+        global_batch_size = settings.local_batch_size * settings.world_size
         if source.machines != settings.streams:
             raise RuntimeError(f"{source} is read in {source.machines} machine shares, not {settings.streams}")
         slots = WindowedOrder(
@@ -46,6 +47,8 @@ def epoch_order(source: SampleSource, settings: OrderSettings, epoch: int, start
     if settings.shuffle_window is None or not settings.shuffle or source.orders_itself:
         shuffle = settings.shuffle and not source.orders_itself
         return EpochOrder(source.sample_count, shuffle=shuffle, seed=settings.seed, epoch=epoch)
+    assert settings.local_batch_size is not None  # (batch_tokens does not combine with shuffle_window)
+    global_batch_size = settings.local_batch_size * settings.world_size
     key = (source.sample_count, settings.seed, epoch, settings.shuffle_window, settings.streams)
     for known, known_key, order in _recent:
         if known is source and known_key == key:

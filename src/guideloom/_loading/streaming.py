@@ -61,6 +61,12 @@ def prepare_streaming(
     if isinstance(storage, Mixture) and isinstance(source, MixtureSource):
         read = list(zip(storage.components.values(), source.components, strict=True))
     for one_storage, one_source in read:
+        if shuffle_window is not None and not hasattr(one_source, "shard_sample_counts"):
+            source.close()
+            raise ValueError(
+                f"shuffle_window={shuffle_window} cannot read {one_source}: its samples are not cut shard by shard "
+                "(read it with the global order, shuffle_window=None)"
+            )
         warn_if_thrashing(one_storage, one_source, shuffle, shuffle_window)
         if shuffle_window is not None and isinstance(one_source, PinnedShards):
             one_source.hold_at_most(shuffle_window + 1)

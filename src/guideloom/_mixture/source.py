@@ -19,6 +19,7 @@ from guideloom._mixture.machine_draws import MachineDraws
 from guideloom._mixture.mixture import Mixture
 from guideloom._mixture.mixture_order import MixtureOrder
 from guideloom._sources.describe import SamplePieces
+from guideloom._sources.documents import DocumentSource
 from guideloom._sources.recorded_shards import (
     ShardSetDigest,
     cut_settings,
@@ -80,7 +81,7 @@ class MixtureSource:
         )
 
     def _draws_by_machine(self, window: int, machines: int) -> MachineDraws:
-        counts = [source.shard_sample_counts() for source in self.components]
+        counts = [source.shard_sample_counts() for source in self.components]  # type: ignore[union-attr]
         cuts = [source.clean_cuts() if hasattr(source, "clean_cuts") else None for source in self.components]
         return MachineDraws(self.order, counts, cuts, self._sample_count, window=window, machines=machines)
 
@@ -169,6 +170,23 @@ class MixtureSource:
         parts = {k: self.components[k].describe(samples[components == k], epoch).in_component(k) for k in present}
         described: SamplePieces = _interleave(parts, components) if parts else SamplePieces.of([], [], [], [], [])
         return described.named(self.mixture.names)
+
+    def sample_lengths(self, indices: np.ndarray, epoch: int) -> np.ndarray:
+        """The lengths of the samples at these positions, each from its component (all must measure samples)."""
+        positions = np.asarray(indices, np.int64) % self._sample_count
+        components, samples = self.order.locate(epoch * self._sample_count + positions)
+        lengths = np.empty(len(positions), np.int64)
+        for k in np.flatnonzero(np.bincount(components, minlength=len(self.components))).tolist():
+            chosen, source = components == k, self.components[k]
+            if not isinstance(source, DocumentSource):
+                raise TypeError(f"the mixture's component {self.mixture.names[k]!r} ({source}) has no record lengths")
+            lengths[chosen] = source.sample_lengths(samples[chosen], epoch)
+        return lengths
+
+    @property
+    def measures_samples(self) -> bool:
+        """Whether every component knows its samples' lengths (``batch_tokens`` needs them): records do."""
+        return all(isinstance(source, DocumentSource) for source in self.components)
 
     def sample_keys(self, indices: np.ndarray, epoch: int) -> np.ndarray:
         """Each sample's component and its keys there, sample after sample."""
