@@ -189,5 +189,5 @@ def test_a_resumed_windowed_mixture_may_change_the_schedule_after_its_position(t
 
 
 def test_components_not_cut_shard_by_shard_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="shuffle_window=3 cannot read packed records .* not cut shard by shard"):
+    with pytest.raises(ValueError, match=r"shuffle_window=3 cannot read packed records .* not cut shard by shard"):
         loaders(make_mixture(tmp_path), 1, pack_documents=True, sequence_length=64)
