@@ -13,8 +13,8 @@ import pytest
 
 from guideloom import DocumentJsonFormat, DocumentStorage, StatefulDataLoader, StateMismatchError
 from guideloom._loading.reopen import loader_from_state
-from tests import helpers
-from tests.helpers import make_token_storage as make_tokens
+from tests.helpers.batches import assert_resumes_exactly
+from tests.helpers.storages import make_token_storage as make_tokens
 
 
 def make_documents(path: Path, shards: int = 12, per_shard: int = 10) -> DocumentStorage[Any, Any]:
@@ -90,7 +90,7 @@ def test_token_windows_resume_bit_for_bit(tmp_path: Path) -> None:
             storage, device="cpu", local_batch_size=3, sequence_length=9, shuffle=True, shuffle_window=2
         )
 
-    helpers.assert_resumes_exactly(open_loader, 20, [1, 4, 7], lambda batch: batch.tolist())
+    assert_resumes_exactly(open_loader, 20, [1, 4, 7])
 
 
 def test_batches_do_not_depend_on_workers(tmp_path: Path) -> None:

@@ -12,8 +12,8 @@ import pytest
 from guideloom import DocumentJsonFormat, DocumentStorage, StatefulDataLoader
 from guideloom._loading.reopen import loader_from_state
 from guideloom._mixture.mixture import Mixture
-from tests import helpers
-from tests.helpers import make_token_storage as make_tokens
+from tests.helpers.batches import assert_resumes_exactly, take
+from tests.helpers.storages import make_token_storage as make_tokens
 from tests.loading.test_windowed_loader import flat, loaders, read_in_lockstep
 
 A_SHARDS, A_PER_SHARD = 10, 10  # component "a": ids 0..99
@@ -95,7 +95,7 @@ def test_a_windowed_mixture_resumes_bit_for_bit(tmp_path: Path) -> None:
             mixture, device="cpu", local_batch_size=3, sequence_length=9, shuffle=True, shuffle_window=2, seed=7
         )
 
-    helpers.assert_resumes_exactly(open_loader, 30, [1, 6, 13, 14], lambda batch: batch.tolist())
+    assert_resumes_exactly(open_loader, 30, [1, 6, 13, 14], lambda batch: batch.tolist())
 
 
 def test_a_windowed_mixture_reads_the_same_with_workers(tmp_path: Path) -> None:
@@ -139,13 +139,13 @@ def _rest(options: dict[str, int]) -> dict[str, int]:
 def test_skip_and_explain_agree_with_reading(tmp_path: Path) -> None:
     mixture = make_mixture(tmp_path)
     (reader,) = loaders(mixture, 1, local_batch_size=4)
-    unbroken = [helpers.take(reader, 30, lambda batch: [record["id"] for record in batch])][0]
+    unbroken = [take(reader, 30, lambda batch: [record["id"] for record in batch])][0]
     (skipper,) = loaders(mixture, 1, local_batch_size=4)
     skipper.skip(11)
     described = skipper.explain(19)
     explained = [[shard_of_piece(sample) for sample in batch["samples"]] for batch in described]
     assert explained == [[shard_of(record) for record in batch] for batch in unbroken[11:]]
-    assert helpers.take(skipper, 19, lambda batch: [record["id"] for record in batch]) == unbroken[11:]
+    assert take(skipper, 19, lambda batch: [record["id"] for record in batch]) == unbroken[11:]
 
 
 def shard_of_piece(sample: dict[str, Any]) -> tuple[str, int]:
@@ -175,15 +175,15 @@ def test_a_resumed_windowed_mixture_may_change_the_schedule_after_its_position(t
     def ids_of(batch: list[dict[str, int]]) -> list[int]:
         return [record["id"] for record in batch]
 
-    expected = [helpers.take(loader, 70, ids_of) for loader in open_ranks(stages)]
+    expected = [take(loader, 70, ids_of) for loader in open_ranks(stages)]
     before = open_ranks(stages[:1])
-    read = [helpers.take(loader, 40, ids_of) for loader in before]
+    read = [take(loader, 40, ids_of) for loader in before]
     state = json.loads(json.dumps(before[0].state_dict()))
     assert state["epoch"] * 97 + state["position"] == state_at
     after = open_ranks(stages)
     for loader in after:
         loader.load_state_dict(state)
-    read = [mine + helpers.take(loader, 30, ids_of) for mine, loader in zip(read, after, strict=True)]
+    read = [mine + take(loader, 30, ids_of) for mine, loader in zip(read, after, strict=True)]
     assert read == expected
     assert all(record >= B_FIRST for rank in read for batch in rank[-10:] for record in batch)
 

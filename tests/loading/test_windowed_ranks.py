@@ -16,8 +16,7 @@ import torch.multiprocessing as mp
 
 from guideloom import DocumentJsonFormat, DocumentStorage, StatefulDataLoader
 from guideloom._mixture.mixture import Mixture
-from tests.helpers import gather_to_file
-from tests.test_distributed import free_port
+from tests.helpers.processes import free_port, gather_to_file
 
 RECORDS, PER_SHARD = 96, 8
 MIXED = 2000  # the ids of the mixture's second component start here
