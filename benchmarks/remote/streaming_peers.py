@@ -111,6 +111,11 @@ def _loader(options: dict[str, Any]) -> Any:
         return StreamingDataLoader(dataset, batch_size=BATCH, num_workers=0, drop_last=True)
     os.environ.update(RANK=str(machine), WORLD_SIZE=str(machines), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
     os.environ["S3_ENDPOINT_URL"] = options["endpoint"]
+    if machines > 1:  # Mosaic reads its rank from the environment but wants a process group: one of this rank alone
+        import torch.distributed
+
+        store = torch.distributed.HashStore()
+        torch.distributed.init_process_group("gloo", store=store, rank=0, world_size=1)
     from benchmarks.peers.mosaic_peer import StreamingDataLoader, StreamingDataset, stack_tokens
 
     tuned: dict[str, Any] = {}
