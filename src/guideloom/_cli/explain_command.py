@@ -164,7 +164,7 @@ def _heading(state: dict[str, Any], located: dict[str | None, str]) -> list[str]
 
 
 def _piece_text(piece: dict[str, Any]) -> str:
-    where = f"shard {piece['shard']}, record {piece['record']}"
+    where = f"shard {piece['shard']}, record {piece['record']} (index {piece['index']})"
     return where if piece["stop"] is None else f"{where} [{piece['start']}:{piece['stop']}]"
 
 
