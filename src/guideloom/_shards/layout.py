@@ -392,6 +392,11 @@ class ShardFile:
     def info(self) -> ShardInfo:
         return ShardInfo(self.id, self.record_count, self.element_count, self.data_crc, len(self.view))
 
+    @property
+    def mapping(self) -> mmap.mmap | None:
+        """The shard's read-only mapping (None once closed)."""
+        return self._mapping
+
     def record_bounds(self, record: int) -> tuple[int, int]:
         """Element offsets of a record, checked so a damaged index can never read out of bounds."""
         start = self._record_offsets[record]
