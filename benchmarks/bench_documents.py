@@ -4,10 +4,10 @@ Named parts (``--parts``, all by default):
 
 * ``records``: preference (DPO-style) records, prompt, chosen and rejected int32 token lists of 20-600
   tokens each and an id, in a struct format whose fields decode as NumPy views (``unpack_many``);
-  one shuffled epoch of batches of 32 padded by ``guideloom.collate.pad``, records/s, against a tuned
-  flat-memmap torch ``Dataset`` (one token file and an offsets array, records as NumPy views, fetched
-  a batch at a time with ``__getitems__``) read by torch's ``DataLoader`` and by torchdata's
-  ``StatefulDataLoader``, with the same collate; main process and 2 workers. One more row: the
+  one shuffled epoch of batches of 32 padded by ``guideloom.collate.pad``, records/s, against a
+  flat-memmap torch ``Dataset`` (one token file and an offsets array, records as NumPy views) read by
+  torch's ``DataLoader``, fetched one by one and, tuned, a batch at a time (``__getitems__``), and by
+  torchdata's ``StatefulDataLoader``, all with the same collate; main process and 2 workers. One more row: the
   flat-memmap Dataset whose collate hands NumPy arrays over instead of tensors, which shows what
   torch's tensor transport (shared memory) is worth with workers.
 * ``large``: records of 100 KB (an id and 25,600 float32 features), batches of 32 (3.2 MB),
@@ -140,7 +140,7 @@ def write_large(root: Path, count: int) -> None:
 
 
 class FlatRecords(torch.utils.data.Dataset[dict[str, Any]]):
-    """The tuned flat-memmap Dataset: one mapped token file, records as NumPy views, a batch at a time."""
+    """The flat-memmap Dataset: one mapped token file, records as NumPy views, fetched one by one."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -156,7 +156,15 @@ class FlatRecords(torch.utils.data.Dataset[dict[str, Any]]):
         return self._tokens
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        return self.__getitems__([index])[0]
+        tokens, spans = self._mapped(), self.bounds[index].tolist()
+        return {"id": index, **{name: tokens[a:b] for name, (a, b) in zip(FIELDS, spans, strict=True)}}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_tokens": None}
+
+
+class BatchedFlatRecords(FlatRecords):
+    """The tuned flat-memmap Dataset: the same, a batch at a time (``__getitems__``, which torch's loaders call)."""
 
     def __getitems__(self, indices: list[int]) -> list[dict[str, Any]]:
         tokens, bounds = self._mapped(), self.bounds[indices].tolist()
@@ -164,9 +172,6 @@ class FlatRecords(torch.utils.data.Dataset[dict[str, Any]]):
             {"id": index, **{name: tokens[a:b] for name, (a, b) in zip(FIELDS, spans, strict=True)}}
             for index, spans in zip(indices, bounds, strict=True)
         ]
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_tokens": None}
 
 
 class PadToNumpy:
@@ -213,7 +218,8 @@ def loader_of(part: str, library: str, root: Path, workers: int) -> Any:
             return StatefulDataLoader.from_storage(
                 storage, pad(), device="cpu", local_batch_size=BATCH, shuffle=True, num_workers=workers
             )
-        dataset = FlatRecords(root / "flat-records")
+        flat = root / "flat-records"
+        dataset = FlatRecords(flat) if library == "torch-items" else BatchedFlatRecords(flat)
         collate = PadToNumpy() if library == "torch-numpy" else pad()
         if library == "torchdata":
             from torchdata.stateful_dataloader import StatefulDataLoader as TorchdataLoader
@@ -249,15 +255,16 @@ ROWS = {
     "records": [
         (library, workers)
         for workers in (0, 2)
-        for library in ("guideloom", "torch", "torchdata", *(("torch-numpy",) if workers else ()))
+        for library in ("guideloom", "torch", "torch-items", "torchdata", *(("torch-numpy",) if workers else ()))
     ],
     "large": [(library, workers) for workers in (0, 2) for library in ("guideloom", "files")],
 }
 LABELS = {
     "guideloom": "guideloom",
-    "torch": "flat-memmap Dataset, torch DataLoader",
-    "torchdata": "flat-memmap Dataset, torchdata StatefulDataLoader",
-    "torch-numpy": "flat-memmap Dataset, torch DataLoader, collate returns NumPy",
+    "torch": "flat-memmap Dataset (__getitems__), torch DataLoader",
+    "torch-items": "flat-memmap Dataset (__getitem__ per record), torch DataLoader",
+    "torchdata": "flat-memmap Dataset (__getitems__), torchdata StatefulDataLoader",
+    "torch-numpy": "flat-memmap Dataset (__getitems__), torch DataLoader, collate returns NumPy",
     "files": "plain files, torch Dataset + DataLoader",
 }
 
