@@ -23,14 +23,21 @@ def token(shard: int, record: int, offset: int | np.ndarray) -> Any:
     return shard * 1_000_000 + record * 1_000 + offset + 1
 
 
-def write_tokens(path: Path, seed: int = 0, shards: tuple[int, ...] = SHARDS, records: int = 9) -> TokenStorage:
-    """Documents of 0 to 40 tokens (some empty, some longer than a row of 16), ``records`` per shard."""
+def write_tokens(
+    path: Path, seed: int = 0, shards: tuple[int, ...] = SHARDS, records: int = 9, masked: bool = False
+) -> TokenStorage:
+    """Documents of 0 to 40 tokens (some empty, some longer than a row of 16), ``records`` per shard.
+
+    ``masked``: a loss-masked storage, every third token of each document masked out.
+    """
     rng = np.random.default_rng(seed)
-    storage = TokenStorage(path)
+    storage = TokenStorage(path, loss_mask=masked)
     with storage.sync_writer() as writer:
         for shard in shards:
             for record in range(records):
-                writer.append(shard, token(shard, record, np.arange(int(rng.integers(0, 41)))))
+                offsets = np.arange(int(rng.integers(0, 41)))
+                mask = {"loss_mask": offsets % 3 != 0} if masked else {}
+                writer.append(shard, token(shard, record, offsets), **mask)
     return storage
 
 

@@ -20,6 +20,7 @@ from guideloom._core.errors import StateMismatchError
 from guideloom._loading.state import DROP_LAST, LOCAL_BATCH_SIZE, NEXT_BATCH, SOURCE, WORLD_SIZE, OrderSettings
 from guideloom._sampling.epoch_order import BatchPlan, EpochOrder
 from guideloom._sources.describe import SamplePieces
+from guideloom._sources.recorded_shards import CONTENT_KEYS, LOCATION_KEYS
 from guideloom._sources.source import SampleSource
 
 __all__ = ["DigestCache", "Place", "check_next_batch", "explain_batches", "skipped"]
@@ -161,11 +162,8 @@ def _placeless(identity: Any) -> Any:
     """A source's identity but for where its storages are (a storage moved since still serves its batches), and
     for the fingerprint and digest of a source that has a fingerprint: resuming compared those already (a state
     of guideloom 0.2 recorded its fingerprint in an earlier form)."""
-    left_out = (
-        ("path", "storages", "fingerprint", "digest")
-        if isinstance(identity, dict) and "fingerprint" in identity
-        else ("path", "storages")
-    )
+    fingerprinted = isinstance(identity, dict) and "fingerprint" in identity
+    left_out = (*LOCATION_KEYS, *CONTENT_KEYS) if fingerprinted else LOCATION_KEYS
     return (
         {key: value for key, value in identity.items() if key not in left_out}
         if isinstance(identity, dict)

@@ -30,6 +30,7 @@ from guideloom._loading.transport import Batcher, Transport, make_transport
 from guideloom._mixture.mixture import Mixture
 from guideloom._sampling.epoch_order import BatchPlan, EpochOrder
 from guideloom._sources.source import SampleSource
+from guideloom._sources.window_modes import window_mode
 from guideloom._storage.storages import DocumentStorage, TokenStorage
 
 ORDER_CHUNK = 4096  # samples whose order is computed at once (rounded down to whole batches)
@@ -220,14 +221,19 @@ class StatefulDataLoader:
         seed = check_int("seed", seed, minimum=-(2**63))
         timeout = check_number("timeout", timeout, minimum=0)
         rank, world_size, ranks_from_environment = _resolve_ranks(rank, world_size)
+        mode = window_mode(
+            {
+                "document_boundaries": document_boundaries,
+                "pack_documents": pack_documents,
+                "pad_id": pad_id,
+                "long_documents": long_documents,
+            }
+        )
         source = make_source(
             storage,
+            mode,
             sequence_length=sequence_length,
             window_dtype=window_dtype,
-            document_boundaries=document_boundaries,
-            pack_documents=pack_documents,
-            pad_id=pad_id,
-            long_documents=long_documents,
             shuffle=shuffle,
             seed=seed,
             one_snapshot_per_job=in_job(rank, world_size),

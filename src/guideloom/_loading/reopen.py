@@ -25,18 +25,10 @@ from guideloom._loading.state import (
 from guideloom._mixture.mixture import Mixture
 from guideloom._remote.object_store import is_url
 from guideloom._shards.formats import DocumentStorageFormat
+from guideloom._sources.window_modes import recorded_mode
 from guideloom._storage.storages import AnyFormatStorage, DocumentStorage, TokenStorage
 
 __all__ = ["loader_from_state", "storages_of"]
-
-# A source kind -> the from_storage options that make it (besides those its identity records).
-WINDOW_MODES: dict[str, dict[str, Any]] = {
-    "documents": {},
-    "token windows": {},
-    "token windows with document boundaries": {"document_boundaries": True},
-    "packed documents": {"pack_documents": True},
-}
-OPTIONS = ("sequence_length", "pad_id", "long_documents")  # identity keys that are from_storage arguments
 
 
 class OpaqueFormat(DocumentStorageFormat[Any, bytes]):
@@ -143,9 +135,7 @@ def loader_from_state(
         described = source
         kind = _field(source, "kind", str)
         storage = _open(located[None], kind, storage_options, "its storage")
-    if kind not in WINDOW_MODES:
-        raise StateMismatchError(f"the state's source kind {kind!r} is not one guideloom reads")
-    options = {key: described[key] for key in OPTIONS if key in described}
+    mode = recorded_mode({**described, "kind": kind})
     loader = StatefulDataLoader.from_storage(
         storage,
         device="cpu",
@@ -155,8 +145,8 @@ def loader_from_state(
         drop_last=_field(state, DROP_LAST, bool),
         rank=rank,
         world_size=_field(state, WORLD_SIZE, int),
-        **WINDOW_MODES[kind],
-        **options,
+        sequence_length=described.get("sequence_length"),
+        **mode.arguments(),
     )
     try:
         loader.load_state_dict(state)

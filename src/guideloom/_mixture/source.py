@@ -18,14 +18,20 @@ from guideloom._core.errors import StateMismatchError
 from guideloom._mixture.mixture import Mixture
 from guideloom._mixture.mixture_order import MixtureOrder
 from guideloom._sources.describe import SamplePieces
-from guideloom._sources.recorded_shards import ShardSetDigest, describe_shards, parse_ranges, recorded_shards
+from guideloom._sources.recorded_shards import (
+    ShardSetDigest,
+    cut_settings,
+    describe_shards,
+    parse_ranges,
+    recorded_shards,
+)
 from guideloom._sources.token_windows import TokenWindowSource
+from guideloom._sources.window_modes import StorageSource
 from guideloom._windows.mixed_windows import MixedWindows
 
 __all__ = ["MixtureSource"]
 
 KIND = "mixture"
-_SHARD_KEYS = ("kind", "path", "shards", "records", "fingerprint", "digest")  # per component, recorded apart
 _FIRST_LOCATED = 256  # announced positions located at once; the rest when the first of them is fetched
 _KEY_BITS = 40  # shard ids are < 10**12 < 2**40: component k's shard s has digest key k·2**40 + s
 
@@ -38,7 +44,7 @@ def _stage_digests(schedule: list[list[Any]]) -> list[list[Any]]:
 class MixtureSource:
     """Samples of several component sources, in the mixture's exact, seeded, scheduled order."""
 
-    def __init__(self, mixture: Mixture, components: list[Any], *, shuffle: bool, seed: int) -> None:
+    def __init__(self, mixture: Mixture, components: list[StorageSource], *, shuffle: bool, seed: int) -> None:
         self.mixture = mixture
         self.components = components
         self.shuffle = shuffle
@@ -50,10 +56,8 @@ class MixtureSource:
         self._identity: dict[str, Any] | None = None
         self._located: list[tuple[int, npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]] = []
         self._pending: tuple[int, npt.NDArray[np.int64]] | None = None  # announced, located when first needed
-        self._plain_windows = all(
-            isinstance(source, TokenWindowSource) and source.plain_windows for source in components
-        ) and (len({(source.sequence_length, source.window_dtype) for source in components}) == 1)
-        self._sign_checked = self._plain_windows and any(source.ids_need_sign_check for source in components)
+        self._plain_windows = _plain_windows(components)  # all read as one array when they are plain windows
+        self._sign_checked = any(source.ids_need_sign_check for source in self._plain_windows or [])
         self._windows: MixedWindows | None = None  # the components' readers, read as one (built on first use)
 
     @property
@@ -115,13 +119,13 @@ class MixtureSource:
 
     def fetch(self, indices: np.ndarray, epoch: int) -> Any:
         components, samples = self.locate(indices, epoch)
-        if self._plain_windows:  # straight into one array: no second copy to interleave them
-            first = self.components[0]
-            windows = np.empty((len(components), first.sequence_length), first.window_dtype)
-            self._mixed_windows().read(components, samples, windows)
+        plain = self._plain_windows
+        if plain:  # straight into one array: no second copy to interleave them
+            windows = np.empty((len(components), plain[0].sequence_length), plain[0].window_dtype)
+            self._mixed_windows(plain).read(components, samples, windows)
             if self._sign_checked:
                 for k in np.unique(components).tolist():
-                    self.components[k].check_ids(windows)
+                    plain[k].check_ids(windows)
             return windows
         counts = np.bincount(components, minlength=len(self.components))
         present = np.flatnonzero(counts).tolist()
@@ -148,12 +152,12 @@ class MixtureSource:
         ]
         return np.concatenate(keys).astype(np.int64) if keys else np.empty(0, np.int64)
 
-    def _mixed_windows(self) -> MixedWindows:
+    def _mixed_windows(self, plain: list[TokenWindowSource]) -> MixedWindows:
         """The components' current readers, read as one (a closed or forked source opens new readers)."""
-        readers = [source.reader for source in self.components]
+        readers = [source.reader for source in plain]
         windows = self._windows
         if windows is None or any(a is not b for a, b in zip(windows.readers, readers, strict=True)):
-            windows = self._windows = MixedWindows(readers, self.components[0].sequence_length)
+            windows = self._windows = MixedWindows(readers, plain[0].sequence_length)
         return windows
 
     def default_collate(self, samples: Any) -> Any:
@@ -203,7 +207,7 @@ class MixtureSource:
                     for name, source in zip(self.mixture.names, self.components, strict=True)
                 ],
                 "digest": self._digest().to_text(),
-                "source": {key: value for key, value in first.items() if key not in _SHARD_KEYS},
+                "source": cut_settings(first),  # each component's shards are recorded apart
                 "schedule": self.mixture.schedule.to_json(),  # each stage's counts per block, as components
                 "block_size": self.mixture.block_size,
                 "samples_per_epoch": self._sample_count,
@@ -298,6 +302,14 @@ class MixtureSource:
                     f"the mixture's weights in force at global sample {start} differ from the state's{where}: a "
                     "resumed loader may change the schedule only from its position on"
                 )
+
+
+def _plain_windows(components: list[StorageSource]) -> list[TokenWindowSource] | None:
+    """The components, if each serves plain windows of one length and dtype (else None)."""
+    plain = [source for source in components if isinstance(source, TokenWindowSource)]
+    if len(plain) < len(components) or len({(source.sequence_length, source.window_dtype) for source in plain}) > 1:
+        return None
+    return plain
 
 
 def _find(known: npt.NDArray[np.int64], positions: npt.NDArray[np.int64]) -> slice | npt.NDArray[np.int64] | None:

@@ -18,7 +18,29 @@ import numpy as np
 
 from guideloom._core.errors import StateMismatchError
 
-__all__ = ["ShardSetDigest", "describe_shards", "over_recorded_shards", "parse_ranges", "recorded_shards"]
+__all__ = [
+    "CONTENT_KEYS",
+    "LOCATION_KEYS",
+    "SHARD_KEYS",
+    "ShardSetDigest",
+    "cut_settings",
+    "describe_shards",
+    "over_recorded_shards",
+    "parse_ranges",
+    "recorded_shards",
+]
+
+# The keys of a source's identity (what a state records of it) that say where its storages are, and which
+# shards they hold; the other keys say how samples are cut (the kind and the window mode's settings).
+LOCATION_KEYS = ("path", "storages")  # a storage moved since still serves the state's batches
+CONTENT_KEYS = ("fingerprint", "digest")  # what the shards hold (resuming compares them apart)
+SHARD_KEYS = ("path", "shards", *CONTENT_KEYS)  # one storage's shards, and where they are
+
+
+def cut_settings(identity: dict[str, Any]) -> dict[str, Any]:
+    """A storage source's identity but for its kind and its shards: the settings that say how samples are cut."""
+    return {key: value for key, value in identity.items() if key not in ("kind", *SHARD_KEYS)}
+
 
 PRIME = (1 << 61) - 1  # a Mersenne prime: every nonzero difference has an inverse
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")

@@ -18,7 +18,7 @@ from guideloom._core.errors import StateMismatchError
 from guideloom._shards.reader import StorageReader
 from guideloom._shards.shard_table import ShardTable
 from guideloom._sources.describe import SamplePieces
-from guideloom._sources.recorded_shards import ShardSetDigest, describe_shards, over_recorded_shards
+from guideloom._sources.recorded_shards import ShardSetDigest, cut_settings, describe_shards, over_recorded_shards
 
 ReaderT = TypeVar("ReaderT", bound=StorageReader[Any])
 ReaderT_co = TypeVar("ReaderT_co", bound=StorageReader[Any], covariant=True)
@@ -172,8 +172,8 @@ class PinnedShards(Generic[ReaderT]):
             raise StateMismatchError("the state's source records no 'kind': it is not from state_dict()")
         if recorded.get("kind") != mine["kind"]:
             raise StateMismatchError(f"the state was taken from {recorded.get('kind')!r}, this loader reads {self}")
-        for key, value in mine.items():
-            if key not in ("path", "shards", "fingerprint", "digest") and recorded.get(key) != value:
+        for key, value in cut_settings(mine).items():
+            if recorded.get(key) != value:
                 raise StateMismatchError(
                     f"the state was taken with {key}={recorded.get(key)!r}, but this loader has {key}={value!r}"
                 )

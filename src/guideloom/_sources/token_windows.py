@@ -1,8 +1,13 @@
-"""The source of plain token windows: sample ``k`` is ``stream[k*S:(k+1)*S]`` of a token storage."""
+"""Sources over a token storage: what they share (`TokenSource`), and plain token windows (`TokenWindowSource`).
+
+Every such source reads windows of ``S`` tokens of the storage's stream (or rows of ``S`` tokens) as
+int64 or int32; each window mode's source says what a sample holds besides, and how samples are batched.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 import torch
@@ -14,21 +19,38 @@ from guideloom._sources.describe import SamplePieces, window_keys, window_pieces
 from guideloom._sources.source import PinnedShards
 from guideloom._storage.storages import TokenStorage
 
+if TYPE_CHECKING:
+    from guideloom._sources.window_modes import WindowMode
 
-class TokenWindowSource(PinnedShards[TokenReader]):
-    """Sample ``k`` is ``stream[k*S:(k+1)*S]``; samples arrive stacked as an ``(n, S)`` array (int64 or int32)."""
+SamplesT = TypeVar("SamplesT")  # what ``fetch`` returns: the samples ``default_collate`` batches
 
-    kind = "token windows"
-    plain_windows = True  # samples are exactly the stream's windows (subclasses that add to them say False)
+
+class TokenSource(PinnedShards[TokenReader], Generic[SamplesT], ABC):
+    """Sample ``k`` starts at ``stream[k*S]`` (a packed source overrides where); the mode's settings are recorded."""
 
     def __init__(
-        self, storage: TokenStorage, snapshot: ShardTable, sequence_length: int, window_dtype: np.dtype[Any]
+        self,
+        storage: TokenStorage,
+        snapshot: ShardTable,
+        sequence_length: int,
+        window_dtype: np.dtype[Any],
+        mode: WindowMode,
     ) -> None:
         super().__init__(storage, snapshot)
+        self.mode = mode  # the window mode that made this source: its settings are part of the identity
         self.sequence_length = check_sequence_length(sequence_length)
         self.window_dtype = window_dtype
         # Stored ids this dtype cannot hold all wrap to negative values (uint64 -> int64, uint32 -> int32).
         self.ids_need_sign_check = storage.dtype.kind == "u" and storage.dtype.itemsize == window_dtype.itemsize
+
+    @abstractmethod
+    def fetch(self, indices: np.ndarray, epoch: int) -> SamplesT: ...
+
+    @abstractmethod
+    def default_collate(self, samples: SamplesT) -> Any: ...
+
+    @abstractmethod
+    def split_collated(self, batch: Any, sizes: list[int]) -> list[Any]: ...
 
     @property
     def sample_count(self) -> int:
@@ -38,10 +60,10 @@ class TokenWindowSource(PinnedShards[TokenReader]):
     def sample_bytes(self) -> int:
         return self.sequence_length * self.window_dtype.itemsize
 
-    def fetch(self, indices: np.ndarray, epoch: int) -> np.ndarray:
-        reader = self.reader
+    def read_windows(self, indices: np.ndarray) -> np.ndarray:
+        """Windows ``stream[k*S:(k+1)*S]`` for ``k`` in ``indices``, as an ``(n, S)`` array of the window dtype."""
         windows = np.empty((len(indices), self.sequence_length), self.window_dtype)
-        reader.read_windows(indices, self.sequence_length, out=windows)
+        self.reader.read_windows(indices, self.sequence_length, out=windows)
         self.check_ids(windows)
         return windows
 
@@ -60,15 +82,24 @@ class TokenWindowSource(PinnedShards[TokenReader]):
     def sample_keys(self, indices: np.ndarray, epoch: int) -> np.ndarray:
         return window_keys(self.reader, np.asarray(indices, np.int64) * self.sequence_length)
 
+    def identity(self, *, digest: bool = True) -> dict[str, Any]:
+        return {**super().identity(digest=digest), "sequence_length": self.sequence_length, **self.mode.recorded()}
+
+    def prefetch(self, indices: np.ndarray, epoch: int) -> None:
+        """Shards of a remote storage that these windows start in are downloaded in the background."""
+        self.reader.prefetch_tokens(np.asarray(indices, np.int64) * self.sequence_length)
+
+
+class TokenWindowSource(TokenSource[np.ndarray]):
+    """Sample ``k`` is ``stream[k*S:(k+1)*S]``; samples arrive stacked as an ``(n, S)`` array (int64 or int32)."""
+
+    kind = "token windows"
+
+    def fetch(self, indices: np.ndarray, epoch: int) -> np.ndarray:
+        return self.read_windows(indices)
+
     def default_collate(self, samples: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(samples)
 
     def split_collated(self, batch: torch.Tensor, sizes: list[int]) -> list[Any]:
         return list(torch.split(batch, sizes))
-
-    def identity(self, *, digest: bool = True) -> dict[str, Any]:
-        return {**super().identity(digest=digest), "sequence_length": self.sequence_length}
-
-    def prefetch(self, indices: np.ndarray, epoch: int) -> None:
-        """Shards of a remote storage that these windows start in are downloaded in the background."""
-        self.reader.prefetch_tokens(np.asarray(indices, np.int64) * self.sequence_length)

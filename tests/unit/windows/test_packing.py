@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from guideloom import StatefulDataLoader, TokenStorage
 from guideloom._loading.make_source import make_source
+from guideloom._sources.window_modes import PackedDocuments
 from guideloom._windows.packing import best_fit_decreasing, document_pieces, pack_shard
 from guideloom._windows.packing_cache import load_or_build
 
@@ -271,7 +272,7 @@ def test_the_packing_is_cached_and_used_again(tmp_path: Path, cache_dir: Path) -
 
 def test_no_rows_asked_gives_no_rows(tmp_path: Path, cache_dir: Path) -> None:
     storage = write_numbered(tmp_path / "tokens", SHARD_DOCUMENTS)
-    source = make_source(storage, sequence_length=8, pack_documents=True)
+    source = make_source(storage, PackedDocuments(), sequence_length=8)
     batch = source.default_collate(source.fetch(np.empty(0, np.int64), 0))
     source.close()
     assert tuple(batch["input_ids"].shape) == (0, 8) and batch["cu_seqlens"].tolist() == [0]

@@ -1,0 +1,71 @@
+"""The source of packed documents (``pack_documents=True``): whole documents placed into rows of ``S`` tokens.
+
+Batches are a dict of ``input_ids``, ``position_ids``, ``labels``, ``cu_seqlens`` and ``max_seqlen``
+(see ``_windows.boundaries``); a user ``collate`` receives the rows as a sequence of one-row dicts instead.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from guideloom._sources.describe import SamplePieces, packed_keys, packed_pieces
+from guideloom._sources.token_windows import TokenSource
+from guideloom._windows.boundaries import PieceRows, split_batch
+from guideloom._windows.document_rows import PackedShards
+
+if TYPE_CHECKING:
+    from guideloom._sources.window_modes import PackedDocuments
+
+
+class PackedRowSource(TokenSource[PieceRows]):
+    """Sample ``k`` is packed row ``k``: whole documents (cut at ``S``) placed by best-fit decreasing per shard."""
+
+    kind = "packed documents"
+    mode: PackedDocuments
+    _packed: PackedShards | None = None  # loaded when first read, in each process
+
+    @property
+    def packed(self) -> PackedShards:
+        """The shards' row counts (cached) and their packings, each loaded when first read, in each process."""
+        if self._packed is None:
+            reader = self.reader
+            self._packed = PackedShards(
+                reader, self.sequence_length, reader.shard_set.max_open, self.mode.long_documents
+            )
+        return self._packed
+
+    @property
+    def sample_count(self) -> int:
+        return self.packed.row_count
+
+    def fetch(self, indices: np.ndarray, epoch: int) -> PieceRows:
+        reader = self.reader
+        rows = self.packed.rows(
+            reader, np.asarray(indices, np.int64), self.mode.pad_id, self.window_dtype, reader.header.loss_mask
+        )
+        self.check_ids(rows.input_ids)
+        return rows
+
+    def describe(self, indices: np.ndarray, epoch: int) -> SamplePieces:
+        return packed_pieces(self.packed, self.reader, indices)
+
+    def sample_keys(self, indices: np.ndarray, epoch: int) -> np.ndarray:
+        return packed_keys(self.packed, self.reader, indices)
+
+    def default_collate(self, samples: PieceRows) -> dict[str, Any]:
+        return samples.batch()
+
+    def split_collated(self, batch: dict[str, Any], sizes: list[int]) -> list[Any]:
+        return split_batch(batch, sizes)
+
+    def close(self) -> None:
+        """Release the shards and the packings' mappings (a later use loads them again)."""
+        if self._packed is not None:
+            self._packed.close()
+        self._packed = None
+        super().close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**super().__getstate__(), "_packed": None}

@@ -1,0 +1,58 @@
+"""docs/architecture.md names every module of the package, under its subpackage, and no module that is gone."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from tests.helpers import ROOT
+
+PACKAGE = ROOT / "src" / "guideloom"
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+TOP_LEVEL = "top level"  # the first column of the rows of modules directly under src/guideloom
+
+
+def modules_in_tree() -> set[str]:
+    """Every module's path under the package, but a subpackage's ``__init__.py`` that holds only its docstring."""
+    found = set()
+    for file in PACKAGE.rglob("*.py"):
+        body = ast.parse(file.read_text()).body
+        only_docstring = len(body) <= 1 and all(isinstance(node, ast.Expr) for node in body)
+        if file.name == "__init__.py" and file.parent != PACKAGE and only_docstring:
+            continue
+        found.add(file.relative_to(PACKAGE).as_posix())
+    return found
+
+
+def modules_in_architecture() -> set[str]:
+    """The modules the table of docs/architecture.md names: ``| subpackage | `a.py`, `b.py` | what they own |``,
+    an empty first column continuing the subpackage above."""
+    named, subpackage = set(), None
+    for line in ARCHITECTURE.read_text().splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if not line.startswith("|") or len(cells) < 3 or not cells[1].startswith("`"):
+            continue
+        if cells[0]:
+            subpackage = "" if cells[0] == TOP_LEVEL else cells[0].strip("`") + "/"
+        assert subpackage is not None, f"docs/architecture.md: a row names no subpackage before it: {line}"
+        named |= {subpackage + module for module in re.findall(r"`([^`]+\.py)`", cells[1])}
+    return named
+
+
+def test_architecture_names_every_module_of_the_package() -> None:
+    missing = sorted(modules_in_tree() - modules_in_architecture())
+    rows = "\n".join(f"  | | `{Path(path).name}` | what it owns |  (in {Path(path).parent} rows)" for path in missing)
+    assert not missing, (
+        f"docs/architecture.md does not name these modules of src/guideloom: {', '.join(missing)}.\n"
+        f"Add a row for each to its table, after the rows of its subpackage (a new subpackage starts its first "
+        f"row with its name in the first column, a top-level module with '{TOP_LEVEL}'):\n{rows}"
+    )
+
+
+def test_architecture_names_no_module_that_is_gone() -> None:
+    gone = sorted(modules_in_architecture() - modules_in_tree())
+    assert not gone, (
+        f"docs/architecture.md names modules that src/guideloom no longer has: {', '.join(gone)}. "
+        "Remove their rows, or rename them as the modules were renamed."
+    )
