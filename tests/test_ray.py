@@ -149,6 +149,18 @@ class FailAfterCommit(StorageDatasink):
         return result
 
 
+def test_a_formats_record_lengths_are_recorded(ray_cluster: str, tmp_path: Path) -> None:
+    items = [{"id": i, "text": "x" * (i % 7)} for i in range(50)]
+    storage = DocumentStorage(tmp_path / "measured", DocumentJsonFormat(length=lambda item: len(item["text"])))
+    sink = FailAfterCommit(storage, markers=tmp_path)  # its retry compares the committed shard, lengths and all
+    ray.data.from_items(items, override_num_blocks=BLOCKS).write_datasink(sink, ray_remote_args=RETRY)
+    assert (tmp_path / "failed").exists()
+    with storage.sync_reader() as reader:
+        assert list(reader) == items
+        assert [reader.length(index) for index in range(len(reader))] == [index % 7 for index in range(50)]
+    assert storage.verify() == []
+
+
 def test_retry_of_a_committed_shard_checks_it_and_skips_it(
     ray_cluster: str, storage_path: Path, tmp_path: Path
 ) -> None:

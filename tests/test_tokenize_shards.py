@@ -18,9 +18,9 @@ pytest.importorskip("tokenizers")  # the 'tokenize' extra
 
 from guideloom import StatefulDataLoader, TokenStorage
 from guideloom._cli import main as cli
+from guideloom._core.sizes import parse_shard_size
 from guideloom._shards.layout import committed_shard_ids, shard_file_name
 from guideloom.tokenize import load_tokenizer, tokenize_files, train_tokenizer
-from guideloom.tokenize._groups import parse_shard_size
 from tests.helpers import child_environment
 
 WORDS = "the a fox dog jumps over lazy quick brown alpha beta gamma delta naïve café 東京 def return".split()

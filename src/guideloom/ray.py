@@ -22,6 +22,7 @@ from ray.data.block import Block, BlockAccessor
 from guideloom._core.errors import ShardExistsError, UnfinishedWriteError
 from guideloom._shards.layout import check_shard_id
 from guideloom._shards.loss_masks import MaskBits, loss_mask_array
+from guideloom._shards.record_lengths import checked_length, lengths_bytes
 from guideloom._shards.writer import SyncWriter
 from guideloom._storage.resumable_write import (
     ShardContents,
@@ -33,6 +34,7 @@ from guideloom._storage.resumable_write import (
     start_write,
 )
 from guideloom._storage.storages import DocumentStorage, TokenStorage
+from guideloom._storage.writers import record_measure
 
 if TYPE_CHECKING:
     from ray.data.datasource.datasink import WriteResult
@@ -185,8 +187,12 @@ def _list_rows(chunk: pa.ListArray, column: str, storage: TokenStorage) -> Itera
         yield tokens[start:stop]  # already as stored: written without conversion
 
 
-def _already_encoded(item: tuple[memoryview, int]) -> tuple[memoryview, int]:
-    return item
+def _already_encoded(item: tuple[memoryview, int, int]) -> tuple[memoryview, int]:
+    return item[0], item[1]
+
+
+def _given_length(item: tuple[memoryview, int, int]) -> int:
+    return item[2]
 
 
 def _write_shard(storage: Storage, shard: int, items: Iterable[Any]) -> tuple[ShardContents, bool]:
@@ -197,24 +203,33 @@ def _write_shard(storage: Storage, shard: int, items: Iterable[Any]) -> tuple[Sh
     header = storage.create()
     digest = ShardContents()
     masks = MaskBits() if header.loss_mask else None  # the footer's checksum goes on over the packed mask
+    measure = None  # a document storage's format's length(), where the storage records lengths
+    if isinstance(storage, DocumentStorage):
+        measure = record_measure(storage.format, header.record_lengths, storage.location)
+    lengths: list[int] = []  # ... and the checksum over the lengths
     committed = committed_digest(storage, header, shard) is not None
-    writer: SyncWriter[tuple[memoryview, int]] | None = None
+    writer: SyncWriter[tuple[memoryview, int, int]] | None = None
     if not committed:
-        writer = SyncWriter(storage.commit_target(), header, _already_encoded)
+        writer = SyncWriter(storage.commit_target(), header, _already_encoded, _given_length if measure else None)
     written = False
     try:
         for item in items:
             loss_mask = None
             if masks is not None:
                 item, loss_mask = item
+            length = (
+                0 if measure is None else checked_length(measure(item), f"record {digest.records} of shard {shard}")
+            )
             payload, element_count = storage.encode(item)
+            if measure is not None:
+                lengths.append(length)
             if masks is not None:
                 loss_mask = loss_mask_array(loss_mask, element_count)
                 masks.append(loss_mask)
             digest.update(payload)
             if writer is not None:
                 try:
-                    writer.append(shard, (payload, element_count), loss_mask=loss_mask)
+                    writer.append(shard, (payload, element_count, length), loss_mask=loss_mask)
                 except ShardExistsError:  # another attempt of this task committed it meanwhile
                     writer.close(commit=False)
                     writer = None
@@ -229,6 +244,8 @@ def _write_shard(storage: Storage, shard: int, items: Iterable[Any]) -> tuple[Sh
             writer.close(commit=False)  # after an error; does nothing once closed
     if masks is not None:
         digest.data_crc = zlib.crc32(masks.finish(), digest.data_crc)
+    if measure is not None:
+        digest.data_crc = zlib.crc32(lengths_bytes(lengths), digest.data_crc)
     if digest.records and not written:
         check_same_shard(storage, header, shard, digest)
     return digest, written

@@ -171,10 +171,16 @@ def test_msgpack_length_bombs_allocate_nothing_large(tmp_path: Path) -> None:
     tally("security", size_bombs=len(bombs))
 
 
+def pickle_storage_from_elsewhere(path: Path, record: object) -> DocumentStorage[Any, Any]:
+    """A pickle storage this process did not write: written beside ``path``, then copied there."""
+    with DocumentStorage(path.with_name(f"{path.name}-source"), DocumentPickleFormat()).sync_writer() as writer:
+        writer.append(0, record)
+    shutil.copytree(path.with_name(f"{path.name}-source"), path)
+    return DocumentStorage(path, DocumentPickleFormat())
+
+
 def test_pickle_storages_warn_once_that_they_must_be_trusted(tmp_path: Path) -> None:
-    storage = DocumentStorage(tmp_path / "pickled", DocumentPickleFormat())
-    with storage.sync_writer() as writer:
-        writer.append(0, {"a": 1})
+    storage = pickle_storage_from_elsewhere(tmp_path / "pickled", {"a": 1})
     with pytest.warns(UntrustedFormatWarning, match=r"(?i)pickle.*(trust|arbitrary code)") as caught:
         with storage.sync_reader() as reader:
             assert reader.read(0) == {"a": 1}
@@ -186,9 +192,7 @@ def test_pickle_storages_warn_once_that_they_must_be_trusted(tmp_path: Path) -> 
         warnings.simplefilter("error")
         with DocumentStorage(tmp_path / "pickled", DocumentPickleFormat()).sync_reader() as reader:  # once
             assert len(reader) == 1
-    other = DocumentStorage(tmp_path / "other", DocumentPickleFormat())
-    with other.sync_writer() as writer:
-        writer.append(0, 1)
+    other = pickle_storage_from_elsewhere(tmp_path / "other", 1)
     with pytest.warns(UntrustedFormatWarning):
         other.sync_reader().close()
 

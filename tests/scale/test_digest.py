@@ -12,8 +12,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guideloom._shards.layout import ShardInfo, StorageHeader
-from guideloom._shards.reader import earlier_fingerprint, snapshot_fingerprint
+from guideloom._shards.fingerprints import earlier_fingerprint, snapshot_fingerprint
+from guideloom._shards.header import StorageHeader
+from guideloom._shards.layout import ShardInfo
 from guideloom._shards.shard_table import ShardTable
 from guideloom._sources.recorded_shards import PRIME, ShardSetDigest, describe_shards
 from tests.unit.shards.test_shard_table import reference_check

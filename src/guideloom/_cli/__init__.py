@@ -91,6 +91,8 @@ def _prepare_inspect(arguments: argparse.Namespace) -> Run:
             fields.append(("tokens", f"{int(shards.rows['element_count'].sum()):,}"))
         if header.loss_mask:
             fields.append(("loss mask", _loss_mask_summary(reader, remote=is_url(arguments.path))))
+        if header.record_lengths:
+            fields.append(("measured", "by the format's length(), stored per record"))
         fields.append(("bytes", f"{int(shards.rows['size'].sum()):,}"))
         strays = storage.stray_shards()
         if strays:

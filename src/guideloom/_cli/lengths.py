@@ -1,7 +1,8 @@
 """``guideloom inspect PATH --lengths``: a histogram of document lengths, read from the shards' offsets.
 
-A record's length is the difference of two offsets in its shard's index, so the histogram never reads
-a token or a record's bytes: one pass over each shard's index, one shard mapped at a time. Buckets
+A record's length is the difference of two offsets in its shard's index, or the length its format
+recorded where the storage records lengths, so the histogram never reads a token or a record's
+bytes: one pass over each shard's index (or lengths), one shard mapped at a time. Buckets
 are powers of two (``0``, ``1``, ``2-3``, ``4-7``, ...), counted per shard, so memory stays flat
 however many documents there are.
 """
@@ -22,7 +23,7 @@ BAR = 40  # characters of the longest bar
 class Lengths:
     """Counts of records per power-of-two length bucket, the elements in them, and the extremes."""
 
-    unit: str  # what a length counts: tokens, or a document storage's bytes
+    unit: str  # what a length counts: tokens, a document storage's bytes, or its format's recorded length
     records: str  # what a record is called: documents or records
     counts: np.ndarray
     totals: np.ndarray
@@ -31,10 +32,10 @@ class Lengths:
 
     @classmethod
     def of(cls, reader: Any, tokens: bool) -> Lengths:
-        found = cls("tokens" if tokens else "bytes", "documents" if tokens else "records", *np.zeros((2, BUCKETS)))
+        unit = "tokens" if tokens else "length" if reader.header.record_lengths else "bytes"
+        found = cls(unit, "documents" if tokens else "records", *np.zeros((2, BUCKETS)))
         for position in range(len(reader.infos)):
-            offsets = reader.shard(position).offsets  # the index only; the mapping closes as others open
-            found.add(np.diff(offsets.astype(np.int64)))
+            found.add(reader.shard(position).record_lengths())  # the index only; the mapping closes as others open
         return found
 
     def add(self, lengths: np.ndarray) -> None:

@@ -38,6 +38,16 @@ class CorruptStorageError(GuideloomError):
     __module__ = "guideloom"
 
 
+class RecordPackError(GuideloomError, TypeError, ValueError):
+    """A record could not be written: its format's ``pack`` or ``length`` failed or returned nonsense.
+
+    The message names the shard and the record's index in it; the format's own error is chained. It is a
+    ``TypeError`` and a ``ValueError`` too, so code that caught the format's errors keeps working.
+    """
+
+    __module__ = "guideloom"
+
+
 class StateMismatchError(GuideloomError):
     """A loader state dict does not belong to this storage or configuration."""
 

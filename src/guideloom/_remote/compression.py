@@ -16,7 +16,8 @@ from typing import IO, Any
 import numpy as np
 
 from guideloom._core.errors import FormatMismatchError
-from guideloom._shards.layout import COMPRESSIONS, FOOTER, ShardInfo, StorageHeader, padded
+from guideloom._shards.header import COMPRESSIONS, StorageHeader
+from guideloom._shards.layout import FOOTER, ShardInfo, padded
 
 DEFAULT_LEVEL = 3
 _CHUNK = 4 << 20

@@ -32,18 +32,8 @@ from guideloom._remote.compression import DEFAULT_LEVEL, DamagedDownload, ShardD
 from guideloom._remote.object_store import ObjectStore
 from guideloom._remote.shard_cache import CacheLease, ShardCache
 from guideloom._shards.files import clean_incomplete
-from guideloom._shards.layout import (
-    FOOTER,
-    FOOTER_MAGIC,
-    HEADER_NAME,
-    SHARDS_DIR,
-    ShardFile,
-    ShardInfo,
-    StorageHeader,
-    parse_header,
-    shard_file_name,
-    shard_size,
-)
+from guideloom._shards.header import HEADER_NAME, StorageHeader, parse_header
+from guideloom._shards.layout import FOOTER, FOOTER_MAGIC, SHARDS_DIR, ShardFile, ShardInfo, shard_file_name, shard_size
 from guideloom._shards.shard_table import ShardTable
 
 _SHARD = re.compile(r"([0-9]{12})\.shard")

@@ -18,15 +18,8 @@ from typing import Protocol
 import numpy as np
 
 from guideloom._core.errors import CorruptStorageError
-from guideloom._shards.layout import (
-    INCOMPLETE_DIR,
-    INDEX_NAME,
-    SHARDS_DIR,
-    ShardFile,
-    ShardInfo,
-    StorageHeader,
-    shard_file_name,
-)
+from guideloom._shards.header import StorageHeader
+from guideloom._shards.layout import INCOMPLETE_DIR, INDEX_NAME, SHARDS_DIR, ShardFile, ShardInfo, shard_file_name
 from guideloom._shards.local_commit import commit_shard, is_committed
 from guideloom._shards.shard_table import ShardTable
 

@@ -13,6 +13,7 @@ import math
 import pickle
 import struct
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 import numpy as np
@@ -31,7 +32,9 @@ class DocumentStorageFormat(ABC, Generic[In, Out]):
     """Encodes records of type ``In`` to bytes and decodes them to ``Out``.
 
     ``unpack`` receives a read-only ``memoryview`` into the mapped shard file
-    (zero-copy) and the id of the shard the record came from.
+    (zero-copy) and the id of the shard the record came from. A format may also define
+    ``length(data) -> int``, a record's cost (its tokens, say): the writer then stores it per record,
+    and readers and planners get it without decoding (``reader.length(i)``).
     """
 
     __module__ = "guideloom.types"  # its public home: reprs and pickles name it there
@@ -64,8 +67,21 @@ def format_identity(document_format: DocumentStorageFormat[Any, Any]) -> str:
     return declared if declared else type(document_format).__qualname__
 
 
-class DocumentPickleFormat(DocumentStorageFormat[Any, Any]):
-    """Any picklable record. Decoding pickle can run code: trusted data only."""
+class _MeasuredFormat(DocumentStorageFormat[Any, Any]):
+    """A built-in format: it measures records only with the ``length`` function it was given."""
+
+    def __init__(self, length: Callable[[Any], int] | None = None) -> None:
+        if length is not None:
+            if not callable(length):
+                raise TypeError(f"length must be a function of a record, got {type(length).__name__}")
+            self.length = length
+
+
+class DocumentPickleFormat(_MeasuredFormat):
+    """Any picklable record. Decoding pickle can run code: trusted data only.
+
+    ``length``: an optional function giving a record's length (its tokens, say), stored per record.
+    """
 
     __module__ = "guideloom"  # its public home: reprs and pickles name it there
 
@@ -78,8 +94,11 @@ class DocumentPickleFormat(DocumentStorageFormat[Any, Any]):
         return pickle.loads(encoded_data)
 
 
-class DocumentJsonFormat(DocumentStorageFormat[Any, Any]):
-    """JSON records (UTF-8, compact). Decoding runs no code."""
+class DocumentJsonFormat(_MeasuredFormat):
+    """JSON records (UTF-8, compact). Decoding runs no code.
+
+    ``length``: an optional function giving a record's length (its tokens, say), stored per record.
+    """
 
     __module__ = "guideloom"  # its public home: reprs and pickles name it there
 
@@ -92,20 +111,22 @@ class DocumentJsonFormat(DocumentStorageFormat[Any, Any]):
         return json.loads(bytes(encoded_data))
 
 
-class DocumentMsgpackFormat(DocumentStorageFormat[Any, Any]):
+class DocumentMsgpackFormat(_MeasuredFormat):
     """MessagePack records (needs the ``msgpack`` extra). Decoding runs no code.
 
     NumPy scalars are stored as the plain numbers they hold. With ``numpy_arrays=True`` NumPy
     arrays of numbers are stored as typed binary (extension type 1, reserved for them) and decode
     as read-only arrays of the same dtype and shape, with no Python object per element; such a
     storage is named ``"msgpack-numpy"``, so it is never read by the plain format by mistake.
+    ``length``: an optional function giving a record's length (its tokens, say), stored per record.
     """
 
     __module__ = "guideloom"  # its public home: reprs and pickles name it there
 
     name = "msgpack"
 
-    def __init__(self, numpy_arrays: bool = False) -> None:
+    def __init__(self, numpy_arrays: bool = False, length: Callable[[Any], int] | None = None) -> None:
+        super().__init__(length)
         self.numpy_arrays = numpy_arrays = check_bool("numpy_arrays", numpy_arrays)
         if numpy_arrays:
             self.name = "msgpack-numpy"

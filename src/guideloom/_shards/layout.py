@@ -16,8 +16,6 @@ and fsynced file, so a reader never sees a partial shard.
 from __future__ import annotations
 
 import contextlib
-import functools
-import json
 import mmap
 import os
 import re
@@ -28,34 +26,30 @@ import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from guideloom._core.checks import check_int
 from guideloom._core.errors import CorruptStorageError, FormatMismatchError, StorageNotFoundError
+from guideloom._shards.header import HEADER_NAME, LAYOUT_VERSION, why_not_a_directory
+from guideloom._shards.header import StorageHeader as StorageHeader  # also imported from here (snapshots, upkeep)
 from guideloom._shards.index_check import index_problem
 from guideloom._shards.limits import RESOURCE_ERRNOS, out_of_resources
 from guideloom._shards.loss_masks import LOSS_MASK_FLAG, mask_size, padded_mask_size
+from guideloom._shards.record_lengths import RECORD_LENGTHS_FLAG, lengths_problem, sizes_as_lengths
 
-LAYOUT_VERSION = 1
-HEADER_NAME = "guideloom.json"
 INDEX_NAME = "shards.index"  # the record of commits (see _shards.index)
 SHARDS_DIR = "shards"
 INCOMPLETE_DIR = "incomplete"
 SHARD_SUFFIX = ".shard"
 MAX_SHARD_ID = 10**12 - 1
-MAX_HEADER_BYTES = 64 * 1024
 
 FOOTER = struct.Struct("<8sIIQQQIIII8x")
 FOOTER_MAGIC = b"GLOOMSH1"
 # fullmatch, ASCII digits only: "\d" would take other scripts' digits and "$" a trailing newline,
 # so one shard could be listed twice under two names.
 _SHARD_NAME = re.compile(r"([0-9]{12})\.shard")
-
-KINDS = ("documents", "tokens")
-TOKEN_DTYPES = ("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64")
-COMPRESSIONS = ("zstd",)  # of shard objects on an object store (see _remote.compression)
+KNOWN_FLAGS = LOSS_MASK_FLAG | RECORD_LENGTHS_FLAG
 
 
 @dataclass(frozen=True)
@@ -70,55 +64,11 @@ class ShardInfo:
 
 
 def shard_size(record_count: int, data_size: int, header: StorageHeader | None = None) -> int:
-    """Bytes of a shard file with these counts (data, padding, offsets, the loss mask of a masked ``header``'s
-    shard, footer)."""
+    """Bytes of a shard file with these counts (data, padding, offsets, the record lengths or loss mask that
+    ``header``'s shards hold, footer)."""
     mask = padded_mask_size(data_size // header.element_size) if header is not None and header.loss_mask else 0
-    return padded(data_size) + 8 * (record_count + 1) + mask + FOOTER.size
-
-
-@dataclass(frozen=True)
-class StorageHeader:
-    """What a storage holds: its kind, the format identity or the token dtype."""
-
-    kind: str
-    format: str | None = None
-    dtype: str | None = None
-    layout_version: int = LAYOUT_VERSION
-    loss_mask: bool = False  # tokens only: a mask bit per token beside the tokens (absent from 0.2 headers)
-    compression: str | None = None
-
-    def to_json(self) -> bytes:
-        fields: dict[str, Any] = {"layout_version": self.layout_version, "kind": self.kind}
-        if self.format is not None:
-            fields["format"] = self.format
-        if self.dtype is not None:
-            fields["dtype"] = self.dtype
-        if self.loss_mask:
-            fields["loss_mask"] = True
-        if self.compression is not None:  # absent otherwise: headers written before compression are unchanged
-            fields["compression"] = self.compression
-        return json.dumps(fields, sort_keys=True).encode() + b"\n"
-
-    @functools.cached_property
-    def checksum(self) -> int:
-        """Ties every shard to the header it was written under (computed once: every shard opened compares it)."""
-        return zlib.crc32(self.to_json())
-
-    @functools.cached_property
-    def element_size(self) -> int:
-        return 1 if self.dtype is None else np.dtype(self.dtype).itemsize
-
-    def describe(self) -> str:
-        if self.dtype is None:
-            described = f"{self.kind} with format {self.format!r}"
-        else:
-            described = f"tokens of {self.dtype}{' with a loss mask' if self.loss_mask else ' without a loss mask'}"
-        return described if self.compression is None else f"{described}, compressed with {self.compression}"
-
-    @property
-    def footer_flags(self) -> int:
-        """The footer flags of this storage's shards."""
-        return LOSS_MASK_FLAG if self.loss_mask else 0
+    lengths = 8 * record_count if header is not None and header.record_lengths else 0
+    return padded(data_size) + 8 * (record_count + 1) + lengths + mask + FOOTER.size
 
 
 def shard_file_name(shard: int) -> str:
@@ -128,56 +78,6 @@ def shard_file_name(shard: int) -> str:
 def check_shard_id(shard: object) -> int:
     """Validate a caller's shard id: a non-negative int below 10**12."""
     return check_int("shard", shard, minimum=0, maximum=MAX_SHARD_ID)
-
-
-def read_header(path: Path) -> StorageHeader:
-    """Read and validate ``guideloom.json``; a missing one is StorageNotFoundError."""
-    header_path = path / HEADER_NAME
-    if not path.is_dir():
-        raise StorageNotFoundError(f"no storage at {path}: {_why_not_a_directory(path)}")
-    try:
-        # O_NONBLOCK: opening a FIFO planted as the header must not wait for a writer
-        descriptor = os.open(header_path, os.O_RDONLY | os.O_NONBLOCK)
-    except FileNotFoundError:
-        raise StorageNotFoundError(f"no storage at {path}: {HEADER_NAME} is missing") from None
-    except OSError as error:
-        raise CorruptStorageError(f"{header_path} cannot be opened: {error.strerror or error}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            raise CorruptStorageError(f"{header_path} is not a regular file")
-        raw = b""
-        while len(raw) <= MAX_HEADER_BYTES and (chunk := os.read(descriptor, MAX_HEADER_BYTES + 1 - len(raw))):
-            raw += chunk
-    finally:
-        os.close(descriptor)
-    return parse_header(raw, str(header_path))
-
-
-def parse_header(raw: bytes, header_path: str) -> StorageHeader:
-    """Validate a header's bytes (read from ``header_path``, named in errors)."""
-    if len(raw) > MAX_HEADER_BYTES:
-        raise CorruptStorageError(f"{header_path} is larger than {MAX_HEADER_BYTES} bytes")
-    try:
-        fields = json.loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError) as error:  # RecursionError: nesting too deep
-        raise CorruptStorageError(f"{header_path} is not valid JSON: {error}") from None
-    if not isinstance(fields, dict):
-        raise CorruptStorageError(f"{header_path} does not hold a JSON object")
-    version = fields.get("layout_version")
-    if version != LAYOUT_VERSION:
-        raise FormatMismatchError(
-            f"{header_path} has layout version {version!r}; this guideloom reads version {LAYOUT_VERSION}"
-        )
-    kind, document_format, dtype = fields.get("kind"), fields.get("format"), fields.get("dtype")
-    loss_mask = fields.get("loss_mask", False)
-    compression = fields.get("compression")
-    if compression is not None and compression not in COMPRESSIONS:
-        raise FormatMismatchError(f"{header_path} records compression {compression!r}: this guideloom cannot read it")
-    if kind == "documents" and isinstance(document_format, str) and dtype is None and "loss_mask" not in fields:
-        return StorageHeader(kind, format=document_format, compression=compression)
-    if kind == "tokens" and dtype in TOKEN_DTYPES and document_format is None and loss_mask in (True, False):
-        return StorageHeader(kind, dtype=dtype, loss_mask=loss_mask is True, compression=compression)
-    raise CorruptStorageError(f"{header_path} describes no valid storage: {fields!r}")
 
 
 def fsync_directory(path: Path) -> None:
@@ -199,11 +99,6 @@ def publish(temporary: Path, final: Path) -> bool:
             os.unlink(temporary)
     fsync_directory(final.parent)
     return True
-
-
-def _why_not_a_directory(path: Path) -> str:
-    """Why ``path``, which is not a directory, holds no storage: a file there is not a missing directory."""
-    return "it is a file, not a storage directory" if path.exists() else "the directory does not exist"
 
 
 def incomplete_dir(path: Path) -> Path:
@@ -243,7 +138,7 @@ def committed_shard_ids(path: Path) -> list[int]:
         return []
     except NotADirectoryError:
         if not path.is_dir():
-            raise StorageNotFoundError(f"no storage at {path}: {_why_not_a_directory(path)}") from None
+            raise StorageNotFoundError(f"no storage at {path}: {why_not_a_directory(path)}") from None
         raise CorruptStorageError(f"{path / SHARDS_DIR} cannot be listed: it is not a directory") from None
     except OSError as error:  # a symlink loop, no permission, ...
         raise CorruptStorageError(f"{path / SHARDS_DIR} cannot be listed: {error.strerror or error}") from None
@@ -251,23 +146,30 @@ def committed_shard_ids(path: Path) -> list[int]:
 
 
 def shard_trailer(
-    shard: int, offsets: list[int], data_size: int, data_crc: int, header: StorageHeader, loss_mask: bytes = b""
+    shard: int,
+    offsets: list[int],
+    data_size: int,
+    data_crc: int,
+    header: StorageHeader,
+    loss_mask: bytes = b"",
+    lengths: bytes = b"",
 ) -> bytes:
-    """What a writer appends after a shard's data: padding to 8 bytes, the record offsets, the packed loss mask
-    of a masked storage (padded to 8 bytes), the footer.
+    """What a writer appends after a shard's data: padding to 8 bytes, the record offsets, the record lengths
+    of a storage that records them, the packed loss mask of a masked storage (padded to 8 bytes), the footer.
 
     ``ShardFile`` reads it back; ``offsets`` are the ``record_count + 1`` element offsets of the records;
-    ``data_crc`` covers the data and then ``loss_mask``.
+    ``data_crc`` covers the data and then ``lengths`` and ``loss_mask``.
     """
     index = np.asarray(offsets, dtype="<u8").tobytes()
-    footer = _pack_footer(shard, len(offsets) - 1, data_size, data_crc, zlib.crc32(index), header)
+    footer = shard_footer(shard, len(offsets) - 1, data_size, data_crc, zlib.crc32(index), header)
     mask = loss_mask + bytes(padded(len(loss_mask)) - len(loss_mask))
-    return bytes(padded(data_size) - data_size) + index + mask + footer
+    return bytes(padded(data_size) - data_size) + index + lengths + mask + footer
 
 
-def _pack_footer(
+def shard_footer(
     shard: int, record_count: int, data_size: int, data_crc: int, index_crc: int, header: StorageHeader
 ) -> bytes:
+    """A shard's last 64 bytes: its id, counts, checksums and flags (see docs/format.md)."""
     body = FOOTER.pack(
         FOOTER_MAGIC,
         LAYOUT_VERSION,
@@ -347,13 +249,14 @@ class ShardFile:
         if version != LAYOUT_VERSION:
             self.close()
             raise FormatMismatchError(f"shard {shard} has layout version {version}, expected {LAYOUT_VERSION}")
-        if flags & ~LOSS_MASK_FLAG:
+        if flags & ~KNOWN_FLAGS:
             self.close()
             raise FormatMismatchError(f"shard {shard} uses footer flags {flags:#x} this guideloom does not know")
         if flags != header.footer_flags:
             self.close()
-            holds = "holds a loss mask" if flags else "holds no loss mask"
-            raise FormatMismatchError(f"shard {shard} {holds}, unlike its storage's header ({self.path})")
+            raise FormatMismatchError(
+                f"shard {shard} {_flags_differ(flags, header)}, unlike its storage's header ({self.path})"
+            )
         if header_crc != header.checksum:
             self.close()
             raise FormatMismatchError(f"shard {shard} was written for another storage header ({self.path})")
@@ -369,6 +272,14 @@ class ShardFile:
         self.view = memoryview(self._mapping)
         self.offsets = np.frombuffer(self._mapping, "<u8", self.record_count + 1, padded(data_size))
         self.mask_start = padded(data_size) + 8 * (self.record_count + 1)
+        # The stored record lengths (int64, mapped) of a storage that records them, else None.
+        self.lengths: np.ndarray | None = None
+        if header.record_lengths:
+            self.lengths = np.frombuffer(self._mapping, "<i8", self.record_count, self.mask_start)
+            problem = lengths_problem(self.lengths)
+            if problem is not None:
+                self.close()
+                raise CorruptStorageError(f"shard {shard} has damaged record lengths ({self.path}): {problem}")
         # The packed loss mask of a masked storage's shard (uint8, little bit order), else None.
         self.mask_bits: np.ndarray | None = (
             np.frombuffer(self._mapping, np.uint8, mask_size(self.element_count), self.mask_start)
@@ -397,6 +308,17 @@ class ShardFile:
         """The shard's read-only mapping (None once closed)."""
         return self._mapping
 
+    def record_lengths(self) -> np.ndarray:
+        """Every record's length (int64, read-only): stored ones mapped, else each record's size in elements."""
+        return self.lengths if self.lengths is not None else sizes_as_lengths(self.offsets)
+
+    def record_length(self, record: int) -> int:
+        """Record ``record``'s length: the stored one, else its size in elements (bytes or tokens)."""
+        if self.lengths is not None:
+            return int(self.lengths[record])
+        start, stop = self.record_bounds(record)
+        return stop - start
+
     def record_bounds(self, record: int) -> tuple[int, int]:
         """Element offsets of a record, checked so a damaged index can never read out of bounds."""
         start = self._record_offsets[record]
@@ -410,13 +332,16 @@ class ShardFile:
     def verify(self) -> str | None:
         """Recompute the checksums; the problem found, or None."""
         data_crc = zlib.crc32(self.view[: self.data_size])
+        if self.lengths is not None:  # the data checksum goes on over the record lengths
+            data_crc = zlib.crc32(self.view[self.mask_start : len(self.view) - FOOTER.size], data_crc)
         if self.mask_bits is not None:  # the data checksum goes on over the packed mask
             data_crc = zlib.crc32(self.view[self.mask_start : self.mask_start + len(self.mask_bits)], data_crc)
             mask_end = self.mask_start + len(self.mask_bits)
             if any(self.view[mask_end : len(self.view) - FOOTER.size]):
                 return f"shard {self.id}: padding after the loss mask is not zero ({self.path})"
         if data_crc != self.data_crc:
-            what = "data checksum" if self.mask_bits is None else "data or loss mask checksum"
+            what = "data or loss mask checksum" if self.mask_bits is not None else "data checksum"
+            what = "data or record lengths checksum" if self.lengths is not None else what
             return f"shard {self.id}: {what} mismatch ({self.path})"
         index_start = padded(self.data_size)
         if any(self.view[self.data_size : index_start]):
@@ -432,6 +357,7 @@ class ShardFile:
         """Release the mapping; if the user still holds views into it, it goes when they do."""
         self.offsets = np.empty(0, "<u8")
         self.mask_bits = None
+        self.lengths = None
         record_offsets, self._record_offsets = getattr(self, "_record_offsets", None), memoryview(b"").cast("Q")
         if record_offsets is not None:
             record_offsets.release()
@@ -443,3 +369,10 @@ class ShardFile:
         if mapping is not None:
             with contextlib.suppress(BufferError):
                 mapping.close()
+
+
+def _flags_differ(flags: int, header: StorageHeader) -> str:
+    """How a shard's footer flags contradict its header's, in words."""
+    if (flags ^ header.footer_flags) & LOSS_MASK_FLAG:
+        return "holds a loss mask" if flags & LOSS_MASK_FLAG else "holds no loss mask"
+    return "holds record lengths" if flags & RECORD_LENGTHS_FLAG else "holds no record lengths"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import zlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -20,11 +19,13 @@ import numpy as np
 
 from guideloom._core.checks import check_int, check_sequence_length
 from guideloom._shards.files import LocalShards, ShardSet, first_positions
+from guideloom._shards.fingerprints import earlier_fingerprint, snapshot_fingerprint
 from guideloom._shards.formats import DocumentStorageFormat
-from guideloom._shards.layout import ShardFile, StorageHeader, verify_shards
+from guideloom._shards.header import StorageHeader
+from guideloom._shards.layout import ShardFile, verify_shards
 from guideloom._shards.loss_masks import unpack_bits
 from guideloom._shards.resident_pages import ResidentPages
-from guideloom._shards.shard_table import CHUNK, ShardTable
+from guideloom._shards.shard_table import ShardTable
 
 Out = TypeVar("Out")
 R = TypeVar("R", bound="StorageReader[Any]")
@@ -44,32 +45,6 @@ def _starts(counts: np.ndarray) -> np.ndarray:
     starts[0], starts[1:] = 0, counts  # a column of the table: summed in place once contiguous, twice as fast
     np.cumsum(starts[1:], out=starts[1:])
     return starts
-
-
-def snapshot_fingerprint(header: StorageHeader, infos: ShardTable) -> str:
-    """The CRC-32 of the header and of the sum of the shards' record checks, the shard count and the records.
-
-    A record's check hashes all its facts (id, record and token counts, size, data checksum), and a
-    snapshot holds each id once, in ascending order, so their sum identifies the shards as a CRC over
-    every fact would, from one pass over 4 bytes a shard.
-    """
-    rows = infos.rows
-    checks = int(rows["check"].sum(dtype=np.uint64))  # at most 2**32 a shard: no wrap below 2**32 shards
-    crc = zlib.crc32(checks.to_bytes(8, "little"), zlib.crc32(header.to_json()))
-    return f"{crc:08x}-{len(infos)}-{int(rows['record_count'].sum())}"
-
-
-def earlier_fingerprint(header: StorageHeader, infos: ShardTable) -> str:
-    """The fingerprint guideloom 0.2 and the first 0.3 builds recorded in states: the CRC-32 of the header and
-    each shard's id, record count and checksum, the shard count and the records."""
-    rows, crc = infos.rows, zlib.crc32(header.to_json())
-    entries = np.empty((min(len(rows), CHUNK), 3), "<u8")  # a chunk at a time: it stays in the caches
-    for start in range(0, len(rows), CHUNK):
-        part = rows[start : start + CHUNK]
-        chunk = entries[: len(part)]
-        chunk[:, 0], chunk[:, 1], chunk[:, 2] = part["id"], part["record_count"], part["data_crc"]
-        crc = zlib.crc32(chunk.data, crc)
-    return f"{crc:08x}-{len(infos)}-{int(rows['record_count'].sum())}"
 
 
 class StorageReader(Generic[Out]):
@@ -146,6 +121,23 @@ class StorageReader(Generic[Out]):
 
     def read(self, index: int) -> Out:
         raise NotImplementedError
+
+    def length(self, index: int) -> int:
+        """Record ``index``'s length, without decoding it: the one its format recorded (see ``shard_lengths``)."""
+        self.check_open()
+        position, record = self.locate(index)
+        return self.shard(position).record_length(record)
+
+    def shard_lengths(self, position: int) -> np.ndarray:
+        """The lengths of the records of the reader's shard at ``position`` (in ascending id order), in order:
+        int64, read-only, nothing decoded.
+
+        The lengths a format's ``length(data)`` gave when they were written (mapped from the shard), or, where
+        the storage records none (a format without ``length``, storages of guideloom 0.3, token storages),
+        each record's size: bytes for documents, tokens for token storages.
+        """
+        self.check_open()
+        return self.shard(position).record_lengths()
 
     @property
     def fingerprint(self) -> str:

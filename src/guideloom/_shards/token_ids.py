@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from guideloom._core.checks import check_choice
-from guideloom._shards.layout import TOKEN_DTYPES
+from guideloom._shards.header import TOKEN_DTYPES
 
 TokenInput = Any  # list of ints, a 1-D integer NumPy array or a 1-D integer tensor
 

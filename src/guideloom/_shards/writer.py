@@ -25,17 +25,15 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Generic, TypeVar
 
+import numpy as np
+
 from guideloom._core.errors import ShardExistsError
 from guideloom._shards.files import CommitTarget, LocalTarget
-from guideloom._shards.layout import (
-    ShardInfo,
-    StorageHeader,
-    check_shard_id,
-    shard_file_name,
-    shard_size,
-    shard_trailer,
-)
+from guideloom._shards.header import StorageHeader
+from guideloom._shards.layout import ShardInfo, check_shard_id, shard_file_name, shard_footer, shard_size, shard_trailer
 from guideloom._shards.loss_masks import MaskBits, loss_mask_array
+from guideloom._shards.record_encoder import RecordEncoder
+from guideloom._shards.record_lengths import checked_length, lengths_bytes
 
 In = TypeVar("In")
 MAX_OPEN_FILES = 64
@@ -43,7 +41,7 @@ WRITE_BUFFER = 256 * 1024  # one system call per many small records; larger payl
 BACKGROUND_CHUNK = 8 * 1024 * 1024
 
 
-class _Background:
+class Background:
     """The writer's one helper thread: it checksums and flushes to disk what shards have written so far.
 
     One thread runs the tasks in submission order, so a shard's checksum is extended in order.
@@ -80,14 +78,17 @@ def _file_checksum(path: Path, start: int, stop: int, crc: int, sync: bool) -> i
         os.close(descriptor)
 
 
-class _ShardInProgress:
-    """One shard being appended to: its file, record offsets, and the checksum grown in the background.
+class ShardInProgress:
+    """One shard being appended to: its file, record offsets (and lengths), and the checksum grown in the
+    background.
 
     Every ``BACKGROUND_CHUNK`` bytes, the helper thread checksums the newly written data and flushes
     it to disk while appends go on, so committing has only the last chunk left to do.
     """
 
-    def __init__(self, shard: int, path: Path, background: _Background, masked: bool = False) -> None:
+    def __init__(
+        self, shard: int, path: Path, background: Background, masked: bool = False, measured: bool = False
+    ) -> None:
         self.shard = shard
         self.path = path
         self.file: IO[bytes] | None = open(path, "xb", buffering=WRITE_BUFFER)
@@ -100,13 +101,21 @@ class _ShardInProgress:
         self.failure: BaseException | None = None  # a background failure: the shard can never be committed
         self._background = background
         self.mask_bits = MaskBits() if masked else None  # the loss mask of a masked storage's shard
+        self.lengths: list[int] | None = [] if measured else None  # of a storage that records lengths
 
-    def write(self, payload: memoryview, element_count: int) -> None:
+    @property
+    def record_count(self) -> int:
+        return len(self.offsets) - 1
+
+    def write(self, payload: memoryview, element_count: int, length: int | None = None) -> None:
         if self.file is None:
             self.file = open(self.path, "ab", buffering=WRITE_BUFFER)
         self.file.write(payload)
         self.data_size += payload.nbytes
         self.offsets.append(self.offsets[-1] + element_count)
+        if self.lengths is not None:
+            assert length is not None
+            self.lengths.append(length)
         if self.data_size - self.handed_off >= BACKGROUND_CHUNK:
             self.file.flush()
             start, stop = self.handed_off, self.data_size
@@ -147,13 +156,27 @@ class _ShardInProgress:
             self.data_crc = _file_checksum(self.path, self.handed_off, self.data_size, self.data_crc, sync=False)
             self.handed_off = self.data_size
         mask = b"" if self.mask_bits is None else self.mask_bits.finish()
-        self.data_crc = zlib.crc32(mask, self.data_crc)  # the data checksum covers the mask after the data
+        lengths = b"" if self.lengths is None else lengths_bytes(self.lengths)
+        self.data_crc = zlib.crc32(mask, zlib.crc32(lengths, self.data_crc))  # it covers them after the data
         self.header = header
-        self.file.write(shard_trailer(self.shard, self.offsets, self.data_size, self.data_crc, header, mask))
+        trailer = shard_trailer(self.shard, self.offsets, self.data_size, self.data_crc, header, mask, lengths)
+        self.file.write(trailer)
         self.file.flush()
         os.fsync(self.file.fileno())
         self.file.close()
         self.file = None
+
+    def relabel(self, shard: int) -> None:
+        """Make the finished file that of shard ``shard``: only its footer names the id, so only that is rewritten."""
+        assert self.header is not None, "relabel a finished shard only"
+        index_crc = zlib.crc32(np.asarray(self.offsets, dtype="<u8").tobytes())
+        footer = shard_footer(shard, self.record_count, self.data_size, self.data_crc, index_crc, self.header)
+        with open(self.path, "r+b") as file:
+            file.seek(-len(footer), os.SEEK_END)
+            file.write(footer)
+            file.flush()
+            os.fsync(file.fileno())
+        self.shard = shard
 
     def info(self) -> ShardInfo:
         """The finished shard's counts and checksum, as readers index it."""
@@ -173,29 +196,47 @@ class _ShardInProgress:
             os.unlink(self.path)
 
 
-class SyncWriter(Generic[In]):
-    """Appends samples to shards; leaving the ``with`` block commits them all.
+_NO_DATA: Any = object()  # tells append(data) from append(shard, data)
 
-    Leaving by an exception commits nothing of this writer. ``commit(shard)``
-    commits one shard early. Several writers may write different shards of
-    one storage at once with no coordination.
+
+class SyncWriter(Generic[In]):
+    """Appends samples to shards the caller names; leaving the ``with`` block commits them all.
+
+    Leaving by an exception commits nothing of this writer that is still open (the exception's notes
+    name the shards discarded); ``commit(shard)`` commits one shard early, and it stays committed.
+    Several writers may write different shards of one storage at once with no coordination.
     """
 
     def __init__(
-        self, target: Path | CommitTarget, header: StorageHeader, encode: Callable[[Any], tuple[memoryview, int]]
+        self,
+        target: Path | CommitTarget,
+        header: StorageHeader,
+        encode: Callable[[Any], tuple[memoryview, int]],
+        measure: Callable[[Any], int] | None = None,
+        on_commit: Callable[[int], None] | None = None,
     ):
         self._target: CommitTarget = LocalTarget(target) if isinstance(target, Path) else target
         self._header = header
-        self._encode = encode
+        self._encode = RecordEncoder(encode, measure)
+        self._on_commit = on_commit
         self._token = f"{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:12]}"
-        self._open: OrderedDict[int, _ShardInProgress] = OrderedDict()
+        self._open: OrderedDict[int, ShardInProgress] = OrderedDict()
         self._committed: set[int] = set()
-        self._background = _Background()
-        self._last: _ShardInProgress | None = None  # the shard appended to last, while it is open
+        self._background = Background()
+        self._last: ShardInProgress | None = None  # the shard appended to last, while it is open
         self._closed = False
 
-    def append(self, shard: int, data: In, loss_mask: object = None) -> None:
-        """Append one sample to ``shard`` (created on first use); a masked token storage's takes its ``loss_mask``."""
+    def append(self, shard: int, data: In = _NO_DATA, loss_mask: object = None) -> None:
+        """Append one sample to ``shard`` (created on first use); a masked token storage's takes its ``loss_mask``.
+
+        A record the format cannot pack is a ``RecordPackError`` naming the shard and the record's index in it;
+        nothing of it is written, and the writer goes on.
+        """
+        if data is _NO_DATA:
+            raise TypeError(
+                "append() takes the shard and the record: writer.append(shard, data). To have the writer choose "
+                "shard ids, open it as storage.sync_writer(shard_size='256MiB') and call writer.append(data)"
+            )
         if self._closed:
             raise ValueError("this writer is closed")
         if loss_mask is not None or self._header.loss_mask:
@@ -203,13 +244,23 @@ class SyncWriter(Generic[In]):
             return
         last = self._last
         if last is not None and type(shard) is int and shard == last.shard and last.file is not None:
-            payload, element_count = self._encode(data)  # appending to the same shard again: the fast path
-            last.write(payload, element_count)
+            encoder = self._encode  # appending to the same shard again: the fast path, inlined
+            try:
+                payload, element_count = encoder.encode(data)
+                length = None if encoder.measure is None else checked_length(encoder.measure(data), "this record")
+            except Exception as error:
+                raise encoder.error(error, _record_of(last)) from error
+            last.write(payload, element_count, length)
             return
         shard = check_shard_id(shard)
-        payload, element_count = self._encode(data)
+        encoded = self._encode(data, lambda: self._next_record(shard))
         self._last = self._shard(shard)
-        self._last.write(payload, element_count)
+        self._last.write(*encoded)
+
+    def _next_record(self, shard: int) -> str:
+        """Names the record an append to ``shard`` would add, for errors."""
+        in_progress = self._open.get(shard)
+        return f"record {0 if in_progress is None else in_progress.record_count} of shard {shard}"
 
     def _append_masked(self, shard: int, data: In, loss_mask: object) -> None:
         """Append a document and its loss mask, both checked before anything is written."""
@@ -221,7 +272,7 @@ class SyncWriter(Generic[In]):
         if loss_mask is None:
             raise ValueError("loss_mask is required: this storage was created with loss_mask=True (one per token)")
         shard = check_shard_id(shard)
-        payload, element_count = self._encode(data)
+        payload, element_count, _ = self._encode(data, lambda: self._next_record(shard))
         mask = loss_mask_array(loss_mask, element_count)
         in_progress = self._last = self._shard(shard)
         in_progress.write(payload, element_count)
@@ -244,6 +295,8 @@ class SyncWriter(Generic[In]):
         finally:
             in_progress.abort()
         self._committed.add(shard)
+        if self._on_commit is not None:
+            self._on_commit(shard)
 
     def close(self, commit: bool = True) -> None:
         """Commit (or, with ``commit=False``, discard) every shard still open."""
@@ -266,7 +319,7 @@ class SyncWriter(Generic[In]):
         if first_error is not None:
             raise first_error
 
-    def _shard(self, shard: int) -> _ShardInProgress:
+    def _shard(self, shard: int) -> ShardInProgress:
         """The shard's file in progress (created on first use), open, with at most MAX_OPEN_FILES open."""
         in_progress = self._open.get(shard)
         if in_progress is not None:
@@ -280,7 +333,8 @@ class SyncWriter(Generic[In]):
             )
         self._make_room()
         temporary = self._target.incomplete / f"{shard_file_name(shard)}.{self._token}"
-        in_progress = _ShardInProgress(shard, temporary, self._background, self._header.loss_mask)
+        header = self._header
+        in_progress = ShardInProgress(shard, temporary, self._background, header.loss_mask, header.record_lengths)
         self._open[shard] = in_progress
         return in_progress
 
@@ -296,6 +350,14 @@ class SyncWriter(Generic[In]):
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
+        if error is not None:
+            discarded = [shard for shard, in_progress in self._open.items() if in_progress.record_count]
+            if discarded:
+                error.add_note(
+                    f"guideloom: leaving the writer by this error discarded shards {discarded}, never committed "
+                    f"(committed before: {sorted(self._committed) or 'none'}); writer.commit(shard) commits a "
+                    "complete shard for good"
+                )
         self.close(commit=error is None)
 
     def __del__(self, finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
@@ -304,13 +366,17 @@ class SyncWriter(Generic[In]):
             self.close(commit=False)
 
 
+def _record_of(in_progress: ShardInProgress) -> str:
+    return f"record {in_progress.record_count} of shard {in_progress.shard}"
+
+
 class AsyncWriter(Generic[In]):
     """The writer for event loops: the same operations, awaited (file work runs in a thread)."""
 
     def __init__(self, writer: SyncWriter[In]) -> None:
         self._writer = writer
 
-    async def append(self, shard: int, data: In, loss_mask: object = None) -> None:
+    async def append(self, shard: int, data: In = _NO_DATA, loss_mask: object = None) -> None:
         await asyncio.to_thread(self._writer.append, shard, data, loss_mask)
 
     async def commit(self, shard: int) -> None:

@@ -20,13 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from guideloom._core.errors import CorruptStorageError, ShardExistsError, UnfinishedWriteError
-from guideloom._shards.layout import (
-    INCOMPLETE_DIR,
-    MAX_HEADER_BYTES,
-    ShardFile,
-    StorageHeader,
-    publish,
-)
+from guideloom._shards.header import MAX_HEADER_BYTES, StorageHeader
+from guideloom._shards.layout import INCOMPLETE_DIR, ShardFile, publish
 from guideloom._shards.local_commit import is_committed
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from guideloom._core.errors import CorruptStorageError
 from guideloom._shards.files import LocalShards
-from guideloom._shards.layout import StorageHeader
+from guideloom._shards.header import StorageHeader
 from guideloom._shards.shard_table import ShardTable
 from guideloom._shards.snapshot import local_snapshot
 

@@ -5,46 +5,43 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import numpy as np
 
 from guideloom._core.checks import check_bool, check_int, check_number, check_path
-from guideloom._core.errors import (
-    FormatMismatchError,
-    StorageNotFoundError,
-    UntrustedFormatWarning,
-)
+from guideloom._core.errors import FormatMismatchError, StorageNotFoundError
 from guideloom._remote.compression import DEFAULT_LEVEL, check_compression, recorded_compression
 from guideloom._remote.object_store import is_url
 from guideloom._remote.shard_cache import check_cache_arguments
 from guideloom._shards.files import CommitTarget, ShardSet
 from guideloom._shards.formats import DocumentPickleFormat, DocumentStorageFormat, format_identity
+from guideloom._shards.header import HEADER_NAME, StorageHeader, read_header
 from guideloom._shards.index import create_index
 from guideloom._shards.layout import (
-    HEADER_NAME,
     INCOMPLETE_DIR,
     SHARDS_DIR,
     ShardInfo,
-    StorageHeader,
     committed_shard_ids,
     fsync_directory,
     holds_storage,
     incomplete_dir,
     publish,
-    read_header,
 )
 from guideloom._shards.local_commit import stray_shards
 from guideloom._shards.reader import AsyncReader, DocumentReader, StorageReader, TokenReader
+from guideloom._shards.record_lengths import defines_length
+from guideloom._shards.rolling_writer import RollingWriter
 from guideloom._shards.shard_table import ShardTable
 from guideloom._shards.snapshot import local_snapshot
 from guideloom._shards.token_ids import TokenEncoder, TokenInput
 from guideloom._shards.upkeep import clean_local, verify_local
 from guideloom._shards.writer import AsyncWriter, SyncWriter
 from guideloom._storage.snapshots import DEFAULT_MAX_OPEN_SHARDS, local_shard_set, selected
+from guideloom._storage.trust import warn_untrusted
+from guideloom._storage.writers import open_writer, record_measure
 
 if TYPE_CHECKING:
     from guideloom._remote.remote_files import RemoteFiles
@@ -194,6 +191,17 @@ class StorageBase:
     def _expected_header(self) -> StorageHeader:
         raise NotImplementedError
 
+    def _adopt_recorded(self, found: StorageHeader) -> None:
+        """Take from an existing storage's header what opening it does not choose (documents: record lengths)."""
+
+    def trust_key(self) -> str:
+        """Names this storage in the process's record of the shards it committed (see ``_storage.trust``)."""
+        return self.location if self._remote is not None else str(self.path.resolve())
+
+    def highest_committed(self) -> int:
+        """The highest committed shard id, -1 if none: where writers that pick ids start looking."""
+        return max(self.committed_shards(), default=-1)
+
     def _existing_header(self) -> StorageHeader | None:
         """The header on disk (checked against ours), or None for a storage not yet written."""
         try:
@@ -202,6 +210,7 @@ class StorageBase:
             return None
         if self._requested_compression is None:  # compression=None opens a storage as recorded
             self._use_compression(recorded_compression(found, self.location, self._remote))
+        self._adopt_recorded(found)
         expected = self._expected_header()
         if found != expected:
             raise FormatMismatchError(
@@ -289,22 +298,6 @@ class AnyFormatStorage(StorageBase):
         return StorageReader(self._shard_set(self.header, shard_ids), self.header)
 
 
-_warned_paths: set[str] = set()
-
-
-def _warn_untrusted_once(storage: StorageBase) -> None:
-    """Warn once per storage and process that reading pickle runs the data's code."""
-    resolved = storage.location if storage._remote is not None else str(storage.path.resolve())
-    if resolved not in _warned_paths:
-        _warned_paths.add(resolved)
-        warnings.warn(
-            f"{storage.location} is a pickle storage: decoding pickle can run arbitrary code, so read only storages "
-            "you trust (JSON, MessagePack or your own format decode without running code)",
-            UntrustedFormatWarning,
-            stacklevel=4,
-        )
-
-
 class DocumentStorage(StorageBase, Generic[In, Out]):
     """Whole records, each encoded by ``format`` and decoded as one sample."""
 
@@ -321,8 +314,12 @@ class DocumentStorage(StorageBase, Generic[In, Out]):
         max_open_shards: int = DEFAULT_MAX_OPEN_SHARDS,
         compression: str | None = None,
         compression_level: int = DEFAULT_LEVEL,
+        trusted: bool = False,
     ) -> None:
-        """A storage at a local ``path`` or an fsspec URL (see docs/object-storage.md for the other arguments)."""
+        """A storage at a local ``path`` or an fsspec URL (see docs/object-storage.md for the other arguments).
+
+        ``trusted=True`` says the data is yours: reading a pickle storage then gives no ``UntrustedFormatWarning``.
+        """
         if isinstance(format, type):
             raise TypeError(
                 f"format must be a format instance, got the class {format.__name__}: pass {format.__name__}()"
@@ -331,12 +328,18 @@ class DocumentStorage(StorageBase, Generic[In, Out]):
             raise TypeError(f"format must be a DocumentStorageFormat, got {type(format).__name__}")
         format_identity(format)  # a name that cannot be recorded is refused before anything is written
         self.format = format
+        self.trusted = check_bool("trusted", trusted)
+        self.record_lengths = defines_length(format)  # for a new storage; an existing one's as recorded
         self._locate(path, storage_options, cache_dir, cache_limit_bytes, max_open_shards)
         self._choose_compression(compression, compression_level)
         self._existing_header()
 
     def _expected_header(self) -> StorageHeader:
-        return StorageHeader("documents", format=format_identity(self.format), compression=self.compression)
+        identity = format_identity(self.format)
+        return StorageHeader("documents", identity, compression=self.compression, record_lengths=self.record_lengths)
+
+    def _adopt_recorded(self, found: StorageHeader) -> None:
+        self.record_lengths = found.record_lengths
 
     def encode(self, data: In) -> tuple[memoryview, int]:
         """One record as the bytes a shard stores, and their count."""
@@ -346,9 +349,21 @@ class DocumentStorage(StorageBase, Generic[In, Out]):
         view = memoryview(encoded).cast("B")
         return view, view.nbytes
 
-    def sync_writer(self) -> SyncWriter[In]:
-        """A writer; use it as ``with storage.sync_writer() as writer``."""
-        return SyncWriter(self.commit_target(), self.create(), self.encode)
+    @overload
+    def sync_writer(self, shard_size: None = None) -> SyncWriter[In]: ...
+
+    @overload
+    def sync_writer(self, shard_size: int | str) -> RollingWriter[In]: ...
+
+    def sync_writer(self, shard_size: int | str | None = None) -> SyncWriter[In] | RollingWriter[In]:
+        """A writer; use it as ``with storage.sync_writer() as writer`` and ``writer.append(shard, data)``.
+
+        With ``shard_size`` (bytes, or a size such as ``"256MiB"``) the writer picks the shard ids itself:
+        ``writer.append(data)``, a new shard each time one holds that many bytes, committed as it fills.
+        """
+        self.create()  # the header says whether the storage records lengths
+        measure = record_measure(self.format, self.record_lengths, self.location)
+        return open_writer(self, self.encode, shard_size, measure)
 
     def sync_reader(self) -> DocumentReader[Out]:
         """A reader of the shards committed now; use it as ``with storage.sync_reader() as reader``."""
@@ -362,9 +377,10 @@ class DocumentStorage(StorageBase, Generic[In, Out]):
 
     def open_reader(self, shard_ids: list[int] | ShardTable | None = None) -> DocumentReader[Out]:
         header = self.header_for_reading()
-        if isinstance(self.format, DocumentPickleFormat):
-            _warn_untrusted_once(self)
-        return DocumentReader(self._shard_set(header, shard_ids), header, self.format)
+        shard_set = self._shard_set(header, shard_ids)
+        if isinstance(self.format, DocumentPickleFormat) and not self.trusted:
+            warn_untrusted(self.trust_key(), self.location, shard_set.infos.ids.tolist())
+        return DocumentReader(shard_set, header, self.format)
 
 
 class TokenStorage(StorageBase):
@@ -411,9 +427,19 @@ class TokenStorage(StorageBase):
         """One document's ids as the bytes a shard stores, and their count; an id the dtype cannot hold is an error."""
         return self.encoder(tokens)
 
-    def sync_writer(self) -> SyncWriter[TokenInput]:
-        """A writer; ``writer.append(shard, tokens)`` appends one document's token ids (``loss_mask=`` its mask)."""
-        return SyncWriter(self.commit_target(), self.create(), self.encoder)  # no extra call per append
+    @overload
+    def sync_writer(self, shard_size: None = None) -> SyncWriter[TokenInput]: ...
+
+    @overload
+    def sync_writer(self, shard_size: int | str) -> RollingWriter[TokenInput]: ...
+
+    def sync_writer(self, shard_size: int | str | None = None) -> SyncWriter[TokenInput] | RollingWriter[TokenInput]:
+        """A writer; ``writer.append(shard, tokens)`` appends one document's token ids (``loss_mask=`` its mask).
+
+        With ``shard_size`` (bytes of token ids, or a size such as ``"256MiB"``) the writer picks the shard ids:
+        ``writer.append(tokens)``, a new shard each time one holds that many bytes, committed as it fills.
+        """
+        return open_writer(self, self.encoder, shard_size)  # the encoder itself
 
     def sync_reader(self) -> TokenReader:
         """A reader of the shards committed now: documents by index and the token stream."""

@@ -10,11 +10,12 @@ import argparse
 from collections.abc import Callable
 
 from guideloom._core.checks import check_path
+from guideloom._core.sizes import parse_shard_size
 from guideloom._remote.object_store import is_url, parse_storage_options
-from guideloom._shards.layout import TOKEN_DTYPES
+from guideloom._shards.header import TOKEN_DTYPES
 from guideloom._storage.storages import local_path
 from guideloom.tokenize._chat_template import TRAIN_ON, import_transformers
-from guideloom.tokenize._groups import DEFAULT_SHARD_SIZE, parse_shard_size
+from guideloom.tokenize._groups import DEFAULT_SHARD_SIZE
 from guideloom.tokenize._plan import CLI_NAMES, plan_run
 from guideloom.tokenize._run import execute
 from guideloom.tokenize._tokenizer import import_tokenizers

@@ -15,12 +15,12 @@ documents those shards hold and finds nothing more to write).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from guideloom._shards.layout import MAX_SHARD_ID, StorageHeader
+from guideloom._shards.header import StorageHeader
+from guideloom._shards.layout import MAX_SHARD_ID
 from guideloom._storage.resumable_write import ShardContents
 from guideloom._storage.storages import StorageBase
 from guideloom.tokenize._inputs import InputFile
@@ -28,33 +28,6 @@ from guideloom.tokenize._inputs import InputFile
 SHARDS_PER_GROUP = 10**6  # group g writes shards g * 10**6 + k: at most 10**6 groups of 10**6 shards
 MAX_GROUPS = (MAX_SHARD_ID + 1) // SHARDS_PER_GROUP
 DEFAULT_SHARD_SIZE = 256 << 20
-_UNITS = {
-    "": 1,
-    "b": 1,
-    **{prefix: 1 << (10 * power) for power, prefix in enumerate("kmgt", 1)},
-    **{f"{prefix}ib": 1 << (10 * power) for power, prefix in enumerate("kmgt", 1)},
-    **{f"{prefix}b": 1000**power for power, prefix in enumerate("kmgt", 1)},
-}
-_SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([a-z]*)")
-
-
-def parse_shard_size(value: object, name: str) -> int:
-    """A shard size in bytes: a positive int, or a string such as ``"64MiB"``, ``"1GiB"``, ``"500MB"``, ``"4096"``.
-
-    ``K``/``M``/``G``/``T`` and ``KiB``... are powers of 1024, ``KB``/``MB``... powers of 1000.
-    """
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise TypeError(f"{name} must be an int (bytes) or a string such as '256MiB', got {type(value).__name__}")
-    if isinstance(value, str):
-        match = _SIZE.fullmatch(value.strip().lower())
-        if match is None or match.group(2) not in _UNITS:
-            raise ValueError(f"{name} must be a size such as 256MiB, 1GiB, 500MB or a number of bytes, got {value!r}")
-        size = int(float(match.group(1)) * _UNITS[match.group(2)])
-    else:
-        size = value
-    if size < 1:
-        raise ValueError(f"{name} must be at least 1 byte, got {value!r}")
-    return size
 
 
 @dataclass(frozen=True)

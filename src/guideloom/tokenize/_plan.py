@@ -16,8 +16,10 @@ import numpy as np
 
 from guideloom._core.checks import check_choice
 from guideloom._core.errors import ShardExistsError, StorageNotFoundError
+from guideloom._core.sizes import parse_shard_size
 from guideloom._remote.object_store import is_url
-from guideloom._shards.layout import TOKEN_DTYPES, holds_storage, is_unfinished_storage
+from guideloom._shards.header import TOKEN_DTYPES
+from guideloom._shards.layout import holds_storage, is_unfinished_storage
 from guideloom._storage.storages import TokenStorage
 from guideloom.tokenize._chat import describe_chat_input
 from guideloom.tokenize._chat_template import TRAIN_ON, load_chat_tokenizer
@@ -29,7 +31,6 @@ from guideloom.tokenize._groups import (
     group_files,
     group_paths,
     group_progress,
-    parse_shard_size,
     shard_contents,
 )
 from guideloom.tokenize._inputs import describe_input, expand_inputs

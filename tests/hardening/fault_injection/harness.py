@@ -52,7 +52,8 @@ import numpy as np
 
 import guideloom
 from guideloom import StorageNotFoundError
-from guideloom._shards.layout import HEADER_NAME, committed_shard_ids, shard_file_name
+from guideloom._shards.header import HEADER_NAME
+from guideloom._shards.layout import committed_shard_ids, shard_file_name
 from tests.helpers import committed_and_strays, comparable, open_storage
 
 BASE = (0, 1)

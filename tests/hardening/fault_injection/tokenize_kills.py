@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from guideloom import TokenStorage
-from guideloom._shards.layout import HEADER_NAME, committed_shard_ids, shard_file_name
+from guideloom._shards.header import HEADER_NAME
+from guideloom._shards.layout import committed_shard_ids, shard_file_name
 from tests.helpers import child_environment, committed_and_strays, module_command
 
 INJECT_CLI = "tests.hardening.fault_injection.inject_cli"
