@@ -21,23 +21,20 @@ Named parts (``--parts``, all by default):
   every tensor through shared memory). guideloom pipes arrays under 1 MiB and sends larger ones
   through shared memory too.
 
-Every measurement runs in a fresh interpreter (``benchmarks/children.py``), the libraries interleaved,
+Every measurement runs in a fresh interpreter (``benchmarks/harness.py``), the libraries interleaved,
 ``--repeats`` times; the medians are reported, and as guideloom's ratio to each row the median of the
 ratios of neighbouring runs (the load of a shared machine moves them alike). Writes ``results/documents.json``.
 
-    python benchmarks/bench_documents.py                          # 20,000 records, 1,000 large (minutes)
-    python benchmarks/bench_documents.py --records 100_000 --large-records 5_000 --repeats 5
+    python -m benchmarks.bench_documents                          # 20,000 records, 1,000 large (minutes)
+    python -m benchmarks.bench_documents --records 100_000 --large-records 5_000 --repeats 5
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import struct
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -45,13 +42,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from children import run_json_child  # beside this script
 
+from benchmarks import harness
 from guideloom import DocumentJsonFormat, DocumentStorage, StatefulDataLoader
 from guideloom.collate import pad
 from guideloom.types import DocumentStorageFormat
 
-RESULTS = Path(__file__).parent / "results" / "documents.json"
 BATCH = 32
 RECORDS_PER_SHARD = 10_000
 FIELDS = ("prompt_input_ids", "chosen_input_ids", "rejected_input_ids")
@@ -331,8 +327,9 @@ def run_part(part: str, root: Path, repeats: int, worker_counts: list[int]) -> l
     results: dict[tuple[str, int], list[dict[str, Any]]] = {row: [] for row in chosen}
     for _ in range(repeats):
         for library, workers in chosen:  # interleaved: load on the machine moves every row alike
-            child = [sys.executable, __file__, "--child", json.dumps([part, library, str(root), workers])]
-            results[(library, workers)].append(run_json_child(child, timeout=1800, env=os.environ.copy()))
+            arguments = json.dumps([part, library, str(root), workers])
+            child = harness.module_command("benchmarks.bench_documents", "--child", arguments)
+            results[(library, workers)].append(harness.run_json_child(child, timeout=1800))
     rows = []
     for (library, workers), runs in results.items():
         failed = [run["error"] for run in runs if "error" in run]
@@ -368,10 +365,10 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = harness.argument_parser(__doc__)
     parser.add_argument("--parts", default="records,large,transport", help="comma-separated: records, large, transport")
-    parser.add_argument("--records", type=int, default=20_000)
-    parser.add_argument("--large-records", type=int, default=1_000)
+    parser.add_argument("--records", type=harness.count, default=20_000)
+    parser.add_argument("--large-records", type=harness.count, default=1_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workers", default="0,2", help="comma-separated worker counts to measure (0, 2)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -395,15 +392,12 @@ def main() -> None:
             write_large(root, arguments.large_records)
             rows += run_part("large", root, arguments.repeats, worker_counts)
     print_rows(rows)
-    machine = f"{os.cpu_count()} CPUs, {platform.platform()}, torch {torch.__version__}"
     settings = {"records": arguments.records, "large_records": arguments.large_records, "repeats": arguments.repeats}
-    RESULTS.parent.mkdir(exist_ok=True)
-    earlier = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"rows": []}
+    earlier = harness.read_results("documents") or {"rows": []}
     kept = [row for row in earlier["rows"] if row["part"] not in parts]  # the parts not measured this time stay
     for row in kept:
         row.setdefault("measured", earlier.get("settings"))
-    results = {"machine": machine, "settings": settings, "rows": kept + rows}
-    RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+    harness.write_results("documents", {"machine": harness.machine(), "settings": settings, "rows": kept + rows})
 
 
 if __name__ == "__main__":

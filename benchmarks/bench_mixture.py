@@ -12,8 +12,8 @@
     time a fresh loader takes to load it and yield its first batch (median of ``--repeats``), checked
     against the uninterrupted run's batch.
 
-    .venv-bench/bin/python benchmarks/bench_mixture.py                 # 30M tokens, 5 runs of 500 batches
-    .venv-bench/bin/python benchmarks/bench_mixture.py --tokens 4000000 --batches 50    # a quick run
+    .venv-bench/bin/python -m benchmarks.bench_mixture                 # 30M tokens, 5 runs of 3,000 batches
+    .venv-bench/bin/python -m benchmarks.bench_mixture --tokens 4000000 --batches 50    # a quick run
 
 Prints a Markdown table and writes JSON (default ``benchmarks/results/mixture.json``).
 """
@@ -24,7 +24,6 @@ import argparse
 import json
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,9 +33,8 @@ from typing import Any
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from run import token_documents  # noqa: E402  (the same documents as the main benchmark)
+from benchmarks.harness import RESULTS, argument_parser, module_command, run_json_child, write_results
+from benchmarks.run import token_documents  # the same documents as the main benchmark
 
 WEIGHTS = {"web": 0.5, "code": 0.3, "math": 0.2}
 SEQUENCE_LENGTH = 2048
@@ -71,14 +69,14 @@ def write(library: str, root: Path, tokens: int) -> None:
 
 def _peer(library: str) -> Any:
     if library == "grain":
-        from peers import grain_peer
+        from benchmarks.peers import grain_peer
 
         return grain_peer
     if library == "litdata":
-        from peers import litdata_peer
+        from benchmarks.peers import litdata_peer
 
         return litdata_peer
-    from peers import mosaic_peer
+    from benchmarks.peers import mosaic_peer
 
     return mosaic_peer
 
@@ -103,7 +101,8 @@ def batches(library: str, root: Path) -> Iterator[Any]:
             yield from loader
     if library == "grain":
         import grain
-        from peers.grain_peer import TOKENS_FILE, decode_block
+
+        from benchmarks.peers.grain_peer import TOKENS_FILE, decode_block
 
         parts = [
             grain.MapDataset.source(grain.sources.ArrayRecordDataSource(str(out / name / TOKENS_FILE))).shuffle(seed=k)
@@ -125,8 +124,7 @@ def batches(library: str, root: Path) -> Iterator[Any]:
                 if len(batch) == BATCH:  # the combined dataset still ends a pass with a short batch
                     yield batch.to("cpu").long()
     if library == "mosaic":
-        from peers.mosaic_peer import stack_tokens
-        from streaming import Stream, StreamingDataLoader, StreamingDataset
+        from benchmarks.peers.mosaic_peer import Stream, StreamingDataLoader, StreamingDataset, stack_tokens
 
         streams = [Stream(local=str(out / name), proportion=weight) for name, weight in WEIGHTS.items()]
         dataset = StreamingDataset(streams=streams, shuffle=True, batch_size=BATCH)
@@ -195,20 +193,18 @@ def state_measure(root: Path, repeats: int) -> dict[str, Any]:
 
 
 def run_child(arguments: list[str]) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, __file__, *arguments], capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"}
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    """This benchmark with ``arguments`` in a fresh interpreter; its result, or the error it ended with."""
+    return run_json_child(module_command("benchmarks.bench_mixture", *arguments), timeout=4 * 3600)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__)
     parser.add_argument("--tokens", type=int, default=30_000_000)
     parser.add_argument("--batches", type=int, default=3000, help="batches per timed run (median of --repeats runs)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--only", default=",".join(LIBRARIES))
     parser.add_argument("--dir", type=Path, default=None)
-    parser.add_argument("--out", type=Path, default=HERE / "results" / "mixture.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "mixture.json")
     parser.add_argument("--child", nargs=2, metavar=("ACTION", "LIBRARY"), help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     if arguments.child:
@@ -259,8 +255,7 @@ def report(rows: list[dict[str, Any]], state: dict[str, Any], arguments: argpars
             f"\n10 components × 5 stages: state {state['state_bytes']} bytes of JSON (goal ≤ 1 KB), resume "
             f"{state['resume_ms']:.1f} ms (goal ≤ 10 ms); the first resumed batch {equal} the uninterrupted run's"
         )
-    arguments.out.parent.mkdir(parents=True, exist_ok=True)
-    arguments.out.write_text(json.dumps({"rows": rows, "state": state, "tokens": arguments.tokens}, indent=2) + "\n")
+    write_results("mixture", {"rows": rows, "state": state, "tokens": arguments.tokens}, to=arguments.out)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Object-store clients side by side on the local S3 server: whole-object downloads and listings.
 
-    python benchmarks/bench_object_clients.py [--megabytes 64] [--objects 10000] [--repeats 3]
+    python -m benchmarks.bench_object_clients [--megabytes 64] [--objects 10000] [--repeats 3]
 
 What guideloom needs from a client is a whole shard streamed into a cache file, and one listing of
 a ``shards/`` prefix with many objects. Compared: s3fs through guideloom's own streaming GET (what it
@@ -11,31 +11,20 @@ shared machine only ever slows a run). Results go to ``results/object_clients.js
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import subprocess
-import sys
 import tempfile
-import time
-import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "src"))
+from benchmarks.harness import argument_parser, s3_server, timed, write_results
+
 BUCKET = "clients"
 
 
-def _best(repeats: int, run: Callable[[], None]) -> float:
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - started)
-    return min(times)
+def _best(repeats: int, run: Callable[[], object]) -> float:
+    return timed(run, repeats).best
 
 
 def _s3fs(endpoint: str) -> Any:
@@ -58,7 +47,7 @@ def _obstore(endpoint: str) -> Any:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__)
     parser.add_argument("--megabytes", type=int, default=64)
     parser.add_argument("--objects", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=3)
@@ -66,22 +55,11 @@ def main() -> None:
     import boto3
     import obstore
 
-    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1")
-    port = 18000 + os.getpid() % 1000
-    endpoint = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen(
-        [sys.executable, str(HERE / "remote" / "s3_server.py"), str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    work = Path(tempfile.mkdtemp(prefix="guideloom-clients-"))
-    try:
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(f"{endpoint}/_bench/counters", timeout=1).read()
-                break
-            except OSError:
-                time.sleep(0.1)
+    with (
+        tempfile.TemporaryDirectory(prefix="guideloom-clients-") as directory,
+        s3_server(Path(directory) / "server.log") as endpoint,
+    ):
+        work = Path(directory)
         client = boto3.client("s3", endpoint_url=endpoint)
         client.create_bucket(Bucket=BUCKET)
         size = arguments.megabytes << 20
@@ -118,12 +96,6 @@ def main() -> None:
             name: size / 1e6 / _best(arguments.repeats, run) for name, run in downloads.items()
         }
         results["listing_s"] = {name: _best(arguments.repeats, run) for name, run in listings.items()}
-    finally:
-        server.kill()
-        server.wait()
-        for path in work.iterdir():
-            path.unlink()
-        work.rmdir()
     lines = [
         f"One {arguments.megabytes} MB object, streamed into a file (MB/s, best of {arguments.repeats}):",
         "",
@@ -137,9 +109,7 @@ def main() -> None:
         "|---|---:|",
         *(f"| {name} | {seconds:.2f} |" for name, seconds in results["listing_s"].items()),
     ]
-    (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "object_clients.json").write_text(json.dumps(results, indent=2) + "\n")
-    (HERE / "results" / "object_clients.md").write_text("\n".join(lines) + "\n")
+    write_results("object_clients", results, "\n".join(lines))
     print("\n".join(lines))
 
 

@@ -10,28 +10,24 @@ Writes ``results/provenance.json`` and prints a table. One run, best of 5 each:
 3. ``guideloom inspect --lengths`` (the histogram from the shards' offsets) against the straightforward
    way a user would take: ``len(reader.read(i))`` for every document.
 
-    python benchmarks/bench_provenance.py              # 20M tokens, under a minute on 2 cores
+    python -m benchmarks.bench_provenance              # 20M tokens, under a minute on 2 cores
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from benchmarks.harness import argument_parser, machine, timed, write_results
 from guideloom import Mixture, StatefulDataLoader, TokenStorage
 from guideloom._cli.lengths import Lengths
 
 SEQUENCE_LENGTH = 2048
 BATCH = 8
-RESULTS = Path(__file__).parent / "results" / "provenance.json"
 
 
 def write(path: Path, tokens: int, shards: int, seed: int) -> TokenStorage:
@@ -45,13 +41,8 @@ def write(path: Path, tokens: int, shards: int, seed: int) -> TokenStorage:
     return storage
 
 
-def best(run: Callable[[], None], repeats: int = 5) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return min(times)
+def best(run: Callable[[], object], repeats: int = 5) -> float:
+    return timed(run, repeats).best
 
 
 def per_batch(make: Callable[[], StatefulDataLoader], steps: int) -> dict[str, float]:
@@ -84,7 +75,7 @@ def per_batch(make: Callable[[], StatefulDataLoader], steps: int) -> dict[str, f
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argument_parser(__doc__)
     parser.add_argument("--tokens", type=int, default=20_000_000)
     parser.add_argument("--shards", type=int, default=16)
     parser.add_argument("--steps", type=int, default=40)
@@ -116,17 +107,14 @@ def main() -> None:
         f"lengths of {documents:,} documents: offsets {1e3 * lengths:.1f}ms, reading every document "
         f"{1e3 * reading:.1f}ms ({reading / lengths:.1f}x slower)"
     )
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(
-        json.dumps(
-            {
-                "machine": platform.platform(),
-                "tokens": arguments.tokens,
-                "modes": rows,
-                "lengths": {"documents": documents, "offsets_s": lengths, "read_every_document_s": reading},
-            },
-            indent=2,
-        )
+    write_results(
+        "provenance",
+        {
+            "machine": machine(),
+            "tokens": arguments.tokens,
+            "modes": rows,
+            "lengths": {"documents": documents, "offsets_s": lengths, "read_every_document_s": reading},
+        },
     )
 
 

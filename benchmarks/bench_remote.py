@@ -1,6 +1,6 @@
 """Object storage: guideloom, LitData and MosaicML Streaming reading the same tokens from one local S3 server.
 
-    python benchmarks/bench_remote.py [--tokens N] [--peer-python .venv-bench/bin/python] [--part speed|bytes|all]
+    python -m benchmarks.bench_remote [--tokens N] [--peer-python .venv-bench/bin/python] [--part speed|bytes|all]
 
 Runs with an interpreter that has guideloom's ``remote`` and ``test`` extras (moto, boto3, s3fs); the
 peers run under ``--peer-python``. A moto server (``remote/s3_server.py``, counting the bytes it sends)
@@ -20,53 +20,35 @@ Results go to ``results/remote_bytes.json`` and ``.md``.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-WORKER = HERE / "remote" / "worker.py"
+from benchmarks.harness import (
+    REPOSITORY,
+    S3_CREDENTIALS,
+    argument_parser,
+    child_environment,
+    free_port,
+    module_command,
+    read_results,
+    run_child,
+    s3_server,
+    wait_until_listening,
+    write_results,
+)
+
 READERS = [("guideloom", "guideloom"), ("litdata", "LitData"), ("mosaic", "MosaicML Streaming")]
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _start_server(port: int, log: Path) -> subprocess.Popen[bytes]:
-    server = subprocess.Popen(
-        [sys.executable, str(HERE / "remote" / "s3_server.py"), str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=open(log, "wb"),
-    )
-    for _ in range(300):
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/_bench/counters", timeout=1).read()
-            return server
-        except OSError:
-            time.sleep(0.1)
-    server.kill()
-    raise RuntimeError(f"the S3 server did not start; see {log}")
-
-
 def _run(python: str, *args: str, environment: dict[str, str]) -> str:
-    completed = subprocess.run(
-        [python, str(WORKER), *args], capture_output=True, text=True, env=environment, timeout=3600, check=False
-    )
-    if completed.returncode != 0:
-        raise RuntimeError(f"{' '.join(args[:2])} failed:\n{completed.stderr[-4000:]}")
-    return completed.stdout
+    """One step of ``remote/worker.py`` under ``python``; what it printed."""
+    return run_child(module_command("benchmarks.remote.worker", *args, python=python), env=environment)[1]
 
 
 def _upload(client: Any, directory: Path, bucket: str, prefix: str) -> int:
@@ -79,9 +61,9 @@ def _upload(client: Any, directory: Path, bucket: str, prefix: str) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__)
     parser.add_argument("--tokens", type=int, default=32 << 20)
-    parser.add_argument("--peer-python", default=str(HERE.parent / ".venv-bench" / "bin" / "python"))
+    parser.add_argument("--peer-python", default=str(REPOSITORY / ".venv-bench" / "bin" / "python"))
     parser.add_argument("--part", choices=("speed", "bytes", "faults", "all"), default="all")
     arguments = parser.parse_args()
     if arguments.part in ("bytes", "faults", "all"):
@@ -91,75 +73,58 @@ def main() -> None:
     import boto3
 
     work = Path(tempfile.mkdtemp(prefix="guideloom-remote-bench-"))
-    port = _free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    environment = {
-        **os.environ,
-        "AWS_ACCESS_KEY_ID": "bench",
-        "AWS_SECRET_ACCESS_KEY": "bench",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "BENCH_ENDPOINT": endpoint,
-        "GUIDELOOM_CACHE_DIR": str(work / "default-cache"),  # where the writer builds its shards
-        "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), os.environ.get("PYTHONPATH", "")]),
-    }
-    os.environ.update({key: environment[key] for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")})
-    server = _start_server(port, work / "server.log")
     try:
-        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
-        client.create_bucket(Bucket="bench")
-        sources: dict[str, str] = {}
-        stored: dict[str, int] = {}
-        tokens = str(arguments.tokens)
-        started = time.perf_counter()
-        _run(sys.executable, "write", "guideloom", "s3://bench/guideloom", tokens, environment=environment)
-        write_seconds = {"guideloom": time.perf_counter() - started}
-        sources["guideloom"] = "s3://bench/guideloom"
-        _run(sys.executable, "write", "guideloom", str(work / "local"), tokens, environment=environment)
-        for library, _ in READERS[1:]:
-            started = time.perf_counter()
-            _run(
-                arguments.peer_python,
-                "write",
-                library,
-                str(work / library),
-                str(arguments.tokens),
-                environment=environment,
+        with s3_server(work / "server.log") as endpoint:
+            results = speed(
+                boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1"), endpoint, work, arguments
             )
-            stored[library] = _upload(client, work / library, "bench", library)
-            write_seconds[library] = time.perf_counter() - started  # local write + upload
-            sources[library] = f"s3://bench/{library}"
-        listing = client.list_objects_v2(Bucket="bench", Prefix="guideloom/")
-        stored["guideloom"] = sum(item["Size"] for item in listing.get("Contents", []))
-        results: dict[str, Any] = {"tokens": arguments.tokens, "stored_bytes": stored, "write_seconds": write_seconds}
-        runs = [(library, sources[library]) for library, _ in READERS] + [("guideloom-local", str(work / "local"))]
-        for name, source in runs:
-            library = name.removesuffix("-local")
-            python = sys.executable if library == "guideloom" else arguments.peer_python
-            out = _run(
-                python, "read", library, source, str(work / f"cache-{name}"), endpoint, "3", environment=environment
-            )
-            results[name] = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-            print(name, results[name], flush=True)
     finally:
-        server.kill()
-        server.wait()
         shutil.rmtree(work, ignore_errors=True)  # every library's copy and cache: hundreds of MB
-    (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "remote.json").write_text(json.dumps(results, indent=2) + "\n")
-    (HERE / "results" / "remote.md").write_text(_table(results))
+    write_results("remote", results, _table(results))
     print(_table(results))
 
 
+def speed(client: Any, endpoint: str, work: Path, arguments: Any) -> dict[str, Any]:
+    """Each library's copy written, then read for three epochs (cold, then warm) by a fresh process each."""
+    environment = _environment(work, endpoint)
+    client.create_bucket(Bucket="bench")
+    sources: dict[str, str] = {}
+    stored: dict[str, int] = {}
+    tokens = str(arguments.tokens)
+    started = time.perf_counter()
+    _run(sys.executable, "write", "guideloom", "s3://bench/guideloom", tokens, environment=environment)
+    write_seconds = {"guideloom": time.perf_counter() - started}
+    sources["guideloom"] = "s3://bench/guideloom"
+    _run(sys.executable, "write", "guideloom", str(work / "local"), tokens, environment=environment)
+    for library, _ in READERS[1:]:
+        started = time.perf_counter()
+        _run(
+            arguments.peer_python,
+            "write",
+            library,
+            str(work / library),
+            str(arguments.tokens),
+            environment=environment,
+        )
+        stored[library] = _upload(client, work / library, "bench", library)
+        write_seconds[library] = time.perf_counter() - started  # local write + upload
+        sources[library] = f"s3://bench/{library}"
+    listing = client.list_objects_v2(Bucket="bench", Prefix="guideloom/")
+    stored["guideloom"] = sum(item["Size"] for item in listing.get("Contents", []))
+    results: dict[str, Any] = {"tokens": arguments.tokens, "stored_bytes": stored, "write_seconds": write_seconds}
+    runs = [(library, sources[library]) for library, _ in READERS] + [("guideloom-local", str(work / "local"))]
+    for name, source in runs:
+        library = name.removesuffix("-local")
+        python = sys.executable if library == "guideloom" else arguments.peer_python
+        out = _run(python, "read", library, source, str(work / f"cache-{name}"), endpoint, "3", environment=environment)
+        results[name] = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        print(name, results[name], flush=True)
+    return results
+
+
 def _environment(work: Path, endpoint: str) -> dict[str, str]:
-    return {
-        **os.environ,
-        "AWS_ACCESS_KEY_ID": "bench",
-        "AWS_SECRET_ACCESS_KEY": "bench",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "BENCH_ENDPOINT": endpoint,
-        "GUIDELOOM_CACHE_DIR": str(work / "default-cache"),
-        "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), os.environ.get("PYTHONPATH", "")]),
-    }
+    """The workers' environment: the server's endpoint and credentials, and where a writer builds its shards."""
+    return child_environment(**S3_CREDENTIALS, BENCH_ENDPOINT=endpoint, GUIDELOOM_CACHE_DIR=str(work / "default-cache"))
 
 
 def _stored(client: Any, prefix: str) -> int:
@@ -168,27 +133,18 @@ def _stored(client: Any, prefix: str) -> int:
 
 
 def _start_proxy(upstream: int, rates: dict[str, float], log: Path, seed: int) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
-    proxy = subprocess.Popen(
-        [
-            sys.executable,
-            str(HERE.parent / "tests" / "remote" / "fault_proxy.py"),
-            str(upstream),
-            str(port),
-            str(seed),
-            json.dumps(rates),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=open(log, "wb"),
-        env={**os.environ, "PYTHONPATH": str(HERE.parent)},
-    )
-    for _ in range(300):
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return proxy, f"http://127.0.0.1:{port}"
-        time.sleep(0.1)
-    proxy.kill()
-    raise RuntimeError(f"the fault proxy did not start; see {log}")
+    """The tests' fault proxy (``tests/remote/fault_proxy.py``) in front of the server, in its own process."""
+    port = free_port()
+    with open(log, "wb") as errors:
+        proxy = subprocess.Popen(
+            module_command("tests.remote.fault_proxy", str(upstream), str(port), str(seed), json.dumps(rates)),
+            cwd=REPOSITORY,
+            env=child_environment(),
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+        )
+    wait_until_listening(port, proxy, "the fault proxy", log)
+    return proxy, f"http://127.0.0.1:{port}"
 
 
 def _fault_runs(port: int, work: Path, environment: dict[str, str]) -> list[dict[str, Any]]:
@@ -238,75 +194,78 @@ def bytes_and_faults(tokens: int, peer_python: str, only_faults: bool = False) -
     import boto3
 
     work = Path(tempfile.mkdtemp(prefix="guideloom-remote-bytes-"))
-    port = _free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    environment = _environment(work, endpoint)
-    os.environ.update({key: environment[key] for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")})
-    server = _start_server(port, work / "server.log")
     results: dict[str, Any] = {"tokens": tokens, "rows": []}
-    saved = HERE / "results" / "remote_bytes.json"
-    if only_faults and saved.exists():  # keep the bytes measured by an earlier run
-        results["rows"] = json.loads(saved.read_text())["rows"]
+    saved = read_results("remote_bytes")
+    if only_faults and saved is not None:  # keep the bytes measured by an earlier run
+        results["rows"] = saved["rows"]
     try:
-        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
-        client.create_bucket(Bucket="bench")
-        for corpus in () if only_faults else ("tokens", "documents"):
-            for library, _ in READERS:
-                for compression in ("none", "zstd"):
-                    name = f"{corpus}-{library}-{compression}"
-                    python = sys.executable if library == "guideloom" else peer_python
-                    if library == "guideloom":
-                        source = f"s3://bench/{name}"
-                        _run(
-                            python, "write", library, source, str(tokens), corpus, compression, environment=environment
-                        )
-                    else:
-                        _run(
+        with s3_server(work / "server.log") as endpoint:
+            environment = _environment(work, endpoint)
+            port = int(endpoint.rsplit(":", 1)[1])
+            client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+            client.create_bucket(Bucket="bench")
+            for corpus in () if only_faults else ("tokens", "documents"):
+                for library, _ in READERS:
+                    for compression in ("none", "zstd"):
+                        name = f"{corpus}-{library}-{compression}"
+                        python = sys.executable if library == "guideloom" else peer_python
+                        if library == "guideloom":
+                            source = f"s3://bench/{name}"
+                            _run(
+                                python,
+                                "write",
+                                library,
+                                source,
+                                str(tokens),
+                                corpus,
+                                compression,
+                                environment=environment,
+                            )
+                        else:
+                            _run(
+                                python,
+                                "write",
+                                library,
+                                str(work / name),
+                                str(tokens),
+                                corpus,
+                                compression,
+                                environment=environment,
+                            )
+                            _upload(client, work / name, "bench", name)
+                            shutil.rmtree(work / name)
+                            source = f"s3://bench/{name}"
+                        out = _run(
                             python,
-                            "write",
+                            "read",
                             library,
-                            str(work / name),
-                            str(tokens),
+                            source,
+                            str(work / f"cache-{name}"),
+                            endpoint,
+                            "1",
                             corpus,
-                            compression,
                             environment=environment,
                         )
-                        _upload(client, work / name, "bench", name)
-                        shutil.rmtree(work / name)
-                        source = f"s3://bench/{name}"
-                    out = _run(
-                        python,
-                        "read",
-                        library,
-                        source,
-                        str(work / f"cache-{name}"),
-                        endpoint,
-                        "1",
-                        corpus,
-                        environment=environment,
-                    )
-                    shutil.rmtree(work / f"cache-{name}", ignore_errors=True)
-                    epoch = next(json.loads(line) for line in out.splitlines() if line.startswith("{"))
-                    row = {
-                        "corpus": corpus,
-                        "library": library,
-                        "compression": compression,
-                        "stored_bytes": _stored(client, name),
-                        **epoch,
-                    }
-                    results["rows"].append(row)
-                    print(row, flush=True)
-        if only_faults:
-            source = "s3://bench/tokens-guideloom-zstd"
-            _run(sys.executable, "write", "guideloom", source, str(tokens), "tokens", "zstd", environment=environment)
-        results["faults"] = _fault_runs(port, work, environment)
+                        shutil.rmtree(work / f"cache-{name}", ignore_errors=True)
+                        epoch = next(json.loads(line) for line in out.splitlines() if line.startswith("{"))
+                        row = {
+                            "corpus": corpus,
+                            "library": library,
+                            "compression": compression,
+                            "stored_bytes": _stored(client, name),
+                            **epoch,
+                        }
+                        results["rows"].append(row)
+                        print(row, flush=True)
+            if only_faults:
+                source = "s3://bench/tokens-guideloom-zstd"
+                _run(
+                    sys.executable, "write", "guideloom", source, str(tokens), "tokens", "zstd", environment=environment
+                )
+            results["faults"] = _fault_runs(port, work, environment)
     finally:
-        server.kill()
-        server.wait()
         shutil.rmtree(work, ignore_errors=True)
-    (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "remote_bytes.json").write_text(json.dumps(results, indent=2) + "\n")
-    (HERE / "results" / "remote_bytes.md").write_text(_bytes_table(results))
+    write_results("remote_bytes", results, _bytes_table(results))
     print(_bytes_table(results))
 
 

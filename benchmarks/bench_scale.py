@@ -1,6 +1,6 @@
 """Scale: start-up, state, descriptors, mappings and memory against the shard and document counts.
 
-    python benchmarks/bench_scale.py [--quick] [--data DIR] [--peer-python .venv-bench/bin/python]
+    python -m benchmarks.bench_scale [--quick] [--data DIR] [--peer-python .venv-bench/bin/python]
 
 Runs with an interpreter that has guideloom and its ``test`` extra (moto, for the remote row); LitData
 and MosaicML Streaming run under ``--peer-python``. Four parts, every measurement in a fresh process:
@@ -31,22 +31,30 @@ import gc
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from children import run_json_child  # beside this script
 
-HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results"
-STUBS = HERE / "peers" / "_stubs"  # MosaicML Streaming imports torchvision; the stub stands in for it
+from benchmarks.harness import (
+    BENCHMARKS,
+    REPOSITORY,
+    RESULTS,
+    argument_parser,
+    child_environment,
+    free_port,
+    module_command,
+    run_json_child,
+    s3_counters,
+    s3_server,
+    write_results,
+)
+
 SHARD_TOKENS, DOCUMENT_TOKENS = 4096, 2048  # tokens per shard, and per document in the shard storages
 SEQUENCE, BATCH = 1024, 8
 TINY_DOCUMENT = 8  # tokens per document in the document storages
@@ -87,8 +95,7 @@ def _generate(library: str, path: Path, shards: int) -> None:
         writer.done()
         writer.merge()
     else:
-        sys.path.insert(0, str(STUBS))
-        from streaming import MDSWriter
+        from benchmarks.peers.mosaic_peer import MDSWriter  # Mosaic's, after the adapter's torchvision stub
 
         # four fixed-size samples per shard file: the limit covers them and the shard's own header
         limit = 4 * SEQUENCE * 4 + 300
@@ -165,9 +172,9 @@ def _loader_factory(spec: dict[str, Any]) -> Callable[[], Any]:
             return StreamingDataLoader(dataset, batch_size=BATCH, num_workers=0, drop_last=True)
 
         return litdata_loader
-    sys.path.insert(0, str(STUBS))
     import torch
-    from streaming import StreamingDataLoader, StreamingDataset
+
+    from benchmarks.peers.mosaic_peer import StreamingDataLoader, StreamingDataset  # after its torchvision stub
 
     def stack(samples: list[dict[str, np.ndarray]]) -> Any:
         return torch.from_numpy(np.stack([sample["tokens"] for sample in samples]).astype(np.int64))
@@ -221,25 +228,11 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_child(python: str, arguments: list[str], timeout: float) -> dict[str, Any]:
-    """Run this script in a fresh interpreter; its last stdout line is JSON. Failures are returned."""
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), str(HERE)])}
-    return run_json_child([python, __file__, *arguments], timeout, env=environment)
+    """Run this benchmark in a fresh interpreter; its last stdout line is JSON. Failures are returned."""
+    return run_json_child(module_command("benchmarks.bench_scale", *arguments, python=python), timeout)
 
 
 # ----------------------------------------------------------------------------- remote: list requests per rank
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _counters(endpoint: str, reset: bool = False) -> dict[str, int]:
-    request = urllib.request.Request(f"{endpoint}/_bench/counters", method="POST" if reset else "GET")
-    with urllib.request.urlopen(request, timeout=30) as response:
-        counters: dict[str, int] = json.loads(response.read())
-        return counters
 
 
 def rank_child(spec: dict[str, Any]) -> dict[str, Any]:
@@ -267,22 +260,8 @@ def rank_child(spec: dict[str, Any]) -> dict[str, Any]:
 
 def remote_rows(shards: int, work: Path, timeout: float, log: Callable[[str], None]) -> list[dict[str, Any]]:
     """List requests at the server while ``RANKS`` ranks open one remote storage, with and without a group."""
-    port = _free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    credentials = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
-    os.environ.update(credentials)
-    log_file = open(work / "server.log", "wb")  # the server writes it until it is killed
-    server = subprocess.Popen(
-        [sys.executable, str(HERE / "remote" / "s3_server.py"), str(port)], stdout=subprocess.DEVNULL, stderr=log_file
-    )
     rows = []
-    try:
-        for _ in range(300):
-            try:
-                _counters(endpoint)
-                break
-            except OSError:
-                time.sleep(0.1)
+    with s3_server(work / "server.log") as endpoint:
         import boto3
 
         boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket="bench")
@@ -294,8 +273,8 @@ def remote_rows(shards: int, work: Path, timeout: float, log: Callable[[str], No
             for shard in range(shards):
                 writer.append(shard, shard_tokens(shard))
         for process_group in (False, True):
-            _counters(endpoint, reset=True)
-            init_method = f"tcp://127.0.0.1:{_free_port()}"
+            s3_counters(endpoint, reset=True)
+            init_method = f"tcp://127.0.0.1:{free_port()}"
             children = []
             for rank in range(RANKS):
                 spec = {
@@ -309,11 +288,12 @@ def remote_rows(shards: int, work: Path, timeout: float, log: Callable[[str], No
                 }
                 children.append(
                     subprocess.Popen(
-                        [sys.executable, __file__, "--rank-child", json.dumps(spec)],
+                        module_command("benchmarks.bench_scale", "--rank-child", json.dumps(spec)),
                         stdout=subprocess.PIPE,
                         stderr=subprocess.PIPE,
                         text=True,
-                        env={**os.environ, "PYTHONPATH": str(HERE.parent / "src")},
+                        cwd=REPOSITORY,
+                        env=child_environment(),
                     )
                 )
             errors = []
@@ -321,16 +301,12 @@ def remote_rows(shards: int, work: Path, timeout: float, log: Callable[[str], No
                 _, err = child.communicate(timeout=timeout)
                 if child.returncode != 0:
                     errors.append(err.strip().splitlines()[-1] if err.strip() else f"exit {child.returncode}")
-            counters = _counters(endpoint)
+            counters = s3_counters(endpoint)
             row: dict[str, Any] = {"shards": shards, "ranks": RANKS, "process_group": process_group, **counters}
             if errors:
                 row["error"] = errors[0]
             rows.append(row)
             log(f"  remote, process group {process_group}: {row}")
-    finally:
-        server.kill()
-        server.wait()
-        log_file.close()
     return rows
 
 
@@ -502,10 +478,10 @@ def machine() -> dict[str, Any]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__)
     parser.add_argument("--quick", action="store_true", help="10^2 and 10^3 shards, 10^5 and 10^6 documents")
-    parser.add_argument("--data", type=Path, default=HERE / ".data" / "scale", help="generated storages, kept")
-    parser.add_argument("--peer-python", default=str(HERE.parent / ".venv-bench" / "bin" / "python"))
+    parser.add_argument("--data", type=Path, default=BENCHMARKS / ".data" / "scale", help="generated storages, kept")
+    parser.add_argument("--peer-python", default=str(REPOSITORY / ".venv-bench" / "bin" / "python"))
     parser.add_argument("--timeout", type=float, default=1200)
     parser.add_argument("--parts", default="shards,documents,remote", help="or 'generate': only make the storages")
     parser.add_argument("--measure", help=argparse.SUPPRESS)
@@ -597,9 +573,7 @@ def main() -> int:
         print("remote:", flush=True)
         with tempfile.TemporaryDirectory(prefix="guideloom-scale-remote-") as work:
             results["remote"] = remote_rows(10**2 if arguments.quick else 10**3, Path(work), arguments.timeout, print)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "scale.json").write_text(json.dumps(results, indent=1) + "\n")
-    (RESULTS / "scale.md").write_text(table(results))
+    write_results("scale", results, table(results))
     chart(results, RESULTS / "scale.png")
     print(table(results))
     return 0

@@ -19,16 +19,13 @@ batch that hold no conversation token: padding for guideloom, the unfilled room 
 for TRL, which a fixed-shape step would pad), and the one-off preparation (TRL's ``pack_dataset``,
 guideloom's packing at first use). Writes ``results/sft.json``.
 
-    python benchmarks/bench_sft.py                       # 20,000 conversations (about a minute on 2 cores)
-    python benchmarks/bench_sft.py --conversations 100_000
+    python -m benchmarks.bench_sft                       # 20,000 conversations (about a minute on 2 cores)
+    python -m benchmarks.bench_sft --conversations 100_000
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
 import tempfile
 import time
 from collections.abc import Callable
@@ -38,9 +35,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from benchmarks import harness
 from guideloom import StatefulDataLoader, TokenStorage
 
-RESULTS = Path(__file__).parent / "results" / "sft.json"
 VOCABULARY = 32_000
 SHARDS = 4
 PAD_ID = VOCABULARY  # an id no conversation holds: padding is counted exactly
@@ -133,8 +130,8 @@ def trl_epoch(packed: Any, batch: int, length: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--conversations", type=lambda text: int(text.replace("_", "")), default=20_000)
+    parser = harness.argument_parser(__doc__)
+    parser.add_argument("--conversations", type=harness.count, default=20_000)
     parser.add_argument("--sequence-length", type=int, default=4096)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
@@ -156,20 +153,17 @@ def main() -> None:
             "trl": lambda: trl_epoch(packed, batch, length),
             "trl, numpy format": lambda: trl_epoch(packed.with_format("numpy"), batch, length),
         }
-        runs: dict[str, dict[str, float]] = {}
-        for _ in range(arguments.repeats):  # interleaved, best of each: the machine may be shared
-            for name, epoch in readers.items():
-                run = epoch()
-                run["tokens"] = run["tokens"] or counted["tokens"]
-                if name not in runs or run["seconds"] < runs[name]["seconds"]:
-                    runs[name] = run
+        rounds = harness.interleaved(readers, arguments.repeats)  # the best of each: the machine may be shared
+        runs = {name: min(epochs, key=lambda run: run["seconds"]) for name, epochs in rounds.items()}
+        for run in runs.values():
+            run["tokens"] = run["tokens"] or counted["tokens"]
     for name, run in runs.items():
         assert run["tokens"] == kept, (name, run["tokens"], kept)  # each serves every kept token once
     rates = {name: run["tokens"] / run["seconds"] for name, run in runs.items()}
     fastest_trl = max(rate for name, rate in rates.items() if name.startswith("trl"))
     padding = {name: 1 - run["tokens"] / run["slots"] for name, run in runs.items()}
     results = {
-        "machine": f"{os.cpu_count()} CPUs, {platform.platform()}, torch {torch.__version__}",
+        "machine": {**harness.machine(), "torch": torch.__version__},
         "conversations": arguments.conversations,
         "tokens": total,
         "tokens_kept": kept,
@@ -181,8 +175,7 @@ def main() -> None:
         "preparation_s": {"trl_pack_dataset": trl_packing, "guideloom_first_epoch": guideloom_first_epoch},
         "resumable": {"guideloom": "state_dict(), exact, O(1)", "trl": "no state (the Trainer skips consumed batches)"},
     }
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    harness.write_results("sft", results)
     print(
         f"{arguments.conversations:,} conversations, {total / 1e6:.1f}M tokens ({kept / 1e6:.1f}M kept in rows of "
         f"{length}), batches of {batch}"

@@ -14,32 +14,27 @@ Every number is the median of ``--repeats`` runs made in this same process. File
 temporary directory (``--dir``); reads come from the page cache (the files were just written).
 Prints a Markdown table and writes JSON (default ``benchmarks/results/storage.json``).
 
-    python benchmarks/bench_storage.py                       # full size: 100M tokens, 200k records
-    python benchmarks/bench_storage.py --tokens 2000000 --records 5000   # a quick run
+    python -m benchmarks.bench_storage                       # full size: 100M tokens, 200k records
+    python -m benchmarks.bench_storage --tokens 2000000 --records 5000   # a quick run
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import mmap
 import os
 import pickle
-import platform
 import shutil
-import statistics
 import struct
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from ours import TokenDocumentFormat  # the custom format of spec/documents.txt
 
-import guideloom
+from benchmarks.harness import RESULTS, argument_parser, machine, timed, write_results
+from benchmarks.ours import TokenDocumentFormat  # the custom format of spec/documents.txt
 from guideloom import DocumentJsonFormat, DocumentMsgpackFormat, DocumentPickleFormat, DocumentStorage, TokenStorage
 from guideloom.types import DocumentStorageFormat
 
@@ -49,14 +44,7 @@ WRITE_GOAL = 0.8
 
 def median_time(run: Callable[[], None], repeats: int, prepare: Callable[[], None] | None = None) -> float:
     """Median wall time of ``run`` over ``repeats`` runs; ``prepare`` runs untimed before each."""
-    times = []
-    for _ in range(repeats):
-        if prepare is not None:
-            prepare()
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return timed(run, repeats, prepare).median
 
 
 def remove(path: Path) -> None:
@@ -249,13 +237,13 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__)
     parser.add_argument("--tokens", type=int, default=100_000_000, help="tokens to write in (a)")
     parser.add_argument("--records", type=int, default=200_000, help="documents to read in (b)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per measurement (the median is reported)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dir", type=Path, default=None, help="where to put the temporary files")
-    parser.add_argument("--output", type=Path, default=Path(__file__).parent / "results" / "storage.json")
+    parser.add_argument("--output", type=Path, default=RESULTS / "storage.json")
     arguments = parser.parse_args(argv)
     if arguments.tokens < 1 or arguments.records < 1 or arguments.repeats < 1:
         parser.error("--tokens, --records and --repeats must be positive")
@@ -269,22 +257,12 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "storage",
         "repeats": arguments.repeats,
         "seed": arguments.seed,
-        "environment": {
-            "guideloom": guideloom.__version__,
-            "python": platform.python_version(),
-            "numpy": np.__version__,
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "load_average_at_end": os.getloadavg(),  # other work on the machine skews the numbers
-        },
+        "environment": machine(),  # with the load average at the end: other work on the machine skews the numbers
         "token_writes": token_writes,
         "document_reads": document_reads,
     }
     print(markdown(result))
-    arguments.output.parent.mkdir(parents=True, exist_ok=True)
-    temporary = arguments.output.with_suffix(".json.tmp")
-    temporary.write_text(json.dumps(result, indent=2) + "\n")
-    os.replace(temporary, arguments.output)
+    write_results("storage", result, to=arguments.output)
     print(f"\nwrote {arguments.output}", file=sys.stderr)
     return 0
 

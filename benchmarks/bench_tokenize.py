@@ -12,27 +12,32 @@ sample). Token counts are checked to agree. ``datasets`` may live in another int
 (``--hf-python``, default: ``.venv-bench/bin/python`` when this interpreter lacks it).
 Prints a Markdown table and writes JSON (default ``benchmarks/results/tokenize.json``).
 
-    python benchmarks/bench_tokenize.py                  # 8 files of 2 MiB
-    python benchmarks/bench_tokenize.py --files 4 --mib 1   # a quick run
+    python -m benchmarks.bench_tokenize                  # 8 files of 2 MiB
+    python -m benchmarks.bench_tokenize --files 4 --mib 1   # a quick run
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import os
-import platform
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-REPOSITORY = Path(__file__).resolve().parents[1]
+from benchmarks.harness import (
+    REPOSITORY,
+    RESULTS,
+    argument_parser,
+    child_environment,
+    machine,
+    run_child,
+    write_results,
+)
+
 WORDS = (
     "the of and to in is was for on that with as by at from his her which data model train token "
     "loader shard storage python batch epoch resume window document stream checkpoint gradient "
@@ -75,15 +80,6 @@ def make_corpus(directory: Path, files: int, mib: float, seed: int = 0) -> list[
     return paths
 
 
-def timed(command: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
-    started = time.perf_counter()
-    completed = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-    seconds = time.perf_counter() - started
-    if completed.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed:\n{completed.stdout}\n{completed.stderr}")
-    return seconds, completed.stdout
-
-
 def storage_tokens(path: Path) -> int:
     from guideloom import TokenStorage
 
@@ -98,12 +94,12 @@ def default_hf_python() -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__)
     parser.add_argument("--files", type=int, default=8)
     parser.add_argument("--mib", type=float, default=2.0, help="MiB of JSONL per file")
     parser.add_argument("--hf-python", default=None, help="an interpreter with datasets and tokenizers")
     parser.add_argument("--dir", default=None, help="where to put the corpus and outputs (default: a temp dir)")
-    parser.add_argument("--out", default=str(REPOSITORY / "benchmarks" / "results" / "tokenize.json"))
+    parser.add_argument("--out", default=str(RESULTS / "tokenize.json"))
     options = parser.parse_args()
 
     import ray
@@ -116,7 +112,7 @@ def main() -> None:
         corpus_bytes = sum(path.stat().st_size for path in inputs)
         tokenizer = train_tokenizer([inputs[0]], 8000, work / "tokenizer.json")
         command = [sys.executable, "-m", "guideloom", "tokenize", *map(str, inputs)]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPOSITORY / "src"), os.environ.get("PYTHONPATH", "")])}
+        env = child_environment()
         rows: list[dict[str, Any]] = []
 
         def record(name: str, seconds: float, tokens: int) -> None:
@@ -126,7 +122,9 @@ def main() -> None:
             print(f"{name}: {seconds:.1f} s", file=sys.stderr)
 
         out = work / "workers"
-        seconds, _ = timed([*command, str(out), "--tokenizer", str(tokenizer), "--workers", "2", "--quiet"], env)
+        seconds, _ = run_child(
+            [*command, str(out), "--tokenizer", str(tokenizer), "--workers", "2", "--quiet"], env=env
+        )
         record("guideloom tokenize --workers 2", seconds, storage_tokens(out))
 
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
@@ -135,19 +133,19 @@ def main() -> None:
             out = work / "ray-running"
             ray_env = {**os.environ, "PYTHONPATH": env["PYTHONPATH"]}  # with the cluster's authentication mode
             arguments = [str(out), "--tokenizer", str(tokenizer), f"--ray={address}", "--quiet"]
-            seconds, _ = timed([*command, *arguments], ray_env)
+            seconds, _ = run_child([*command, *arguments], env=ray_env)
             record("guideloom tokenize --ray (cluster running)", seconds, storage_tokens(out))
         finally:
             ray.shutdown()
 
         out = work / "ray-start"
         ray_env = {**env, "RAY_ADDRESS": ""}
-        seconds, _ = timed([*command, str(out), "--tokenizer", str(tokenizer), "--ray", "--quiet"], ray_env)
+        seconds, _ = run_child([*command, str(out), "--tokenizer", str(tokenizer), "--ray", "--quiet"], env=ray_env)
         record("guideloom tokenize --ray (starts its cluster)", seconds, storage_tokens(out))
 
         hf_arguments = json.dumps([[str(p) for p in inputs], str(tokenizer), str(work / "hf"), str(work / "hf-cache")])
         hf_python = options.hf_python or default_hf_python()
-        seconds, printed = timed([hf_python, "-c", HF_SCRIPT, hf_arguments])
+        seconds, printed = run_child([hf_python, "-c", HF_SCRIPT, hf_arguments])
         record(
             "datasets map(num_proc=2) + save_to_disk", seconds, json.loads(printed.strip().splitlines()[-1])["tokens"]
         )
@@ -156,13 +154,12 @@ def main() -> None:
         assert len(counts) == 1, f"the ways wrote different token counts: {rows}"
         result = {
             "corpus": {"files": options.files, "bytes": corpus_bytes, "tokens": counts.pop()},
-            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "ray": ray.__version__},
+            "machine": {**machine(), "ray": ray.__version__},
             "rows": rows,
         }
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    Path(options.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(options.out).write_text(json.dumps(result, indent=2) + "\n")
+    write_results("tokenize", result, to=Path(options.out))
     tokens = result["corpus"]["tokens"]
     print(f"{options.files} JSONL files, {corpus_bytes / 2**20:.1f} MiB, {tokens:,} tokens; wall time per way\n")
     print("| way | seconds | MiB/s | tokens/s |")

@@ -2,24 +2,23 @@
 
 Writes ``results/window_modes.json`` and prints a table. Three measurements, one run:
 
-1. Tokens/s (best of 3 interleaved runs) of one shuffled pass over (8, 2048) batches with plain
-   windows, ``document_boundaries=True`` and ``pack_documents=True`` (uint32 tokens in documents of
-   50-5,000 tokens), ``num_workers`` 0, as ratios to plain windows (goal: >= 0.8x). One more row, the
-   floor: plain windows plus the two int64 arrays that both modes add to a batch, written and nothing
-   more (no implementation of the modes on one core can be faster).
+1. Tokens/s of one shuffled pass over (8, 2048) batches with plain windows, ``document_boundaries=True``
+   and ``pack_documents=True`` (uint32 tokens in documents of 50-5,000 tokens), ``num_workers`` 0, as
+   ratios to plain windows. One more row, the floor: plain windows plus the two int64 arrays that both
+   modes add to a batch, written and nothing more (no implementation of the modes on one core can be
+   faster). The modes run interleaved, ``--repeats`` rounds: each round's ratios compare passes made
+   under the same load; the median ratio and its spread over the rounds are reported, and the best rate,
+   both by wall time and by the process's CPU time (which a machine loaded by other work disturbs less).
 2. The padding share of the packed rows (goal: <= 2%).
 3. Time to build the packing of 10^6 documents (one shard), first use and from the cache.
 
-    python benchmarks/bench_window_modes.py            # 20M tokens (under a minute on 2 cores)
-    python benchmarks/bench_window_modes.py --tokens 100_000_000 --documents 1_000_000
+    python -m benchmarks.bench_window_modes            # 20M tokens (under a minute on 2 cores)
+    python -m benchmarks.bench_window_modes --tokens 100_000_000 --documents 1_000_000
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
 import tempfile
 import time
 from pathlib import Path
@@ -28,12 +27,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from benchmarks.harness import argument_parser, count, interleaved, machine, spread, timed, write_results
 from guideloom import StatefulDataLoader, TokenStorage
 from guideloom._windows.packing_cache import load_or_build
 
 SEQUENCE_LENGTH = 2048
 BATCH = 8
-RESULTS = Path(__file__).parent / "results" / "window_modes.json"
 
 
 def write_documents(path: Path, tokens: int, shards: int, seed: int = 0, masked: bool = False) -> TokenStorage:
@@ -55,8 +54,10 @@ def write_documents(path: Path, tokens: int, shards: int, seed: int = 0, masked:
     return storage
 
 
-def tokens_per_second(storage: TokenStorage, floor: bool = False, **mode: Any) -> tuple[float, int]:
-    """One shuffled epoch (after a warm-up batch); returns tokens/s and the batches served.
+def tokens_per_second(storage: TokenStorage, floor: bool = False, **mode: Any) -> tuple[float, float, int]:
+    """One shuffled epoch (after a warm-up batch): tokens per second of wall time and of this process's CPU
+    time, and the batches served. On a machine that others load, a pass is often descheduled: its wall
+    time then says little, its CPU time still measures the work (everything runs in this process).
 
     ``floor``: plain windows, and for each batch the two more (B, S) int64 arrays that both modes must
     write (a copy of the tokens as ``labels``, a ramp as ``position_ids``) and nothing else: what no
@@ -68,14 +69,15 @@ def tokens_per_second(storage: TokenStorage, floor: bool = False, **mode: Any) -
     ) as loader:
         batches = iter(loader)
         next(batches)
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         served = 1
         for batch in batches:
             served += 1
             if floor:
                 labels, positions = batch.clone(), ramp.clone()  # noqa: F841 (written, then dropped)
-        elapsed = time.perf_counter() - start
-    return (served - 1) * BATCH * SEQUENCE_LENGTH / elapsed, served
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - start_cpu
+    tokens = (served - 1) * BATCH * SEQUENCE_LENGTH
+    return tokens / elapsed, tokens / cpu, served
 
 
 def padding_share(storage: TokenStorage) -> float:
@@ -90,20 +92,16 @@ def build_times(documents: int) -> dict[str, float]:
     """Seconds to pack one shard of ``documents`` documents of 50-5,000 tokens: first use, then cached."""
     lengths = np.random.default_rng(1).integers(50, 5001, documents)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.uint64)
-    start = time.perf_counter()
-    load_or_build(offsets, SEQUENCE_LENGTH)
-    first = time.perf_counter() - start
-    start = time.perf_counter()
-    load_or_build(offsets, SEQUENCE_LENGTH)
-    return {"first_use_s": first, "cached_s": time.perf_counter() - start}
+    first = timed(lambda: load_or_build(offsets, SEQUENCE_LENGTH)).best
+    return {"first_use_s": first, "cached_s": timed(lambda: load_or_build(offsets, SEQUENCE_LENGTH)).best}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tokens", type=lambda text: int(text.replace("_", "")), default=20_000_000)
-    parser.add_argument("--documents", type=lambda text: int(text.replace("_", "")), default=1_000_000)
+    parser = argument_parser(__doc__)
+    parser.add_argument("--tokens", type=count, default=20_000_000)
+    parser.add_argument("--documents", type=count, default=1_000_000)
     parser.add_argument("--shards", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds of every mode")
     parser.add_argument("--loss-mask", action="store_true", help="also each mode over a masked copy of the tokens")
     arguments = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
@@ -120,36 +118,54 @@ def main() -> None:
             modes["plain windows, masked (input_ids, labels)"] = {"storage": masked}
             modes["document_boundaries, masked"] = {"storage": masked, "document_boundaries": True}
             modes["pack_documents, masked"] = {"storage": masked, "pack_documents": True}
-        rates: dict[str, tuple[float, int]] = {}
-        for _ in range(arguments.repeats):  # interleaved, best of each: the machine may be shared
-            for name, mode in modes.items():
-                options = dict(mode)
-                rate, served = tokens_per_second(options.pop("storage", storage), **options)
-                rates[name] = max(rates.get(name, (0.0, 0)), (rate, served))
+
+        def epoch(mode: dict[str, Any]) -> tuple[float, float, int]:
+            options = dict(mode)
+            return tokens_per_second(options.pop("storage", storage), **options)
+
+        rounds = interleaved({name: lambda mode=mode: epoch(mode) for name, mode in modes.items()}, arguments.repeats)
         share = padding_share(storage)
         build = build_times(arguments.documents)
-    plain = rates["plain windows"][0]
+    plain = rounds["plain windows"]
+    throughput = {}
+    for name, runs in rounds.items():
+        throughput[name] = {
+            "mtok_per_s": max(wall for wall, _, _ in runs) / 1e6,
+            "mtok_per_cpu_s": max(cpu for _, cpu, _ in runs) / 1e6,
+            "batches": runs[0][2],
+            "ratio_to_plain": spread([run[0] / base[0] for run, base in zip(runs, plain, strict=True)]),
+            "cpu_ratio_to_plain": spread([run[1] / base[1] for run, base in zip(runs, plain, strict=True)]),
+        }
     results = {
-        "machine": f"{os.cpu_count()} CPUs, {platform.platform()}, torch {torch.__version__}, numpy {np.__version__}",
+        "machine": {**machine(), "torch": torch.__version__, "numpy": np.__version__},
         "tokens": arguments.tokens,
-        "throughput": {
-            name: {"mtok_per_s": rate / 1e6, "batches": served, "ratio_to_plain": rate / plain}
-            for name, (rate, served) in rates.items()
-        },
+        "rounds": arguments.repeats,
+        "throughput": throughput,
         "padding_share": share,
         "packing_build": {"documents": arguments.documents, **build},
     }
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"{arguments.tokens / 1e6:.0f}M uint32 tokens, documents of 50-5,000 tokens, ({BATCH}, {SEQUENCE_LENGTH})")
-    print("| mode | Mtok/s | x plain |\n|---|---:|---:|")
-    for name, entry in results["throughput"].items():  # type: ignore[attr-defined]
-        print(f"| {name} | {entry['mtok_per_s']:.1f} | {entry['ratio_to_plain']:.2f} |")
-    print(f"padding share of packed rows: {100 * share:.3f}%")
-    print(
+    lines = [
+        f"{arguments.tokens / 1e6:.0f}M uint32 tokens, documents of 50-5,000 tokens, ({BATCH}, {SEQUENCE_LENGTH}) "
+        f"batches; {arguments.repeats} interleaved rounds",
+        "",
+        "| mode | Mtok/s (best) | × plain, wall time: median (lowest - highest) | Mtok per CPU second (best) "
+        "| × plain, CPU time: median (lowest - highest) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, entry in throughput.items():
+        wall, cpu = entry["ratio_to_plain"], entry["cpu_ratio_to_plain"]
+        lines.append(
+            f"| {name} | {entry['mtok_per_s']:.1f} | {wall['median']:.2f} ({wall['low']:.2f} - {wall['high']:.2f}) "
+            f"| {entry['mtok_per_cpu_s']:.1f} | {cpu['median']:.2f} ({cpu['low']:.2f} - {cpu['high']:.2f}) |"
+        )
+    lines += [
+        "",
+        f"padding share of packed rows: {100 * share:.3f}%",
         f"packing {arguments.documents:,} documents: {build['first_use_s']:.2f} s first use, "
-        f"{1000 * build['cached_s']:.1f} ms cached"
-    )
+        f"{1000 * build['cached_s']:.1f} ms cached",
+    ]
+    write_results("window_modes", results)
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -108,7 +108,7 @@ args=()
 for dist in "${!PIP_RESULT[@]}"; do
   args+=("$dist=${PIP_RESULT[$dist]}")
 done
-"$PY" "$PEERS_DIR/check_install.py" --out "$STATUS_FILE" "${args[@]}"
+(cd "$ROOT" && "$PY" -m benchmarks.peers.check_install --out "$STATUS_FILE" "${args[@]}")
 
 # 4. The project itself, without letting pip touch its dependencies.
 if [[ -f "$ROOT/src/guideloom/__init__.py" ]]; then

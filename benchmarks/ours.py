@@ -147,7 +147,7 @@ def document_batches(
     collate: Any = None,
     format: str = "pickle",
 ) -> Iterator[Any]:
-    from peers._common import NormalizingCollate
+    from benchmarks.peers._common import NormalizingCollate
 
     storage = DocumentStorage(out_dir, FORMATS[format]())
     with StatefulDataLoader.from_storage(

@@ -255,6 +255,7 @@ def write_report(results: dict[str, Any], directory: Path, readme: Path) -> None
 
 
 if __name__ == "__main__":
-    folder = Path(__file__).resolve().parent
-    write_report(json.loads((folder / "results" / "latest.json").read_text()), folder / "results", folder / "README.md")
+    from benchmarks.harness import BENCHMARKS, RESULTS
+
+    write_report(json.loads((RESULTS / "latest.json").read_text()), RESULTS, BENCHMARKS / "README.md")
     sys.exit(0)

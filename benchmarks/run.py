@@ -1,7 +1,7 @@
 """guideloom side by side with the peer libraries, in one run, reported as ratios.
 
-    bash benchmarks/install_peers.sh          # once: .venv-bench with the peers and guideloom
-    .venv-bench/bin/python benchmarks/run.py  # about 15 minutes on 2 cores; --quick for a smoke run
+    bash benchmarks/install_peers.sh              # once: .venv-bench with the peers and guideloom
+    .venv-bench/bin/python -m benchmarks.run      # about 50 minutes on 2 cores; --quick for a smoke run
 
 Every measurement runs in a fresh subprocess (clean peak RSS and CPU time), ``--repeats`` times;
 the tables give medians. Results go to ``benchmarks/results/latest.{json,md,png}`` and the table
@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import shutil
 import statistics
@@ -25,11 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from children import run_json_child  # beside this script
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-RESULTS = HERE / "results"
+from benchmarks.harness import BENCHMARKS, RESULTS, argument_parser, machine, module_command, run_json_child, timed
+
 PEER_KEYS = ("naive", "torchdata", "litdata", "mosaic", "hf", "grain")
 FORMATS = ("pickle", "msgpack", "struct")
 
@@ -56,10 +53,10 @@ def records(count: int, seed: int = 1) -> Iterator[dict[str, Any]]:
 
 def adapter(library: str) -> Any:
     if library == "guideloom":
-        import ours
+        from benchmarks import ours
 
         return ours
-    from peers import load_peer
+    from benchmarks.peers import load_peer
 
     return load_peer(library)
 
@@ -151,7 +148,8 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         return _timed(read_documents)
     if kind == "documents_in_memory":
         import torch  # imported before timing, as the loaders' runs do
-        from peers._common import NormalizingCollate
+
+        from benchmarks.peers._common import NormalizingCollate
 
         # The collate every loader above is given (normalise each record, then pad), over the records
         # as they were written, already in memory: the rate no loader can beat.
@@ -166,7 +164,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
 
         return _timed(collate_only)
     if kind == "resume":
-        from peers import resume_first_batch
+        from benchmarks.peers import resume_first_batch
 
         result = resume_first_batch(implementation, data / f"tokens-{library}", spec["fraction"])
         return dict(vars(result))
@@ -214,12 +212,7 @@ def _limits(token_file: Path) -> dict[str, Any]:
     wide = np.empty(source.size, np.int64)
 
     def best(work: Callable[[], None]) -> float:
-        times = []
-        for _ in range(3):
-            started = time.perf_counter()
-            work()
-            times.append(time.perf_counter() - started)
-        return min(times)
+        return timed(work, repeats=3).best
 
     def read_file() -> None:
         with open(token_file, "rb", buffering=0) as file:
@@ -238,7 +231,7 @@ def _limits(token_file: Path) -> dict[str, Any]:
 
 def run_child(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
     """One measurement in a fresh interpreter; failures are reported, not raised."""
-    return run_json_child([sys.executable, __file__, "--measure", json.dumps(spec)], timeout, cwd=HERE)
+    return run_json_child(module_command("benchmarks.run", "--measure", json.dumps(spec)), timeout)
 
 
 def median_of(spec: dict[str, Any], repeats: int, timeout: float, log: Callable[[str], None]) -> dict[str, Any]:
@@ -263,13 +256,13 @@ def _short(result: dict[str, Any]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__)
     parser.add_argument("--tokens", type=int, default=100_000_000)
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--peers", default=",".join(PEER_KEYS))
     parser.add_argument("--sections", default="writes,tokens,documents,resume,limits")
-    parser.add_argument("--data", type=Path, default=HERE / ".data")
+    parser.add_argument("--data", type=Path, default=BENCHMARKS / ".data")
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--quick", action="store_true", help="10M tokens, 20k records, 1 repeat")
     parser.add_argument("--only", help="re-measure these kinds (e.g. documents_in_memory) into results/latest.json")
@@ -285,7 +278,8 @@ def main() -> int:
     libraries = ["guideloom", *peers]
     arguments.data.mkdir(parents=True, exist_ok=True)
     common = {"data": str(arguments.data), "tokens": arguments.tokens, "records": arguments.records}
-    results: dict[str, Any] = {"machine": machine(), "tokens": arguments.tokens, "records": arguments.records}
+    results: dict[str, Any] = {"machine": machine_with_versions(), "tokens": arguments.tokens}
+    results["records"] = arguments.records
     results["unavailable"] = unavailable(peers)
     libraries = [library for library in libraries if library not in results["unavailable"]]
 
@@ -328,9 +322,9 @@ def main() -> int:
         results[kind] = measure_all(kind, plan[kind][1])
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "latest.json").write_text(json.dumps(results, indent=1, default=str))
-    from report import write_report
+    from benchmarks.report import write_report
 
-    write_report(results, RESULTS, HERE / "README.md")
+    write_report(results, RESULTS, BENCHMARKS / "README.md")
     print((RESULTS / "latest.md").read_text())
     return 0
 
@@ -340,13 +334,10 @@ def unavailable(peers: list[str]) -> dict[str, str]:
     missing = {}
     for key in peers:
         done = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                f"import sys; sys.path.insert(0, {str(HERE)!r}); from peers import load_peer; load_peer({key!r})",
-            ],
+            [sys.executable, "-c", f"from benchmarks.peers import load_peer; load_peer({key!r})"],
             capture_output=True,
             text=True,
+            cwd=BENCHMARKS.parent,
         )
         if done.returncode != 0:
             lines = done.stderr.strip().splitlines()
@@ -354,18 +345,11 @@ def unavailable(peers: list[str]) -> dict[str, str]:
     return missing
 
 
-def machine() -> dict[str, Any]:
+def machine_with_versions() -> dict[str, Any]:
+    """The machine, with the versions of torch and NumPy that every measurement ran with."""
     import torch
 
-    return {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpus": os.cpu_count(),
-        "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
-        "torch": torch.__version__,
-        "numpy": np.__version__,
-    }
+    return {**machine(), "torch": torch.__version__, "numpy": np.__version__}
 
 
 if __name__ == "__main__":

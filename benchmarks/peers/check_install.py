@@ -1,7 +1,7 @@
 """Write install_status.json: for each peer distribution, "ok" or why it is unusable.
 
-Called by benchmarks/install_peers.sh with the pip outcome of each peer as
-``dist=result`` arguments; a peer that pip installed is then imported through
+Called by benchmarks/install_peers.sh (``python -m benchmarks.peers.check_install``) with the pip
+outcome of each peer as ``dist=result`` arguments; a peer that pip installed is then imported through
 its adapter, so a library that installs but fails to import is caught too.
 """
 
@@ -12,9 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from peers import PEERS, PeerUnavailable, load_peer
+from benchmarks.peers import PEERS, PeerUnavailable, load_peer
 
 
 def main() -> None:

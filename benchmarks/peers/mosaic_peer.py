@@ -29,7 +29,12 @@ _STUBS = str(Path(__file__).resolve().parent / "_stubs")
 if _STUBS not in sys.path:
     sys.path.insert(0, _STUBS)
 
-from streaming import MDSWriter, StreamingDataLoader, StreamingDataset  # noqa: E402
+from streaming import (  # noqa: E402
+    MDSWriter,
+    Stream,  # noqa: F401  (for the benchmarks that mix streams: after the stub)
+    StreamingDataLoader,
+    StreamingDataset,
+)
 
 from ._common import (  # noqa: E402
     Collate,

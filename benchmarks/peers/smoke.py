@@ -2,7 +2,7 @@
 
 Run in the benchmark venv::
 
-    .venv-bench/bin/python benchmarks/peers/smoke.py [--peers naive,torchdata] [--num-workers 0]
+    .venv-bench/bin/python -m benchmarks.peers.smoke [--peers naive,torchdata] [--num-workers 0]
 
 Each peer runs in its own subprocess (so a crash, hang or leaked state in one
 library cannot take the others down). For each it writes the token documents
@@ -27,9 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from peers import PEERS, PeerUnavailable, load_peer, resume_first_batch
+from benchmarks.harness import REPOSITORY, child_environment, module_command
+from benchmarks.peers import PEERS, PeerUnavailable, load_peer, resume_first_batch
 
 VOCAB = 50_257
 
@@ -221,8 +220,8 @@ def main() -> None:
         print(f"--- {key}", file=sys.stderr, flush=True)
         try:
             proc = subprocess.run(
-                [sys.executable, __file__, "--one", key, *passthrough],
-                capture_output=True, text=True, timeout=a.timeout,
+                module_command("benchmarks.peers.smoke", "--one", key, *passthrough),
+                capture_output=True, text=True, timeout=a.timeout, cwd=REPOSITORY, env=child_environment(),
             )  # fmt: skip
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("SMOKE-RESULT ")]
             if lines:

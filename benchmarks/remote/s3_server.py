@@ -1,6 +1,6 @@
 """A local S3 API server (moto) that counts the bytes it sends, for the object-storage benchmark.
 
-``python s3_server.py PORT`` serves on 127.0.0.1:PORT until killed. ``GET /_bench/counters`` returns
+``python -m benchmarks.remote.s3_server PORT`` serves on 127.0.0.1:PORT until killed. ``GET /_bench/counters`` returns
 ``{"get_requests": n, "get_bytes": n, "list_requests": n}`` (object GETs, whole or ranged, the body bytes
 they sent, and bucket listings: one per page) and ``POST /_bench/counters`` resets them. Counting at
 the server measures every reader the same way, whatever client library it uses.

@@ -1,10 +1,10 @@
 """One step of the object-storage benchmark, in a fresh process of the right environment.
 
-``python worker.py write LIBRARY OUT TOKENS [CORPUS [COMPRESSION]]``: write the benchmark's
+``python -m benchmarks.remote.worker write LIBRARY OUT TOKENS [CORPUS [COMPRESSION]]``: write the benchmark's
 documents in LIBRARY's format (``guideloom`` writes to OUT, a URL or a directory; the peers write a
 local directory). CORPUS is ``tokens`` (the token stream, default) or ``documents`` (records of a
 document id and its tokens, TOKENS / 275 of them); COMPRESSION ``zstd`` or ``none`` (default).
-``python worker.py read LIBRARY SOURCE CACHE_DIR ENDPOINT EPOCHS [CORPUS]``: read SOURCE (a URL or a
+``python -m benchmarks.remote.worker read LIBRARY SOURCE CACHE_DIR ENDPOINT EPOCHS [CORPUS]``: read SOURCE (a URL or a
 local directory) for EPOCHS shuffled epochs (tokens: (8, 2048) int64 batches; documents: 32 records)
 and print one JSON object per epoch: time to the first batch (from opening the dataset, for the first
 epoch), seconds, tokens (documents: records), and the object bytes the server sent meanwhile, read
@@ -24,9 +24,7 @@ from typing import Any
 
 import torch
 
-BENCHMARKS = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(BENCHMARKS))  # the peers' adapters and the main benchmark's documents
-from run import records, token_documents  # noqa: E402
+from benchmarks.run import records, token_documents  # the main benchmark's documents
 
 SEQUENCE, BATCH, DOCUMENT_BATCH = 2048, 8, 32
 OPENED: list[Any] = []  # the guideloom storage read, for its retry count
@@ -57,7 +55,8 @@ def write(library: str, out: str, tokens: int, corpus: str = "tokens", compressi
         return
     if library == "litdata":
         from litdata import TokensLoader
-        from peers import litdata_peer
+
+        from benchmarks.peers import litdata_peer
 
         chunk = SEQUENCE * litdata_peer.CHUNK_BLOCKS
         rows = ({"document_id": i, "tokens": d} for i, d in enumerate(documents))
@@ -65,7 +64,7 @@ def write(library: str, out: str, tokens: int, corpus: str = "tokens", compressi
         level = {"compression_level": "chunk"} if zstd else {}
         litdata_peer._optimize(rows, Path(out), False, chunk_size=chunk, item_loader=TokensLoader(), **zstd, **level)
     else:
-        from peers import mosaic_peer
+        from benchmarks.peers import mosaic_peer
 
         columns = {"tokens": f"ndarray:uint32:{SEQUENCE}"}
         with mosaic_peer.MDSWriter(out=out, columns=columns, size_limit=mosaic_peer.SHARD_BYTES, **zstd) as writer:
@@ -77,8 +76,7 @@ def _write_documents(library: str, out: str, count: int, compression: str | None
     """Records of a document id and its tokens (as uint32 / int32 bytes in every library)."""
     zstd = {} if compression is None else {"compression": compression}
     if library == "guideloom":
-        from ours import RECORDS_PER_SHARD, TokenDocumentFormat
-
+        from benchmarks.ours import RECORDS_PER_SHARD, TokenDocumentFormat
         from guideloom import DocumentStorage
 
         endpoint = os.environ.get("BENCH_ENDPOINT")
@@ -88,11 +86,11 @@ def _write_documents(library: str, out: str, count: int, compression: str | None
             for record in records(count):
                 writer.append(record["document_id"] // (RECORDS_PER_SHARD * 4), record)  # ~64 MB shards
     elif library == "litdata":
-        from peers import litdata_peer
+        from benchmarks.peers import litdata_peer
 
         litdata_peer._optimize(records(count), Path(out), True, chunk_bytes="64MB", **zstd)
     else:
-        from peers import mosaic_peer
+        from benchmarks.peers import mosaic_peer
 
         columns = {"document_id": "int64", "tokens": "ndarray:uint32"}
         with mosaic_peer.MDSWriter(out=out, columns=columns, size_limit=mosaic_peer.SHARD_BYTES, **zstd) as writer:
@@ -145,8 +143,7 @@ def _epochs(library: str, source: str, cache: str, endpoint: str, corpus: str) -
             yield loader
     else:
         os.environ["S3_ENDPOINT_URL"] = endpoint
-        from peers.mosaic_peer import stack_tokens
-        from streaming import StreamingDataLoader, StreamingDataset
+        from benchmarks.peers.mosaic_peer import StreamingDataLoader, StreamingDataset, stack_tokens
 
         dataset = StreamingDataset(remote=source, local=cache, shuffle=True, batch_size=BATCH)
         loader = StreamingDataLoader(dataset, batch_size=BATCH, num_workers=0, collate_fn=stack_tokens, drop_last=True)
@@ -156,8 +153,7 @@ def _epochs(library: str, source: str, cache: str, endpoint: str, corpus: str) -
 
 def _document_epochs(library: str, source: str, cache: str, endpoint: str) -> Iterator[Iterable[Any]]:
     if library == "guideloom":
-        from ours import TokenDocumentFormat
-
+        from benchmarks.ours import TokenDocumentFormat
         from guideloom import DocumentStorage, StatefulDataLoader
 
         remote = {"storage_options": {"endpoint_url": endpoint}, "cache_dir": cache} if "://" in source else {}
@@ -178,8 +174,7 @@ def _document_epochs(library: str, source: str, cache: str, endpoint: str) -> It
         )
     else:
         os.environ["S3_ENDPOINT_URL"] = endpoint
-        from peers import mosaic_peer  # noqa: F401  (puts its torchvision stub first)
-        from streaming import StreamingDataLoader, StreamingDataset
+        from benchmarks.peers.mosaic_peer import StreamingDataLoader, StreamingDataset  # after its torchvision stub
 
         dataset = StreamingDataset(remote=source, local=cache, shuffle=True, batch_size=DOCUMENT_BATCH)
         loader = StreamingDataLoader(

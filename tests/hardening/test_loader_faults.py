@@ -351,9 +351,12 @@ def test_shards_truncated_under_worker_processes_are_a_clear_error(tmp_path: Pat
                 read[batch["worker"]].update(record * SHARDS // RECORDS for record in ids(batch))
             assert taken <= len(loader) // 2, "the epoch has too few batches left to read the truncated shards"
             started = time.monotonic()
-            # torch's report blames shared memory ("killed by signal: Bus error. It is possible that dataloader's
-            # workers are out of shared memory"); raised while torch waits for a batch, it says "exited unexpectedly"
-            with pytest.raises(RuntimeError, match=r"(?i)worker.*(bus error|exited unexpectedly)"):
+            # A worker's size check names a shard truncated before its batch, and the loader names the shards of
+            # a worker killed by SIGBUS (truncated while it read). torch's own report ("killed by signal: Bus
+            # error ... out of shared memory") remains when it comes from its SIGCHLD handler outside the loader:
+            # here, while the test truncates the files.
+            named = r"truncated under this reader: shard \d|worker process \d+ was killed by a bus error.*truncated"
+            with pytest.raises((CorruptStorageError, RuntimeError), match=rf"(?is){named}|worker.*(bus error|exited)"):
                 for file in (tmp_path / "documents" / "shards").iterdir():
                     os.truncate(file, 0)
                 for _ in iterator:

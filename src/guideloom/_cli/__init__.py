@@ -94,6 +94,8 @@ def _prepare_inspect(arguments: argparse.Namespace) -> Run:
         if header.record_lengths:
             fields.append(("measured", "by the format's length(), stored per record"))
         fields.append(("bytes", f"{int(shards.rows['size'].sum()):,}"))
+        if storage.index_problem is not None:
+            fields.append(("index", f"not used, the storage was listed whole: {storage.index_problem}"))
         strays = storage.stray_shards()
         if strays:
             fields.append(
@@ -205,12 +207,23 @@ def _prepare_clean(arguments: argparse.Namespace) -> Run:
     return run
 
 
+def _prepare_index(arguments: argparse.Namespace) -> Run:
+    storage = _open(arguments.path, arguments.storage_options)
+
+    def run() -> int:
+        count = storage.write_index()
+        print(f"indexed {plural(count, 'shard')} in {storage.location}/shards.index")
+        return EXIT_OK
+
+    return run
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="guideloom",
         description=(
-            "Inspect, verify and clean guideloom storages; tokenize text into one; explain what a loader state "
-            "reads next."
+            "Inspect, verify, clean and index guideloom storages; tokenize text into one; explain what a loader "
+            "state reads next."
         ),
         epilog="exit status: 0 done, 1 problems found or the work failed, 2 usage error (nothing was changed)",
     )
@@ -232,7 +245,10 @@ def _parser() -> argparse.ArgumentParser:
     clean.add_argument("path", help="a storage directory or URL")
     clean.add_argument("--older-than", type=_seconds, default=3600.0, metavar="SECONDS", help="(default: 3600)")
     clean.set_defaults(prepare=_prepare_clean)
-    for command in (inspect, verify, clean):
+    index = commands.add_parser("index", help="write the index readers open a large storage by (after large writes)")
+    index.add_argument("path", help="a storage directory or URL")
+    index.set_defaults(prepare=_prepare_index)
+    for command in (inspect, verify, clean, index):
         command.add_argument(
             "--storage-options",
             metavar="JSON",

@@ -17,8 +17,17 @@ import numpy as np
 
 from guideloom._core.checks import check_int
 from guideloom._core.errors import StateMismatchError
-from guideloom._loading.state import DROP_LAST, LOCAL_BATCH_SIZE, NEXT_BATCH, SOURCE, WORLD_SIZE, OrderSettings
-from guideloom._sampling.epoch_order import BatchPlan, EpochOrder
+from guideloom._loading.orders import epoch_order
+from guideloom._loading.state import (
+    DROP_LAST,
+    LOCAL_BATCH_SIZE,
+    LOCAL_WORLD_SIZE,
+    NEXT_BATCH,
+    SOURCE,
+    WORLD_SIZE,
+    OrderSettings,
+)
+from guideloom._sampling.epoch_order import BatchPlan
 from guideloom._sources.describe import SamplePieces
 from guideloom._sources.recorded_shards import CONTENT_KEYS, LOCATION_KEYS
 from guideloom._sources.source import SampleSource
@@ -41,13 +50,11 @@ def plan_of(settings: OrderSettings, source: SampleSource, start: int) -> BatchP
 
 
 def describe_positions(
-    source: SampleSource, settings: OrderSettings, epoch: int, positions: np.ndarray
+    source: SampleSource, settings: OrderSettings, epoch: int, positions: np.ndarray, start: int
 ) -> SamplePieces:
-    """The samples at these positions of epoch ``epoch``'s order (past the end: wrapping around, as padding does)."""
-    order = EpochOrder(
-        source.sample_count, shuffle=settings.shuffle and not source.orders_itself, seed=settings.seed, epoch=epoch
-    )
-    return source.describe(order.sample_at(positions), epoch)
+    """The samples at these positions of epoch ``epoch``'s order read from ``start`` (past the end: wrapping
+    around, as padding does)."""
+    return source.describe(epoch_order(source, settings, epoch, start).sample_at(positions), epoch)
 
 
 def upcoming(
@@ -76,7 +83,8 @@ def explain_batches(place: Place, settings: OrderSettings, batches: object, rank
         raise ValueError(f"rank must be < world_size ({settings.world_size}), got {rank}")
     described = []
     for epoch, number, source, plan, batch in upcoming(place, settings, count):
-        pieces = describe_positions(source, settings, epoch, plan.rank_positions(batch, rank))
+        epoch_settings = settings if epoch == place.epoch else settings.next_epoch()
+        pieces = describe_positions(source, epoch_settings, epoch, plan.rank_positions(batch, rank), plan.start)
         described.append({"epoch": epoch, "batch": number, "rank": rank, "samples": pieces.samples()})
     return described
 
@@ -105,10 +113,8 @@ def next_batch(source: SampleSource, settings: OrderSettings, epoch: int, positi
     ``state_dict()`` cheap at every step and free of downloads, and tells another order apart all the same.
     """
     if plan_of(settings, source, position).batch_count == 0:
-        epoch, position = epoch + 1, 0
-    index = position
-    if settings.shuffle and not source.orders_itself:
-        index = EpochOrder(source.sample_count, shuffle=True, seed=settings.seed, epoch=epoch).sample_at_one(position)
+        epoch, position, settings = epoch + 1, 0, settings.next_epoch()
+    index = epoch_order(source, settings, epoch, position).sample_at_one(position)
     keys = source.sample_keys(np.array([index % source.sample_count], np.int64), epoch)
     return hashlib.blake2b(np.ascontiguousarray(keys, "<i8").tobytes(), digest_size=8).hexdigest()
 
@@ -143,13 +149,19 @@ def check_next_batch(
         return
     recorded = state[NEXT_BATCH]
     local_batch_size, world_size, drop_last = (state.get(key) for key in (LOCAL_BATCH_SIZE, WORLD_SIZE, DROP_LAST))
-    sizes_fit = all(
-        isinstance(size, int) and not isinstance(size, bool) and size >= 1 for size in (local_batch_size, world_size)
-    )
+    local_world_size = state.get(LOCAL_WORLD_SIZE, settings.local_world_size)
+    sizes = (local_batch_size, world_size, local_world_size)
+    sizes_fit = all(isinstance(size, int) and not isinstance(size, bool) and size >= 1 for size in sizes)
     if not (sizes_fit and isinstance(drop_last, bool) and isinstance(recorded, str)):
         raise StateMismatchError(f"the state's {NEXT_BATCH!r} and batch sizes are not what guideloom writes")
-    assert isinstance(local_batch_size, int) and isinstance(world_size, int)
-    then = replace(settings, local_batch_size=local_batch_size, world_size=world_size, drop_last=drop_last)
+    assert isinstance(local_batch_size, int) and isinstance(world_size, int) and isinstance(local_world_size, int)
+    then = replace(
+        settings,
+        local_batch_size=local_batch_size,
+        world_size=world_size,
+        drop_last=drop_last,
+        local_world_size=local_world_size,
+    )
     if next_batch(source, then, epoch, position) != recorded:
         raise StateMismatchError(
             "the state's next batch is not the one this loader would read there (their digests differ): the "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, Self
 
@@ -25,10 +26,12 @@ from guideloom._loading.epoch_iterator import EpochIterator
 from guideloom._loading.explain import DigestCache, Place, check_next_batch, explain_batches, skipped
 from guideloom._loading.job_snapshot import in_job
 from guideloom._loading.make_source import make_source
+from guideloom._loading.orders import epoch_order
 from guideloom._loading.state import OrderSettings, build_state, check_state
+from guideloom._loading.streaming import check_windowed, local_world_size_of, prepare_streaming
 from guideloom._loading.transport import Batcher, Transport, make_transport
 from guideloom._mixture.mixture import Mixture
-from guideloom._sampling.epoch_order import BatchPlan, EpochOrder
+from guideloom._sampling.epoch_order import BatchPlan
 from guideloom._sources.source import SampleSource
 from guideloom._sources.window_modes import window_mode
 from guideloom._storage.storages import DocumentStorage, TokenStorage
@@ -126,6 +129,8 @@ class StatefulDataLoader:
         timeout: float,
         sequence_length: int | None = None,
         ranks_from_environment: bool = False,
+        shuffle_window: int | None = None,
+        local_world_size: int = 1,
     ) -> None:
         self._closed = True  # until the transport exists: close() then releases only what was made
         self._source = source
@@ -139,6 +144,9 @@ class StatefulDataLoader:
         self.drop_last = drop_last
         self.rank = rank
         self.world_size = world_size
+        self.shuffle_window = shuffle_window
+        self.local_world_size = local_world_size
+        self._epoch_machines: int | None = None  # a resumed windowed epoch's machine shares, until it ends
         self._ranks_to_check = ranks_from_environment  # against a process group initialised later
         self.num_workers = num_workers
         self._prefetch_factor = prefetch_factor
@@ -194,6 +202,8 @@ class StatefulDataLoader:
         num_workers: int = 0,
         prefetch_factor: int = 2,
         timeout: float = 0.0,
+        shuffle_window: int | None = None,
+        local_world_size: int | None = None,
     ) -> StatefulDataLoader:
         """A loader over the shards of ``storage`` (a storage or a `Mixture` of storages) committed now.
 
@@ -210,6 +220,9 @@ class StatefulDataLoader:
         ``max_seqlen`` (see docs/pretraining.md); ``long_documents`` ("split", "truncate" or "drop") says
         what packing does with a document longer than the row. A masked token storage (``loss_mask=True``)
         gives dict batches in every mode, with ``labels`` -100 where the mask is 0 (docs/tokens.md).
+        ``shuffle_window=K`` (with ``shuffle=True``) reads each machine's own share of the shards, about K shards
+        at a time, for storages larger than a machine's cache (docs/object-storage.md); ``local_world_size`` is
+        the ranks per machine (default: ``LOCAL_WORLD_SIZE``, else 1).
         """
         collate = check_callable("collate", collate, optional=True)
         device = check_device(device)
@@ -221,6 +234,8 @@ class StatefulDataLoader:
         seed = check_int("seed", seed, minimum=-(2**63))
         timeout = check_number("timeout", timeout, minimum=0)
         rank, world_size, ranks_from_environment = _resolve_ranks(rank, world_size)
+        shuffle_window = check_windowed(storage, shuffle_window, shuffle)
+        local_world_size = local_world_size_of(local_world_size, world_size, shuffle_window)
         mode = window_mode(
             {
                 "document_boundaries": document_boundaries,
@@ -238,6 +253,7 @@ class StatefulDataLoader:
             seed=seed,
             one_snapshot_per_job=in_job(rank, world_size),
         )
+        prepare_streaming(storage, source, shuffle, shuffle_window)
         return cls(
             source,
             collate,
@@ -253,6 +269,8 @@ class StatefulDataLoader:
             timeout=timeout,
             sequence_length=sequence_length,
             ranks_from_environment=ranks_from_environment,
+            shuffle_window=shuffle_window,
+            local_world_size=local_world_size,
         )
 
     def _plan(self, start: int) -> BatchPlan:
@@ -276,6 +294,7 @@ class StatefulDataLoader:
 
     def _start_next_epoch(self) -> None:
         self.epoch += 1
+        self._epoch_machines = None
         if self._next_epoch_source is not None:  # shards added since the checkpoint join now
             source, self._next_epoch_source = self._next_epoch_source, None
             self._use_source(source)
@@ -297,9 +316,7 @@ class StatefulDataLoader:
         the first time only a few batches' worth, so that the first batch does not wait for thousands.
         """
         epoch, source = self.epoch, self._source
-        order = EpochOrder(
-            self.sample_count, shuffle=self.shuffle and not source.orders_itself, seed=self.seed, epoch=epoch
-        )
+        order = epoch_order(source, self._settings(), epoch, plan.start)
         chunk = max(1, ORDER_CHUNK // self.local_batch_size)
         first, stop = 0, min(max(1, FIRST_ORDER_CHUNK // self.local_batch_size), plan.full_batch_count)
         while first < plan.full_batch_count:
@@ -313,7 +330,16 @@ class StatefulDataLoader:
             yield indices
 
     def _settings(self) -> OrderSettings:
-        return OrderSettings(self.shuffle, self.seed, self.local_batch_size, self.world_size, self.drop_last)
+        return OrderSettings(
+            self.shuffle,
+            self.seed,
+            self.local_batch_size,
+            self.world_size,
+            self.drop_last,
+            self.shuffle_window,
+            self.local_world_size,
+            self._epoch_machines,
+        )
 
     def _place(self) -> Place:
         return Place(self.epoch, self.position, self._source, self._next_epoch_source or self._source)
@@ -347,11 +373,13 @@ class StatefulDataLoader:
         self._check_open()
         latest = self._next_epoch_source or self._source
         resume = check_state(state, self._settings(), latest)
-        check_next_batch(state, resume.source, self._settings(), resume.epoch, resume.position)
+        settings = replace(self._settings(), epoch_machines=resume.machines)
+        check_next_batch(state, resume.source, settings, resume.epoch, resume.position)
         if resume.source is not self._source:  # e.g. the shards a grown storage had at the checkpoint
             self._use_source(resume.source, keep=latest)
         self._next_epoch_source = latest if resume.source is not latest else None
         self.epoch, self.position = resume.epoch, resume.position
+        self._epoch_machines = resume.machines
         self._generation += 1
 
     def _use_source(self, source: SampleSource, keep: SampleSource | None = None) -> None:

@@ -16,8 +16,10 @@ from guideloom._loading.loader import StatefulDataLoader
 from guideloom._loading.state import (
     DROP_LAST,
     LOCAL_BATCH_SIZE,
+    LOCAL_WORLD_SIZE,
     SEED,
     SHUFFLE,
+    SHUFFLE_WINDOW,
     SOURCE,
     VERSION_KEY,
     WORLD_SIZE,
@@ -146,6 +148,8 @@ def loader_from_state(
         rank=rank,
         world_size=_field(state, WORLD_SIZE, int),
         sequence_length=described.get("sequence_length"),
+        shuffle_window=state.get(SHUFFLE_WINDOW),
+        local_world_size=state.get(LOCAL_WORLD_SIZE, 1),
         **mode.arguments(),
     )
     try:

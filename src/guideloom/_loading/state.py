@@ -8,7 +8,7 @@ source's part is its ``identity()``; version 3 adds a digest of the batch the st
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from guideloom._core.errors import StateMismatchError
@@ -25,6 +25,9 @@ SEED = "seed"
 LOCAL_BATCH_SIZE = "local_batch_size"  # this and the next two are recorded for reference: they may change
 WORLD_SIZE = "world_size"
 DROP_LAST = "drop_last"
+SHUFFLE_WINDOW = "shuffle_window"  # only in states of a windowed order, with the next two
+LOCAL_WORLD_SIZE = "local_world_size"  # for reference
+MACHINES = "machines"  # the machine shares the state's epoch is read in: a resumed run keeps them to its end
 SOURCE = "source"  # the source's identity(): what it read, in words a user can compare
 NEXT_BATCH = "next_batch"  # a digest of the next global batch's first sample (hex)
 
@@ -42,6 +45,22 @@ class OrderSettings:
     local_batch_size: int
     world_size: int
     drop_last: bool
+    shuffle_window: int | None = None  # None: the global order
+    local_world_size: int = 1
+    epoch_machines: int | None = None  # the machines whose shares the current epoch is read in (None: machines)
+
+    @property
+    def machines(self) -> int:
+        return self.world_size // self.local_world_size
+
+    @property
+    def streams(self) -> int:
+        """The machine shares of the current epoch (later epochs are read in ``machines`` shares)."""
+        return self.machines if self.epoch_machines is None else self.epoch_machines
+
+    def next_epoch(self) -> OrderSettings:
+        """The settings of the epochs after the current one: they are read in this configuration's shares."""
+        return replace(self, epoch_machines=None)
 
 
 @dataclass(frozen=True)
@@ -51,6 +70,7 @@ class Resume:
     epoch: int
     position: int
     source: SampleSource
+    machines: int | None = None  # the machine shares a windowed order's epoch is read in
 
 
 def build_state(
@@ -69,6 +89,18 @@ def build_state(
         DROP_LAST: settings.drop_last,
         SOURCE: source.identity(),
         NEXT_BATCH: next_batch,
+        **windowed_keys(settings),
+    }
+
+
+def windowed_keys(settings: OrderSettings) -> dict[str, Any]:
+    """What a state of a windowed order adds; nothing for the global order (its states stay as 0.3 wrote them)."""
+    if settings.shuffle_window is None:
+        return {}
+    return {
+        SHUFFLE_WINDOW: settings.shuffle_window,
+        LOCAL_WORLD_SIZE: settings.local_world_size,
+        MACHINES: settings.streams,
     }
 
 
@@ -101,7 +133,23 @@ def check_state(state: object, settings: OrderSettings, source: SampleSource) ->
     _check_equal(state, (*settings_recorded, (SAMPLE_COUNT, source.sample_count)))
     if position > source.sample_count:
         raise StateMismatchError(f"the state's position {position} exceeds the epoch's {source.sample_count} samples")
-    return Resume(epoch, position, source)
+    return Resume(epoch, position, source, _recorded_machines(state, settings))
+
+
+def _recorded_machines(state: dict[str, Any], settings: OrderSettings) -> int | None:
+    """The machine shares the state's epoch is read in (windowed orders); StateMismatchError if the orders differ."""
+    recorded = state.get(SHUFFLE_WINDOW)
+    if recorded != settings.shuffle_window or type(recorded) is not type(settings.shuffle_window):
+        raise StateMismatchError(
+            f"the state was taken with shuffle_window={recorded!r}, but this loader has "
+            f"shuffle_window={settings.shuffle_window!r}"
+        )
+    if recorded is None:
+        return None
+    machines = state.get(MACHINES)
+    if isinstance(machines, bool) or not isinstance(machines, int) or machines < 1:
+        raise StateMismatchError(f"the state's {MACHINES!r} must be a positive int, got {machines!r}")
+    return machines
 
 
 def _check_equal(state: dict[str, Any], expected: tuple[tuple[str, object], ...]) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import pickle
 import traceback
 from collections import deque
@@ -29,6 +30,8 @@ import torch
 import torch.utils.data
 
 from guideloom._loading.devices import map_tensors, move_to_device, moves_itself
+from guideloom._loading.worker_deaths import WorkerReports
+from guideloom._shards.mapped_shards import check_mapped
 from guideloom._sources.source import SampleSource
 
 THREAD_GROUP = 16  # batches built together, up to GROUP_BYTES of samples
@@ -283,14 +286,25 @@ class _WorkerError:
 
 
 class _IndexDataset(torch.utils.data.Dataset[Any]):
-    """Map-style view for torch's DataLoader: item = a whole batch, keyed by its epoch and sample indices."""
+    """Map-style view for torch's DataLoader: item = a whole batch, keyed by its epoch and sample indices.
 
-    def __init__(self, batcher: Batcher) -> None:
+    Before each batch a worker checks that no shard it has mapped was truncated (else reading it would
+    kill the worker with SIGBUS), and it reports which shards it has mapped, so that a worker killed
+    all the same (truncated while it read) is named with them (``worker_deaths``).
+    """
+
+    def __init__(self, batcher: Batcher, reports: WorkerReports) -> None:
         self.batcher = batcher
+        self.reports = reports
+        self._reporting_pid = -1
 
     def __getitem__(self, key: tuple[int, np.ndarray]) -> Any:
         epoch, indices = key
+        if self._reporting_pid != os.getpid():
+            self._reporting_pid = os.getpid()
+            self.reports.start_reporting()
         try:
+            check_mapped()
             # objects that move themselves (PackedSequence) cross whole: their type checks its fields
             return map_tensors(self.batcher(indices, epoch), _to_wire, _is_sent_leaf)
         except Exception as error:
@@ -322,8 +336,9 @@ class WorkerTransport:
     ) -> None:
         self._device = device
         self._segment = _CurrentEpochBatches()
+        self._reports = WorkerReports()
         self._loader: torch.utils.data.DataLoader[Any] | None = torch.utils.data.DataLoader(
-            _IndexDataset(batcher),
+            _IndexDataset(batcher, self._reports),
             batch_size=None,
             sampler=self._segment,
             num_workers=num_workers,
@@ -336,15 +351,23 @@ class WorkerTransport:
     def batches(self, index_batches: Iterator[np.ndarray], epoch: int) -> Iterator[Any]:
         assert self._loader is not None
         self._segment.keys = ((epoch, indices) for indices in index_batches)
-        for batch in self._loader:
-            if isinstance(batch, _WorkerError):
-                raise batch.error()
-            yield move_to_device(map_tensors(batch, _from_wire, _is_wire), self._device)
+        try:
+            for batch in self._loader:
+                if isinstance(batch, _WorkerError):
+                    raise batch.error()
+                yield move_to_device(map_tensors(batch, _from_wire, _is_wire), self._device)
+        except RuntimeError as error:  # torch's report of a worker's death names no shard: ours does
+            workers = getattr(getattr(self._loader, "_iterator", None), "_workers", ())
+            explained = self._reports.explain(error, {worker.pid: worker.exitcode for worker in workers})
+            if explained is None:
+                raise
+            raise explained from error
 
     def close(self) -> None:
         if self._loader is not None:
             _stop_workers(self._loader)
             self._loader = None
+        self._reports.close()
 
 
 def _stop_workers(loader: torch.utils.data.DataLoader[Any]) -> None:

@@ -36,6 +36,7 @@ from guideloom._shards.header import StorageHeader as StorageHeader  # also impo
 from guideloom._shards.index_check import index_problem
 from guideloom._shards.limits import RESOURCE_ERRNOS, out_of_resources
 from guideloom._shards.loss_masks import LOSS_MASK_FLAG, mask_size, padded_mask_size
+from guideloom._shards.mapped_shards import track, untrack
 from guideloom._shards.record_lengths import RECORD_LENGTHS_FLAG, lengths_problem, sizes_as_lengths
 
 INDEX_NAME = "shards.index"  # the record of commits (see _shards.index)
@@ -298,6 +299,7 @@ class ShardFile:
             if sys.byteorder == "little"
             else memoryview(self.offsets.astype("=u8").tobytes()).cast("Q")
         )
+        track(shard, self.path, self._mapping)  # a truncation under this reader can then be named
 
     @property
     def info(self) -> ShardInfo:
@@ -367,6 +369,7 @@ class ShardFile:
             with contextlib.suppress(BufferError):
                 view.release()
         if mapping is not None:
+            untrack(mapping)
             with contextlib.suppress(BufferError):
                 mapping.close()
 

@@ -25,6 +25,10 @@ class DocumentSource(PinnedShards[DocumentReader[Any]]):
     def sample_bytes(self) -> int:
         return 0
 
+    def shard_sample_counts(self) -> np.ndarray:
+        """Records per shard, in storage order (what a windowed order walks), from the snapshot alone."""
+        return self.snapshot.rows["record_count"].astype(np.int64)
+
     def fetch(self, indices: np.ndarray, epoch: int) -> list[Any]:
         return self.reader.read_many(indices)
 

@@ -40,6 +40,14 @@ class PackedRowSource(TokenSource[PieceRows]):
     def sample_count(self) -> int:
         return self.packed.row_count
 
+    def shard_sample_counts(self) -> np.ndarray:
+        """Packed rows per shard, in storage order (packing never crosses a shard)."""
+        return np.asarray(self.packed.row_counts, np.int64)
+
+    def clean_cuts(self) -> None:
+        """Packing never crosses a shard: a windowed order may put shards in any order."""
+        return None
+
     def fetch(self, indices: np.ndarray, epoch: int) -> PieceRows:
         reader = self.reader
         rows = self.packed.rows(

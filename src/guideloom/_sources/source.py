@@ -111,6 +111,7 @@ class PinnedShards(Generic[ReaderT]):
         self._reader: ReaderT | None = None
         self._reader_pid = -1
         self._identity: dict[str, Any] | None = None  # the snapshot never changes: computed once
+        self._open_at_most: int | None = None  # see hold_at_most
 
     @property
     def shard_ids(self) -> list[int]:
@@ -123,7 +124,19 @@ class PinnedShards(Generic[ReaderT]):
         if self._reader is None:
             self._reader = self.storage.open_reader(self.snapshot)
             self._reader_pid = os.getpid()
+            if self._open_at_most is not None:
+                shard_set = self._reader.shard_set
+                shard_set.max_open = min(shard_set.max_open, self._open_at_most)
         return self._reader
+
+    def hold_at_most(self, shards: int) -> None:
+        """Keep at most ``shards`` shards open in each process (a windowed order's window and the shard after it),
+        so that a finished shard is closed, and a remote one left to the cache to evict, as soon as the window
+        moves on instead of when ``max_open_shards`` others have been opened."""
+        self._open_at_most = shards
+        if self._reader is not None:
+            shard_set = self._reader.shard_set
+            shard_set.max_open = min(shard_set.max_open, shards)
 
     @property
     def orders_itself(self) -> bool:

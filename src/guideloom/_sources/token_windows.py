@@ -60,6 +60,19 @@ class TokenSource(PinnedShards[TokenReader], Generic[SamplesT], ABC):
     def sample_bytes(self) -> int:
         return self.sequence_length * self.window_dtype.itemsize
 
+    def shard_sample_counts(self) -> np.ndarray:
+        """Windows that start in each shard, in storage order (what a windowed order walks), from the snapshot."""
+        token_ends = np.cumsum(self.snapshot.rows["element_count"].astype(np.int64))
+        window_ends = np.minimum(-(-token_ends // self.sequence_length), self.sample_count)
+        return np.diff(window_ends, prepend=0)
+
+    def clean_cuts(self) -> np.ndarray | None:
+        """The shards that no window of the shard before runs into (0 among them): a windowed order walks shards
+        in storage order from one of these, so that a window and the shard it runs into are read together."""
+        sizes = self.snapshot.rows["element_count"].astype(np.int64)
+        token_starts = np.cumsum(sizes) - sizes
+        return np.flatnonzero(token_starts % self.sequence_length == 0).astype(np.int64)
+
     def read_windows(self, indices: np.ndarray) -> np.ndarray:
         """Windows ``stream[k*S:(k+1)*S]`` for ``k`` in ``indices``, as an ``(n, S)`` array of the window dtype."""
         windows = np.empty((len(indices), self.sequence_length), self.window_dtype)

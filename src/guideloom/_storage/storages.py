@@ -39,7 +39,7 @@ from guideloom._shards.snapshot import local_snapshot
 from guideloom._shards.token_ids import TokenEncoder, TokenInput
 from guideloom._shards.upkeep import clean_local, verify_local
 from guideloom._shards.writer import AsyncWriter, SyncWriter
-from guideloom._storage.snapshots import DEFAULT_MAX_OPEN_SHARDS, local_shard_set, selected
+from guideloom._storage.snapshots import DEFAULT_MAX_OPEN_SHARDS, local_shard_set, rewrite_local_index, selected
 from guideloom._storage.trust import warn_untrusted
 from guideloom._storage.writers import open_writer, record_measure
 
@@ -67,7 +67,7 @@ class StorageBase:
     path: Path
     location: str
     _remote: RemoteFiles | None = None
-    _listed: dict[int, ShardInfo]
+    _listed: ShardTable | None  # a remote storage's last snapshot
     compression: str | None = None  # of the shard objects on a store: requested, else as recorded
     _requested_compression: str | None = None
 
@@ -82,7 +82,7 @@ class StorageBase:
         """Set where the storage lives: a local directory, or an object store URL and its cache."""
         cache_path, limit = check_cache_arguments(cache_dir, cache_limit_bytes)
         self.max_open_shards = check_int("max_open_shards", max_open_shards, minimum=1)
-        self._listed = {}
+        self._listed = None
         if storage_options is not None and not isinstance(storage_options, dict):
             raise TypeError(f"storage_options must be a dict, got {type(storage_options).__name__}")
         if is_url(path):
@@ -121,42 +121,60 @@ class StorageBase:
         return read_header(self.path) if self._remote is None else self._remote.read_header()
 
     def committed_shards(self) -> list[int]:
-        """Ids of the shards committed now, ascending (for a remote storage: from one listing)."""
-        if self._remote is None:
-            if not holds_storage(self.path):
-                return committed_shard_ids(self.path)  # [], or the precise error of a path that holds no storage
-            return local_snapshot(self.path, read_header(self.path)).ids.tolist()  # type: ignore[no-any-return]
-        infos = self._remote.list_shards(self.header_for_reading())
-        self._listed = {info.id: info for info in infos}
-        return [info.id for info in infos]
+        """Ids of the shards committed now, ascending (for a remote storage: its index object and one listing)."""
+        if self._remote is None and not holds_storage(self.path):
+            return committed_shard_ids(self.path)  # [], or the precise error of a path that holds no storage
+        return self.snapshot().ids.tolist()  # type: ignore[no-any-return]
+
+    @property
+    def index_problem(self) -> str | None:
+        """Why the last snapshot of a remote storage could not use its index object (None: it did, or had none)."""
+        return None if self._remote is None else self._remote.index_problem
 
     @property
     def is_remote(self) -> bool:
         """Whether the storage lives on an object store (read through a local cache)."""
         return self._remote is not None
 
+    @property
+    def cache_limit(self) -> int | None:
+        """A remote storage's ``cache_limit_bytes`` (None: no limit, or a local storage)."""
+        return None if self._remote is None else self._remote.cache.limit_bytes
+
     def listed_shard(self, shard: int) -> ShardInfo | None:
         """A remote storage's listing entry of ``shard``, listed now; None if it is not committed."""
-        self.committed_shards()
-        return self._listed.get(shard)
+        found, _ = self.snapshot().select([shard])
+        return found[0] if len(found) else None
 
     def snapshot(self) -> ShardTable:
-        """The shards committed now and their facts: one listing (and, locally, the shard index)."""
+        """The shards committed now and their facts: locally from the shard index, remotely from the index
+        object and a listing of what it cannot know (see docs/object-storage.md)."""
         header = self.header_for_reading()
         if self._remote is None:
             return local_snapshot(self.path, header)
-        infos = self._remote.list_shards(header)
-        self._listed = {info.id: info for info in infos}
-        return ShardTable.of(infos)
+        self._listed = self._remote.list_shards(header)
+        return self._listed
+
+    def write_index(self) -> int:
+        """Write the storage's index from a listing of its committed shards; the number of shards it names.
+
+        On an object store this is the index object that lets readers list only the shards committed
+        after it (run it after a large write: ``guideloom tokenize`` and the Ray datasink do); on a local
+        storage it rewrites the shard index. Either is derived data: it never decides what is committed.
+        """
+        header = self.header_for_reading()
+        if self._remote is not None:
+            return self._remote.write_index(header)
+        return rewrite_local_index(self.path, header)
 
     def _shard_set(self, header: StorageHeader, shards: list[int] | ShardTable | None) -> ShardSet:
         """What a reader of these shards (a snapshot, ids, or all committed now) reads through."""
         if self._remote is None:
             return local_shard_set(self.path, header, shards, self.max_open_shards)
         if not isinstance(shards, ShardTable):
-            if shards is None or any(shard not in self._listed for shard in shards):
-                self.snapshot()
-            listed = ShardTable.of(self._listed[shard] for shard in sorted(self._listed))
+            listed = self._listed
+            if shards is None or listed is None or len(listed.lacking(np.asarray(sorted(shards), np.int64))):
+                listed = self.snapshot()
             shards = selected(listed, shards, self.location)
         return self._remote.shard_set(header, shards, self.max_open_shards)
 

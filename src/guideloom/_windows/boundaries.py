@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import pairwise
+from itertools import accumulate, pairwise
 from typing import Any
 
 import numpy as np
@@ -119,11 +119,14 @@ class PieceRows(RowDicts):
             "max_seqlen": int(lengths.max()) if len(lengths) else 0,
         }
 
-    def _all_piece_lengths(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every piece's length, padding pieces included (row-major), and which pieces are padding."""
+    def _all_piece_lengths(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """Every piece's length, padding pieces included (row-major), and which pieces are padding (None: no
+        row is padded, as in every batch of stream windows)."""
         padded = self.padding > 0
+        if not padded.any():
+            return self.piece_lengths, None
         counts = self.piece_counts + padded
-        padding_pieces = (np.cumsum(counts) - 1)[padded]
+        padding_pieces = (counts.cumsum() - 1)[padded]
         is_padding = np.zeros(int(counts.sum()), bool)
         is_padding[padding_pieces] = True
         lengths = np.empty(len(is_padding), np.int64)
@@ -143,13 +146,17 @@ def concatenate_masks(parts: list[Any]) -> np.ndarray | None:
 
 
 def piece_arrays(
-    input_ids: np.ndarray, lengths: np.ndarray, is_padding: np.ndarray
+    input_ids: np.ndarray, lengths: np.ndarray, is_padding: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``position_ids``, ``labels`` (both int64, shaped like ``input_ids``) and ``cu_seqlens`` (int32)."""
+    """``position_ids``, ``labels`` (both int64, shaped like ``input_ids``) and ``cu_seqlens`` (int32).
+
+    ``is_padding`` says which pieces are padding; None: none is. This runs for every group of batches:
+    its cost is mostly the number of array operations, so the unpadded case skips those of padding.
+    """
     length = input_ids.shape[1]
     total = input_ids.size
     cu_seqlens = np.zeros(len(lengths) + 1, np.int64)
-    np.cumsum(lengths, out=cu_seqlens[1:])
+    lengths.cumsum(out=cu_seqlens[1:])
     if cu_seqlens[-1] != total:
         raise AssertionError(f"pieces cover {cu_seqlens[-1]} tokens of a batch of {total}")
     starts = cu_seqlens[:-1]
@@ -158,15 +165,18 @@ def piece_arrays(
     # One block for both arrays: one allocation per batch (or group), which the allocator reuses.
     position_ids, labels = np.empty((2, *input_ids.shape), np.int64)
     np.copyto(labels, input_ids)
-    inside = (starts % length != 0) & ~is_padding  # documents starting inside a row
-    if int(inside.sum()) * LONG_PIECES <= total:
+    inside = starts % length != 0  # documents starting inside a row
+    if is_padding is not None:
+        inside &= ~is_padding
+    if int(np.count_nonzero(inside)) * LONG_PIECES <= total:
         count_up_by_rows(position_ids, starts[inside], lengths[inside])
     else:
         count_up_by_steps(position_ids.reshape(-1), starts, lengths)
     flat_labels = labels.reshape(-1)
-    padding = flat_indices(starts[is_padding], lengths[is_padding])
-    position_ids.reshape(-1)[padding] = 0
-    flat_labels[padding] = IGNORE_INDEX
+    if is_padding is not None:
+        padding = flat_indices(starts[is_padding], lengths[is_padding])
+        position_ids.reshape(-1)[padding] = 0
+        flat_labels[padding] = IGNORE_INDEX
     flat_labels[starts] = IGNORE_INDEX
     return position_ids, labels, cu_seqlens.astype(np.int32)
 
@@ -193,8 +203,10 @@ def count_up_by_steps(flat_positions: np.ndarray, starts: np.ndarray, lengths: n
 
 def flat_indices(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Every index of the runs ``[start, start + length)``, one run after another."""
-    firsts = np.cumsum(lengths) - lengths
-    return np.repeat(starts - firsts, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
+    ends = lengths.cumsum()
+    total = int(ends[-1]) if len(ends) else 0
+    indices: np.ndarray = (starts - (ends - lengths)).repeat(lengths) + np.arange(total, dtype=np.int64)
+    return indices
 
 
 def window_pieces(window_starts: np.ndarray, length: int, document_starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -205,19 +217,20 @@ def window_pieces(window_starts: np.ndarray, length: int, document_starts: np.nd
     """
     window_starts = np.asarray(window_starts, np.int64)
     rows = len(window_starts)
-    first = np.searchsorted(document_starts, window_starts, side="right")
-    inner = np.searchsorted(document_starts, window_starts + length, side="left") - first
-    cuts_before = np.cumsum(inner) - inner
+    document_starts = np.asarray(document_starts)
+    first = document_starts.searchsorted(window_starts, side="right")
+    inner = document_starts.searchsorted(window_starts + length, side="left") - first
+    cuts_before = inner.cumsum() - inner
     row_points = np.arange(rows, dtype=np.int64) + cuts_before  # where each row's own start goes
     points = np.empty(rows + int(inner.sum()) + 1, np.int64)
     is_inner = np.ones(len(points) - 1, bool)
     is_inner[row_points] = False
     points[row_points] = np.arange(rows, dtype=np.int64) * length
-    which = np.repeat(first - cuts_before, inner) + np.arange(int(inner.sum()), dtype=np.int64)
-    shift = np.repeat(np.arange(rows, dtype=np.int64) * length - window_starts, inner)
+    which = (first - cuts_before).repeat(inner) + np.arange(int(inner.sum()), dtype=np.int64)
+    shift = (np.arange(rows, dtype=np.int64) * length - window_starts).repeat(inner)
     points[:-1][is_inner] = document_starts[which] + shift
     points[-1] = rows * length
-    return inner + 1, np.diff(points)
+    return inner + 1, points[1:] - points[:-1]
 
 
 def split_batch(batch: dict[str, Any], sizes: list[int]) -> list[dict[str, Any]]:
@@ -228,16 +241,19 @@ def split_batch(batch: dict[str, Any], sizes: list[int]) -> list[dict[str, Any]]
     """
     length = batch["input_ids"].shape[1]
     cu_seqlens = batch["cu_seqlens"].numpy().astype(np.int64)
-    row_bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    cuts = np.searchsorted(cu_seqlens, row_bounds * length)
-    piece_counts = np.diff(cuts)
-    piece_lengths = np.diff(cu_seqlens)
-    longest = np.zeros(len(sizes), np.int64)  # a part of no rows has no piece: its max_seqlen is 0
-    if len(piece_lengths):
-        longest[piece_counts > 0] = np.maximum.reduceat(piece_lengths, cuts[:-1][piece_counts > 0])
+    row_bounds = np.fromiter(accumulate(sizes, initial=0), np.int64, len(sizes) + 1)
+    cuts = cu_seqlens.searchsorted(row_bounds * length)
+    piece_counts = cuts[1:] - cuts[:-1]
+    piece_lengths = cu_seqlens[1:] - cu_seqlens[:-1]
+    if len(piece_lengths) and piece_counts.all():  # every part has rows, hence pieces
+        longest = np.maximum.reduceat(piece_lengths, cuts[:-1])
+    else:  # a part of no rows has no piece: its max_seqlen is 0
+        longest = np.zeros(len(sizes), np.int64)
+        if len(piece_lengths):
+            longest[piece_counts > 0] = np.maximum.reduceat(piece_lengths, cuts[:-1][piece_counts > 0])
     # Part i's cu_seqlens: entries cuts[i] .. cuts[i + 1] (its end is the next part's start), less its offset.
     counts = piece_counts + 1
-    rebased = cu_seqlens[flat_indices(cuts[:-1], counts)] - np.repeat(row_bounds[:-1] * length, counts)
+    rebased = cu_seqlens[flat_indices(cuts[:-1], counts)] - (row_bounds[:-1] * length).repeat(counts)
     part_cu_seqlens = torch.split(torch.from_numpy(rebased.astype(np.int32)), counts.tolist())
     columns = [torch.split(batch[key], sizes) for key in ("input_ids", "position_ids", "labels")]
     return [

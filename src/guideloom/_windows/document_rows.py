@@ -7,6 +7,7 @@ index, never from the tokens themselves.
 from __future__ import annotations
 
 from collections import OrderedDict
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -23,28 +24,46 @@ def document_starts_near(reader: TokenReader, window_starts: np.ndarray, length:
     """Stream positions where non-empty documents begin inside the windows ``[s, s + length)`` (sorted, unique).
 
     Read from the mapped offsets of the shards the windows touch, by bisection: nothing per document
-    is copied, whatever the storage's size.
+    is copied, whatever the storage's size. This runs for every group of batches, so the work per shard
+    is one search; the rest is a few whole-array operations over all windows.
     """
     window_starts = np.asarray(window_starts, np.int64)
     if not len(window_starts):
         return np.empty(0, np.int64)
     token_starts = reader.token_starts
-    first = np.searchsorted(token_starts, window_starts, side="right") - 1
-    last = np.searchsorted(token_starts, window_starts + length - 1, side="right") - 1
-    spans = last - first + 1  # the shards each window touches (one, unless it crosses a shard's end)
-    positions = flat_indices(first, spans)
-    bases = token_starts[positions]
-    begins = np.maximum(np.repeat(window_starts, spans), bases) - bases
-    ends = np.minimum(np.repeat(window_starts + length, spans), token_starts[positions + 1]) - bases
-    found = []
-    for position in np.unique(positions).tolist():
-        chosen = positions == position
-        offsets = reader.shard(position).offsets  # mapped uint64: searched in place, never converted
-        low = np.searchsorted(offsets, begins[chosen].astype(np.uint64), side="left")
-        high = np.searchsorted(offsets, ends[chosen].astype(np.uint64), side="left")
-        # A position in the offsets below the shard's end starts a non-empty document (empty ones share it).
-        found.append(offsets[flat_indices(low, high - low)].astype(np.int64) + int(token_starts[position]))
-    return np.unique(np.concatenate(found))
+    first = token_starts.searchsorted(window_starts, side="right") - 1
+    last = token_starts.searchsorted(window_starts + (length - 1), side="right") - 1
+    if (first == last).all():  # no window crosses a shard's end: one span of each shard per window
+        positions, bases = first, token_starts[first]
+        begins = window_starts - bases
+        ends = begins + length
+    else:
+        spans = last - first + 1  # the shards each window touches
+        positions = flat_indices(first, spans)
+        bases = token_starts[positions]
+        begins = np.maximum(np.repeat(window_starts, spans), bases) - bases
+        ends = np.minimum(np.repeat(window_starts + length, spans), token_starts[positions + 1]) - bases
+    by_shard = positions.argsort(kind="stable")
+    positions = positions[by_shard]
+    queries = np.empty((2, len(positions)), np.uint64)
+    queries[0], queries[1] = begins[by_shard], ends[by_shard]
+    bounds = np.empty(queries.shape, np.int64)  # each span's first and end document in its shard's offsets
+    cuts = [0, *((positions[1:] != positions[:-1]).nonzero()[0] + 1).tolist(), len(positions)]
+    shard_offsets = []
+    for start, stop in pairwise(cuts):
+        offsets = reader.shard(int(positions[start])).offsets  # mapped uint64: searched in place, never converted
+        bounds[:, start:stop] = offsets.searchsorted(queries[:, start:stop], side="left")
+        shard_offsets.append(offsets)
+    # A position in the offsets below the shard's end starts a non-empty document (empty ones share it).
+    counts = bounds[1] - bounds[0]
+    found = flat_indices(bounds[0], counts)
+    found_cuts = counts.cumsum()[np.array(cuts[1:], np.int64) - 1].tolist()
+    starts = np.empty(len(found), np.int64)
+    for offsets, (start, stop) in zip(shard_offsets, pairwise([0, *found_cuts]), strict=True):
+        starts[start:stop] = offsets[found[start:stop]]
+    starts += bases[by_shard].repeat(counts)
+    starts.sort()
+    return np.concatenate((starts[:1], starts[1:][starts[1:] != starts[:-1]]))
 
 
 def boundary_rows(windows: np.ndarray, window_starts: np.ndarray, document_starts: np.ndarray) -> PieceRows:
@@ -113,44 +132,56 @@ class PackedShards:
         if len(indices) == 0:
             empty = np.empty(0, np.int64)
             return PieceRows(np.empty((0, length), dtype), empty, empty, empty)
-        positions = np.searchsorted(self.row_bases, indices, side="right") - 1
-        local_rows = indices - self.row_bases[positions]
-        piece_counts = np.empty(len(indices), np.int64)
-        piece_rows, piece_starts, piece_lengths, piece_shards = [], [], [], []
-        used = np.unique(positions).tolist()
-        for position in used:
-            packing = self.packing(reader, position)
-            rows = np.flatnonzero(positions == position)
-            first = packing.row_starts[local_rows[rows]]
-            counts = packing.row_starts[local_rows[rows] + 1] - first
-            piece_counts[rows] = counts
-            pieces = flat_indices(first, counts)
-            piece_rows.append(np.repeat(rows, counts))
-            piece_starts.append(packing.piece_starts[pieces])
-            piece_lengths.append(packing.piece_lengths[pieces])
-            piece_shards.append(np.full(len(pieces), position))
-        # Back to row order: pieces of one row stay in placement order (a stable sort by row).
-        by_row = np.argsort(np.concatenate(piece_rows), kind="stable")
-        rows_of_pieces = np.concatenate(piece_rows)[by_row]
-        starts = np.concatenate(piece_starts)[by_row]
-        lengths = np.concatenate(piece_lengths)[by_row]
-        shards = np.concatenate(piece_shards)[by_row]
-        ends = np.cumsum(lengths)
-        row_ends = ends[np.cumsum(piece_counts) - 1]
-        row_starts = np.concatenate([[0], row_ends[:-1]])
-        destinations = ends - lengths - np.repeat(row_starts, piece_counts) + rows_of_pieces * length
+        # Rows grouped by shard (stable): one search into each shard's packing for all its rows.
+        positions = self.row_bases.searchsorted(indices, side="right") - 1
+        by_shard = positions.argsort(kind="stable")
+        positions = positions[by_shard]
+        local_rows = indices[by_shard] - self.row_bases[positions]
+        row_cuts = [0, *((positions[1:] != positions[:-1]).nonzero()[0] + 1).tolist(), len(positions)]
+        used = positions[row_cuts[:-1]].tolist()
+        packings = [self.packing(reader, position) for position in used]
+        firsts = np.empty(len(indices), np.int64)
+        counts = np.empty(len(indices), np.int64)
+        for packing, (start, stop) in zip(packings, pairwise(row_cuts), strict=True):
+            chosen = local_rows[start:stop]
+            firsts[start:stop] = packing.row_starts[chosen]
+            counts[start:stop] = packing.row_starts[chosen + 1]
+        counts -= firsts
+        pieces = flat_indices(firsts, counts)  # each row's pieces in its shard's packing, rows grouped by shard
+        ends = counts.cumsum()
+        piece_cuts = [0, *ends[np.array(row_cuts[1:], np.int64) - 1].tolist()]
+        starts = np.empty(len(pieces), np.int64)
+        lengths = np.empty(len(pieces), np.int64)
+        for packing, (start, stop) in zip(packings, pairwise(piece_cuts), strict=True):
+            chosen = pieces[start:stop]
+            starts[start:stop] = packing.piece_starts[chosen]
+            lengths[start:stop] = packing.piece_lengths[chosen]
+        # Where each piece goes: its row (the row's place in ``indices``), after the row's earlier pieces.
+        piece_ends = lengths.cumsum()
+        row_ends = piece_ends[ends - 1]
+        fills = row_ends.copy()
+        fills[1:] -= row_ends[:-1]
+        destinations = piece_ends - lengths + (by_shard * length - (row_ends - fills)).repeat(counts)
         out = np.empty((len(indices), length), dtype)
         flat = out.reshape(-1)
-        tokens = {position: reader.shard_tokens(position) for position in used}
-        for shard, start, stop, destination in zip(
-            shards.tolist(), starts.tolist(), (starts + lengths).tolist(), destinations.tolist(), strict=True
-        ):
-            flat[destination : destination + stop - start] = tokens[shard][start:stop]
-        fills = row_ends - row_starts
-        flat[flat_indices(np.arange(len(indices), dtype=np.int64) * length + fills, length - fills)] = pad_id
+        stops = (starts + lengths).tolist()
+        piece_starts, piece_destinations = starts.tolist(), destinations.tolist()
+        for position, (first, last) in zip(used, pairwise(piece_cuts), strict=True):
+            tokens = reader.shard_tokens(position)
+            for start, stop, destination in zip(
+                piece_starts[first:last], stops[first:last], piece_destinations[first:last], strict=True
+            ):
+                flat[destination : destination + stop - start] = tokens[start:stop]
+        row_fills = np.empty_like(fills)
+        row_fills[by_shard] = fills
+        flat[flat_indices(np.arange(len(indices), dtype=np.int64) * length + row_fills, length - row_fills)] = pad_id
         mask = None
         if masked:
             mask = np.zeros(out.shape, np.bool_)
-            stops = (starts + lengths).tolist()
-            fill_piece_masks(mask.reshape(-1), reader, shards.tolist(), starts.tolist(), stops, destinations.tolist())
-        return PieceRows(out, lengths, piece_counts, length - fills, mask)
+            shards = np.repeat(used, np.diff(piece_cuts)).tolist()
+            fill_piece_masks(mask.reshape(-1), reader, shards, piece_starts, stops, piece_destinations)
+        row_counts = np.empty_like(counts)
+        row_counts[by_shard] = counts
+        if len(used) > 1:  # pieces back to the rows' order in ``indices``
+            lengths = lengths[flat_indices((ends - counts)[by_shard.argsort()], row_counts)]
+        return PieceRows(out, lengths, row_counts, length - row_fills, mask)

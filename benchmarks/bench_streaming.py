@@ -1,0 +1,332 @@
+"""Streaming a corpus larger than the cache: the global shuffle against shuffle_window, per simulated machine.
+
+    python -m benchmarks.bench_streaming [--shards 64] [--shard-mib 1] [--latency-ms 20] [--mb-per-s 200]
+
+A moto S3 server (``remote/s3_server.py``, counting the bytes it sends) holds a token storage of ``--shards``
+shards of ``--shard-mib`` MiB of uint32 tokens; every read goes through ``remote/link_proxy.py`` (20 ms a
+request, 200 MB/s shared). Each simulated machine is one process with its own cache directory (one rank per
+machine, ``rank=machine``, ``world_size=machines``), run one after the other so the server's byte counter
+belongs to it. Per machine count (1, 2, 4) and cache (100/50/25/10% of the machine's share, at least 4
+shards): bytes downloaded / the machine's share, the mix (distinct shards in a batch of 8, and in 128
+consecutive samples of the rank), the epoch's time against the link's limit (bytes / bandwidth) and the
+time to the first batch; the window is the cache's shards less 3 (docs/object-storage.md). The global order
+is read at one machine, its first eighth of an epoch when the cache is smaller than the corpus (bytes then
+scaled by 8: marked "est."). A mid-epoch resume at 25%: half an epoch, a new process loads the state and
+finishes it with the same cache directory. Results: ``results/streaming.json``, ``.md`` and ``.png``.
+The peers (LitData, MosaicML Streaming) are not driven by this script yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.harness import (
+    REPOSITORY,
+    RESULTS,
+    argument_parser,
+    child_environment,
+    free_port,
+    machine,
+    module_command,
+    run_child,
+    s3_counters,
+    s3_server,
+    wait_until_listening,
+    write_results,
+)
+
+SEQUENCE, BATCH, SEED = 2049, 8, 0
+
+
+@contextlib.contextmanager
+def link_proxy(upstream: str, latency_ms: float, megabytes_per_second: float, log: Path) -> Iterator[str]:
+    """``remote/link_proxy.py`` in front of the S3 server at ``upstream``: its endpoint, while the block runs."""
+    port = free_port()
+    with open(log, "wb") as errors:
+        proxy = subprocess.Popen(
+            module_command(
+                "benchmarks.remote.link_proxy",
+                upstream.rsplit(":", 1)[1],
+                str(port),
+                str(latency_ms),
+                str(megabytes_per_second),
+            ),
+            cwd=REPOSITORY,
+            env=child_environment(),
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+        )
+    try:
+        wait_until_listening(port, proxy, "the link proxy", log)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proxy.kill()
+        proxy.wait()
+
+
+def machine_epoch(options: dict[str, Any]) -> dict[str, Any]:
+    """One simulated machine's epoch (or the part of it ``options`` asks for), in this process."""
+    from guideloom import StatefulDataLoader, TokenStorage
+
+    storage = TokenStorage(
+        options["url"],
+        storage_options={"endpoint_url": options["endpoint"]},
+        cache_dir=options["cache_dir"],
+        cache_limit_bytes=options["cache_bytes"],
+    )
+    started = time.perf_counter()
+    loader = StatefulDataLoader.from_storage(
+        storage,
+        device="cpu",
+        local_batch_size=BATCH,
+        sequence_length=SEQUENCE,
+        shuffle=True,
+        seed=SEED,
+        shuffle_window=options["window"],
+        rank=options["machine"],
+        world_size=options["machines"],
+        local_world_size=1,
+    )
+    if options.get("state") is not None:
+        loader.load_state_dict(options["state"])
+    mix = _mix(loader)
+    first_batch = None
+    batches = 0
+    stop = options.get("stop_after")
+    for _ in loader:
+        batches += 1
+        if first_batch is None:
+            first_batch = time.perf_counter() - started
+        if stop is not None and batches == stop:
+            break
+    seconds = time.perf_counter() - started
+    state = loader.state_dict()
+    loader.close()
+    return {"first_batch_s": first_batch, "seconds": seconds, "batches": batches, "state": state, **mix}
+
+
+def _mix(loader: Any) -> dict[str, float]:
+    """Distinct shards in each batch of 8 and in each 128 consecutive samples of this rank, from its order."""
+    from guideloom._loading.orders import epoch_order
+
+    source, plan = loader._source, loader._plan(0)
+    order = epoch_order(source, loader._settings(), loader.epoch, 0)  # the loader's order, without its prefetching
+    positions = plan.full_rank_positions(0, plan.full_batch_count, loader.rank).reshape(-1)
+    indices = order.sample_at(positions)
+    shards = np.searchsorted(source.reader.token_starts, indices * SEQUENCE, side="right") - 1
+    per_batch = [len(set(shards[at : at + BATCH].tolist())) for at in range(0, len(shards) - BATCH + 1, BATCH)]
+    per_128 = [len(set(shards[at : at + 128].tolist())) for at in range(0, len(shards) - 127, 128)]
+    return {"mix_batch": float(np.mean(per_batch)), "mix_128": float(np.mean(per_128))}
+
+
+def _run_machine(options: dict[str, Any], server: str) -> dict[str, Any]:
+    """One machine's epoch in a fresh process; the bytes the server sent meanwhile are its downloads."""
+    s3_counters(server, reset=True)
+    _, printed = run_child(module_command("benchmarks.bench_streaming", "--machine-epoch", json.dumps(options)))
+    result: dict[str, Any] = json.loads(printed.strip().splitlines()[-1])
+    result["bytes"] = s3_counters(server)["get_bytes"]
+    return result
+
+
+def _write_corpus(url: str, endpoint: str, shards: int, shard_tokens: int) -> int:
+    from guideloom import TokenStorage
+
+    storage = TokenStorage(url, storage_options={"endpoint_url": endpoint})
+    generator = np.random.default_rng(0)
+    with storage.sync_writer() as writer:
+        for shard in range(shards):
+            for _ in range(8):
+                writer.append(shard, generator.integers(0, 50_000, shard_tokens // 8, dtype=np.uint32))
+            writer.commit(shard)
+    return int(storage.snapshot().rows["size"].sum())
+
+
+def main() -> None:
+    parser = argument_parser(__doc__)
+    parser.add_argument("--shards", type=int, default=64)
+    parser.add_argument("--shard-mib", type=float, default=1.0)
+    parser.add_argument("--latency-ms", type=float, default=20)
+    parser.add_argument("--mb-per-s", type=float, default=200)
+    parser.add_argument("--machines", default="1,2,4")
+    parser.add_argument("--caches", default="100,50,25,10")
+    parser.add_argument("--out", type=Path, default=RESULTS / "streaming.json", help="the results file (.json)")
+    parser.add_argument("--machine-epoch", help=argparse.SUPPRESS)
+    arguments = parser.parse_args()
+    if arguments.machine_epoch:
+        print(json.dumps(machine_epoch(json.loads(arguments.machine_epoch))))
+        return
+    work = Path(tempfile.mkdtemp(prefix="guideloom-streaming-bench-"))
+    os.environ["GUIDELOOM_CACHE_DIR"] = str(work / "default-cache")
+    rows: list[dict[str, Any]] = []
+    try:
+        with (
+            s3_server(work / "server.log") as server,
+            link_proxy(server, arguments.latency_ms, arguments.mb_per_s, work / "proxy.log") as proxy,
+        ):
+            import boto3
+
+            boto3.client("s3", endpoint_url=server, region_name="us-east-1").create_bucket(Bucket="bench")
+            url = "s3://bench/corpus"
+            shard_tokens = int(arguments.shard_mib * (1 << 20)) // 4
+            corpus_bytes = _write_corpus(url, server, arguments.shards, shard_tokens)
+            shard_bytes = corpus_bytes // arguments.shards + 1
+            for machines in [int(value) for value in arguments.machines.split(",")]:
+                for percent in [int(value) for value in arguments.caches.split(",")]:
+                    rows += _cache_rows(arguments, url, proxy, server, work, machines, percent, corpus_bytes)
+            rows.append(_resume_row(arguments, url, proxy, server, work, corpus_bytes, shard_bytes))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    results = {"shards": arguments.shards, "shard_mib": arguments.shard_mib, "latency_ms": arguments.latency_ms}
+    results.update({"mb_per_s": arguments.mb_per_s, "machine": machine(), "rows": rows})
+    path = write_results("streaming", results, table(results), to=arguments.out)
+    plot(results, path.with_suffix(".png"))
+    print(table(results))
+
+
+def _cache_rows(
+    arguments: argparse.Namespace,
+    url: str,
+    proxy: str,
+    server: str,
+    work: Path,
+    machines: int,
+    percent: int,
+    corpus_bytes: int,
+) -> list[dict[str, Any]]:
+    """The rows of one machine count and cache: the windowed order, and the global one on one machine."""
+    shard_tokens = int(arguments.shard_mib * (1 << 20)) // 4
+    shard_bytes = corpus_bytes // arguments.shards + 1
+    cache_shards = arguments.shards // machines * percent // 100
+    if cache_shards < 4:
+        return []
+    orders: list[tuple[str, int | None]] = [("windowed", max(1, cache_shards - 3))]
+    if machines == 1:
+        orders.insert(0, ("global", None))
+    rows = []
+    for order, window in orders:
+        partial = order == "global" and percent < 100
+        row: dict[str, Any] = {"order": order, "machines": machines, "cache_percent": percent}
+        row.update({"window": window, "estimated": partial, "per_machine": []})
+        for each in range(machines):
+            options = {
+                "url": url,
+                "endpoint": proxy,
+                "cache_dir": str(work / f"cache-{order}-{machines}-{percent}-{each}"),
+                "cache_bytes": cache_shards * shard_bytes,
+                "window": window,
+                "machine": each,
+                "machines": machines,
+            }
+            if partial:
+                options["stop_after"] = arguments.shards * shard_tokens // SEQUENCE // BATCH // 8
+            result = _run_machine(options, server)
+            result.pop("state")
+            result["bytes"] *= 8 if partial else 1
+            result["share"] = corpus_bytes / machines
+            result["link_s"] = result["bytes"] / (arguments.mb_per_s * 1e6)
+            row["per_machine"].append(result)
+            print(order, machines, percent, each, json.dumps(result), flush=True)
+        rows.append(_summary(row))
+    return rows
+
+
+def _resume_row(
+    arguments: argparse.Namespace, url: str, proxy: str, server: str, work: Path, corpus_bytes: int, shard_bytes: int
+) -> dict[str, Any]:
+    """One machine, cache 25%: half an epoch, then a new process resumes from the state with the same cache."""
+    cache_shards = max(4, arguments.shards // 4)  # a quarter of the corpus, and room for a window of one
+    options: dict[str, Any] = {
+        "url": url,
+        "endpoint": proxy,
+        "cache_dir": str(work / "cache-resume"),
+        "cache_bytes": cache_shards * shard_bytes,
+        "window": cache_shards - 3,
+        "machine": 0,
+        "machines": 1,
+    }
+    total = arguments.shards * (int(arguments.shard_mib * (1 << 20)) // 4) // SEQUENCE // BATCH
+    first = _run_machine({**options, "stop_after": total // 2}, server)
+    second = _run_machine({**options, "state": first.pop("state")}, server)
+    second.pop("state")
+    merged = {
+        "bytes": first["bytes"] + second["bytes"],
+        "seconds": first["seconds"] + second["seconds"],
+        "first_batch_s": first["first_batch_s"],
+        "batches": first["batches"] + second["batches"],
+        "mix_batch": first["mix_batch"],
+        "mix_128": first["mix_128"],
+        "share": corpus_bytes,
+        "link_s": (first["bytes"] + second["bytes"]) / (arguments.mb_per_s * 1e6),
+        "resumed_first_batch_s": second["first_batch_s"],
+    }
+    row = {"order": "windowed, resumed mid-epoch", "machines": 1, "cache_percent": 25, "window": cache_shards - 3}
+    return _summary({**row, "estimated": False, "per_machine": [merged]})
+
+
+def _summary(row: dict[str, Any]) -> dict[str, Any]:
+    machines = row["per_machine"]
+    row["bytes_over_share_max"] = max(entry["bytes"] / entry["share"] for entry in machines)
+    row["mix_batch"] = float(np.mean([entry["mix_batch"] for entry in machines]))
+    row["mix_128"] = float(np.mean([entry["mix_128"] for entry in machines]))
+    row["epoch_over_link_max"] = max(entry["seconds"] / max(entry["link_s"], 1e-9) for entry in machines)
+    row["first_batch_s_max"] = max(entry["first_batch_s"] or 0.0 for entry in machines)
+    return row
+
+
+def table(results: dict[str, Any]) -> str:
+    lines = [
+        f"{results['shards']} shards of {results['shard_mib']} MiB of uint32 tokens, ({BATCH}, {SEQUENCE}) windows, "
+        f"one shuffled epoch through a link of {results['latency_ms']:.0f} ms and {results['mb_per_s']:.0f} MB/s; "
+        "one rank per simulated machine, each with its own cache (a share of the cache: % of the machine's share).",
+        "",
+        "| order | machines | cache (of a share) | K | bytes / share (worst machine) | mix: batch of 8 / 128 samples "
+        "| epoch / link limit (worst) | first batch (s) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in results["rows"]:
+        estimated = " (est.)" if row["estimated"] else ""
+        lines.append(
+            f"| {row['order']} | {row['machines']} | {row['cache_percent']}% | {row['window'] or '—'} "
+            f"| {row['bytes_over_share_max']:.2f}x{estimated} | {row['mix_batch']:.1f} / {row['mix_128']:.1f} "
+            f"| {'—' if row['estimated'] else format(row['epoch_over_link_max'], '.2f') + 'x'} "
+            f"| {row['first_batch_s_max']:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for order, machines in sorted({(row["order"], row["machines"]) for row in results["rows"]}):
+        rows = [row for row in results["rows"] if (row["order"], row["machines"]) == (order, machines)]
+        caches = [row["cache_percent"] for row in rows]
+        label = f"{order}, {machines} machine{'s' if machines > 1 else ''}"
+        left.plot(caches, [row["bytes_over_share_max"] for row in rows], marker="o", label=label)
+        right.plot(caches, [row["mix_128"] for row in rows], marker="o", label=label)
+    left.set(xlabel="cache, % of the machine's share", ylabel="bytes downloaded / share", yscale="log")
+    right.set(xlabel="cache, % of the machine's share", ylabel="distinct shards in 128 consecutive samples")
+    left.axhline(1.1, color="grey", linestyle=":")
+    right.axhline(12, color="grey", linestyle=":")
+    left.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The object-storage benchmark's processes: the counting S3 server and the per-library worker."""

@@ -1,0 +1,101 @@
+"""The arguments of the windowed shuffle, and the warning for a global shuffle that a cache limit makes thrash."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+
+from guideloom._core.checks import check_int
+from guideloom._mixture.mixture import Mixture
+from guideloom._sources.source import PinnedShards, SampleSource
+
+__all__ = ["check_windowed", "local_world_size_of", "prepare_streaming", "warn_if_thrashing"]
+
+_warned: set[str] = set()  # storages whose thrashing was reported (once per process)
+
+
+def check_windowed(storage: object, shuffle_window: object, shuffle: bool) -> int | None:
+    """``shuffle_window`` checked: None (the global order) or a positive int, with ``shuffle=True``."""
+    if shuffle_window is None:
+        return None
+    window = check_int("shuffle_window", shuffle_window, minimum=1)
+    if not shuffle:
+        raise ValueError(f"shuffle_window={window} needs shuffle=True: it says how the shuffle mixes shards")
+    if isinstance(storage, Mixture):
+        raise ValueError(
+            "shuffle_window is not available for a Mixture yet: read each component's storage with it, or a mixture "
+            "with the global order (shuffle_window=None)"
+        )
+    return window
+
+
+def local_world_size_of(local_world_size: object, world_size: int, shuffle_window: int | None) -> int:
+    """Ranks per machine: the argument, else ``LOCAL_WORLD_SIZE``, else 1; it must divide ``world_size``."""
+    if local_world_size is None:
+        found = os.environ.get("LOCAL_WORLD_SIZE")
+        if found is None:
+            return 1
+        try:
+            ranks = int(found)
+        except ValueError:
+            raise ValueError(f"the LOCAL_WORLD_SIZE environment variable must be an int, got {found!r}") from None
+        if ranks >= 1 and world_size % ranks == 0:
+            return ranks
+        if shuffle_window is None:  # the global order does not depend on machines
+            return 1
+        raise ValueError(
+            f"LOCAL_WORLD_SIZE={found} in the environment does not divide world_size={world_size}: pass "
+            "local_world_size= (ranks per machine)"
+        )
+    ranks = check_int("local_world_size", local_world_size, minimum=1)
+    if world_size % ranks:
+        raise ValueError(f"local_world_size={ranks} must divide world_size={world_size} (ranks per machine)")
+    return ranks
+
+
+def prepare_streaming(storage: object, source: SampleSource, shuffle: bool, shuffle_window: int | None) -> None:
+    """What a new loader's source needs for its order: the warnings below, and a windowed order's source keeps
+    its window and the shard a window runs into open, no more (a finished shard is left to the cache at once)."""
+    warn_if_thrashing(storage, source, shuffle, shuffle_window)
+    if shuffle_window is not None and isinstance(source, PinnedShards):
+        source.hold_at_most(shuffle_window + 1)
+
+
+def warn_if_thrashing(storage: object, source: SampleSource, shuffle: bool, shuffle_window: int | None) -> None:
+    """Warn once per storage when a global shuffle reads a remote storage through a cache smaller than it, or
+    a windowed one through a cache smaller than its window.
+
+    A global order touches every shard all the time, so each read misses the cache with the chance that its
+    shard is not among the cached ones: about ``samples x (1 - cached shards / shards)`` downloads an epoch.
+    """
+    limit = getattr(storage, "cache_limit", None)
+    if not shuffle or limit is None or not isinstance(source, PinnedShards):
+        return
+    sizes = source.snapshot.rows["size"].astype(np.int64)
+    total = int(sizes.sum())
+    if total <= limit or source.storage.location in _warned:
+        return
+    cached = limit // max(int(sizes.max()), 1)
+    if shuffle_window is not None:
+        if shuffle_window + 3 > cached:
+            _warned.add(source.storage.location)
+            warnings.warn(
+                f"shuffle_window={shuffle_window} does not fit the cache of {source.storage.location} "
+                f"({limit:,} bytes, {cached} of its largest shards): a window needs its shards, the next one and one "
+                "downloading, so the cache will evict shards still needed and download them again; "
+                f"shuffle_window={max(1, cached - 3)} fits (see docs/object-storage.md)",
+                stacklevel=3,
+            )
+        return
+    _warned.add(source.storage.location)
+    downloads = source.sample_count * (1 - cached / len(sizes))
+    expected = max(total, int(downloads * total / len(sizes)))
+    warnings.warn(
+        f"shuffle=True reads {source.storage.location} in one global order through a cache of {limit:,} bytes, "
+        f"smaller than its {total:,} bytes: expect about {expected:,} bytes downloaded per epoch "
+        f"({expected / total:.0f}x the storage); shuffle_window={max(1, cached - 3)} reads each machine's share "
+        "about once (see docs/object-storage.md)",
+        stacklevel=3,
+    )

@@ -1,0 +1,284 @@
+"""The windowed shuffle: each machine reads its own share of the shards, about K of them at a time.
+
+An epoch's shards are put in a seeded order and their samples, in that order, cut into ``streams`` equal
+shares, one per machine (a share's first and last shard may be shared with the neighbouring share). A
+stream walks its shards in *blocks*: shard ``j`` of the stream is spread over the blocks ``j - K + 1 .. j``
+(clipped to the stream's blocks) in near-equal pieces, and the samples of a block are shuffled together.
+So every block mixes K shards, one shard starts and one finishes per block, and a machine holds about
+K + 1 shards at a time, however many it reads in the epoch.
+
+A global batch takes about ``global_batch_size / streams`` consecutive samples of every stream, stream after
+stream, so stream ``s`` goes to the ranks of machine ``s``; after the last whole global batch the streams'
+leftovers are concatenated.
+Like `EpochOrder` everything is a pure function of a few integers (and the per-shard sample counts): a
+position's sample costs O(K + log shards), and how far an epoch went is its position alone: a global batch
+brings every stream to the count `taken_from_stream` gives for its end, whatever the batch sizes.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import numpy.typing as npt
+
+from guideloom._core.checks import check_int
+from guideloom._sampling.epoch_order import MASK64, EpochOrder, mix_int
+
+__all__ = ["WindowedOrder", "taken_from_stream"]
+
+_STREAM_KEY = 0x5851F42D4C957F2D  # separates a stream's block keys from the epoch's own order
+
+
+def taken_from_stream(total: npt.ArrayLike, stream: npt.ArrayLike, streams: int) -> npt.NDArray[np.int64]:
+    """Samples of stream ``stream`` among the first ``total`` of the epoch: the positions below ``total`` that are
+    ``stream`` modulo ``streams``. Every global batch brings each stream to exactly this count, whatever its size,
+    so the position alone says how far every stream went, under any batch sizes."""
+    total, stream = np.asarray(total, np.int64), np.asarray(stream, np.int64)
+    taken: npt.NDArray[np.int64] = np.maximum(total - stream + streams - 1, 0) // streams
+    return taken
+
+
+@dataclass(frozen=True)
+class _Stream:
+    """One machine's share: its shard parts in order, how they spread over blocks, and the blocks' sizes."""
+
+    shard_positions: npt.NDArray[np.int64]  # the shard (position in the storage) of each part
+    part_starts: npt.NDArray[np.int64]  # the part's first sample, counted within its shard
+    part_sizes: npt.NDArray[np.int64]
+    first_block: npt.NDArray[np.int64]  # the part's pieces lie in blocks first_block .. first_block + span - 1
+    span: npt.NDArray[np.int64]
+    block_starts: npt.NDArray[np.int64]  # where each block starts in the stream, and the stream's length last
+    window: int
+
+    @property
+    def length(self) -> int:
+        return int(self.block_starts[-1])
+
+    def block_parts(self, block: int) -> tuple[int, int]:
+        """The parts with a piece in ``block``: ``first .. stop - 1``."""
+        return block, min(block + self.window, len(self.part_sizes))
+
+    def piece_bounds(self, parts: slice, block: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """Where the pieces of these parts in ``block`` start and stop, counted within each part."""
+        piece = block - self.first_block[parts]
+        sizes, span = self.part_sizes[parts], self.span[parts]
+        return piece * sizes // span, (piece + 1) * sizes // span
+
+
+def _stream(
+    counts: npt.NDArray[np.int64], shard_order: npt.NDArray[np.int64], begin: int, end: int, window: int
+) -> _Stream:
+    """The stream of the samples ``begin .. end - 1`` of the epoch's shard sequence (shards in ``shard_order``)."""
+    ordered = counts[shard_order]
+    starts = np.zeros(len(ordered) + 1, np.int64)
+    np.cumsum(ordered, out=starts[1:])
+    first = int(np.searchsorted(starts, begin, side="right")) - 1
+    stop = int(np.searchsorted(starts, end, side="left"))
+    sequence = np.arange(max(first, 0), stop, dtype=np.int64)
+    low = np.maximum(starts[sequence], begin)
+    high = np.minimum(starts[sequence + 1], end)
+    keep = high > low  # shards without a sample here (empty ones, or the boundary) take no place in a window
+    sequence, low, high = sequence[keep], low[keep], high[keep]
+    parts = len(sequence)
+    blocks = max(1, parts - window + 1)
+    index = np.arange(parts, dtype=np.int64)
+    first_block = np.maximum(index - window + 1, 0)
+    span = np.minimum(index, blocks - 1) - first_block + 1
+    sizes = high - low
+    # Every part's i-th piece added into its block, one i at a time: memory per part, not per piece.
+    block_sizes = np.zeros(blocks, np.int64)
+    for piece in range(int(span.max()) if parts else 0):
+        has = span > piece
+        piece_sizes = (piece + 1) * sizes[has] // span[has] - piece * sizes[has] // span[has]
+        block_sizes += np.bincount(first_block[has] + piece, weights=piece_sizes, minlength=blocks).astype(np.int64)
+    block_starts = np.zeros(blocks + 1, np.int64)
+    np.cumsum(block_sizes, out=block_starts[1:])
+    return _Stream(
+        shard_positions=shard_order[sequence],
+        part_starts=low - starts[sequence],
+        part_sizes=sizes,
+        first_block=first_block,
+        span=span,
+        block_starts=block_starts,
+        window=window,
+    )
+
+
+class WindowedOrder:
+    """The order of one epoch's samples read in ``streams`` machine shares, windows of ``window`` shards each.
+
+    ``shard_sample_counts`` are the samples of each shard in storage order (sample indices are numbered
+    shard after shard; see `shard_order` for ``clean_cuts``). Positions from ``start`` on are cut into
+    global batches of ``global_batch_size``; ``start`` must be where a global batch began, and the same mapping
+    results from any such start of a run with these settings, so a resumed run continues bit for bit.
+    """
+
+    def __init__(
+        self,
+        shard_sample_counts: npt.ArrayLike,
+        *,
+        seed: int,
+        epoch: int,
+        window: int,
+        streams: int,
+        global_batch_size: int,
+        start: int = 0,
+        clean_cuts: npt.ArrayLike | None = None,
+    ) -> None:
+        counts = np.asarray(shard_sample_counts, dtype=np.int64)
+        if counts.ndim != 1 or (counts.size and int(counts.min()) < 0):
+            raise ValueError("shard_sample_counts must be a 1-D array of non-negative counts")
+        self.counts = counts
+        self.shard_firsts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.sample_count = int(self.shard_firsts[-1])
+        self.seed = check_int("seed", seed, None)
+        self.epoch = check_int("epoch", epoch, 0)
+        self.window = check_int("window", window, 1)
+        self.streams = check_int("streams", streams, 1)
+        self.global_batch_size = check_int("global_batch_size", global_batch_size, 1)
+        self.start = check_int("start", start, 0)
+        self.clean_cuts = None if clean_cuts is None else np.asarray(clean_cuts, np.int64)
+        self._streams: dict[int, _Stream] = {}
+        self._place()
+
+    def _place(self) -> None:
+        """How global batches from ``start`` take from the streams."""
+        if self.start > self.sample_count:
+            raise ValueError(f"start must be at most the epoch's {self.sample_count} samples, got {self.start}")
+        self.full_batches = (self.sample_count - self.start) // self.global_batch_size
+
+    def __len__(self) -> int:
+        return self.sample_count
+
+    def at(self, start: int, global_batch_size: int) -> WindowedOrder:
+        """This epoch's order from another ``start`` or global batch size, reusing its shares and windows."""
+        moved = copy.copy(self)
+        moved.__dict__.pop("_tail_starts", None)
+        moved.global_batch_size = check_int("global_batch_size", global_batch_size, 1)
+        moved.start = check_int("start", start, 0)
+        moved._place()
+        return moved
+
+    @cached_property
+    def shard_order(self) -> npt.NDArray[np.int64]:
+        """The epoch's seeded order of the shards (storage positions), cut into the streams.
+
+        With ``clean_cuts`` (the shards that no sample of the shard before runs into, shard 0 among them) it is
+        the storage order from a seeded one of them on, so that a sample running on into the next shard (a token
+        window) finds that shard in its own window, and no shard is needed at both ends of the sequence.
+        """
+        shards = len(self.counts)
+        if self.clean_cuts is not None:
+            cuts = self.clean_cuts if len(self.clean_cuts) else np.zeros(1, np.int64)
+            first = int(cuts[EpochOrder(len(cuts), shuffle=True, seed=self.seed, epoch=self.epoch).sample_at_one(0)])
+            return np.roll(np.arange(shards, dtype=np.int64), -first)
+        order = EpochOrder(shards, shuffle=True, seed=self.seed, epoch=self.epoch)
+        return order.indices(np.arange(shards, dtype=np.int64))
+
+    @cached_property
+    def _share_starts(self) -> npt.NDArray[np.int64]:
+        lengths = taken_from_stream(self.sample_count, np.arange(self.streams), self.streams)
+        return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+
+    def stream_bounds(self, stream: int) -> tuple[int, int]:
+        """The samples of the epoch's shard sequence that stream ``stream`` reads: ``begin .. end - 1``."""
+        return int(self._share_starts[stream]), int(self._share_starts[stream + 1])
+
+    def stream(self, stream: int) -> _Stream:
+        found = self._streams.get(stream)
+        if found is None:
+            begin, end = self.stream_bounds(stream)
+            found = self._streams[stream] = _stream(self.counts, self.shard_order, begin, end, self.window)
+        return found
+
+    @cached_property
+    def _tail_starts(self) -> npt.NDArray[np.int64]:
+        """Where each stream's leftover (after the last whole global batch) starts in the concatenated tail."""
+        streams = np.arange(self.streams)
+        taken = taken_from_stream(self.start + self.full_batches * self.global_batch_size, streams, self.streams)
+        lengths = np.diff(self._share_starts) - taken
+        return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+
+    def stream_offsets(self, positions: npt.ArrayLike) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """The stream and the offset in it that each position (in ``start .. sample_count - 1``) reads."""
+        pos = np.asarray(positions, dtype=np.int64)
+        if pos.size and (int(pos.min()) < self.start or int(pos.max()) >= self.sample_count):
+            raise IndexError(f"positions must lie in [{self.start}, {self.sample_count}), got {pos.min()}..{pos.max()}")
+        relative = pos - self.start
+        batch, within = np.divmod(relative, self.global_batch_size)
+        batch_starts = self.start + batch * self.global_batch_size
+        streams, offsets = np.empty_like(pos), np.empty_like(pos)
+        tail = batch >= self.full_batches
+        # A whole global batch takes from each stream what brings it to `taken_from_stream` of the batch's end,
+        # stream after stream: q or q + 1 samples each, the extra ones to the streams the cyclic interval
+        # [a, a + r) names (q, r = divmod(global batch, streams); a = the batch's start modulo streams).
+        quotient, remainder = divmod(self.global_batch_size, self.streams)
+        each = np.arange(self.streams + 1, dtype=np.int64)
+        for phase in np.unique(batch_starts[~tail] % self.streams).tolist():
+            mask = ~tail & (batch_starts % self.streams == phase)
+            wrapped = max(0, phase + remainder - self.streams)
+            before = each * quotient + np.clip(each - phase, 0, remainder) + np.minimum(each, wrapped)
+            chosen = np.searchsorted(before, within[mask], side="right") - 1
+            streams[mask] = chosen
+            offsets[mask] = taken_from_stream(batch_starts[mask], chosen, self.streams) + within[mask] - before[chosen]
+        if tail.any():
+            leftover = relative[tail] - self.full_batches * self.global_batch_size
+            tail_streams = np.searchsorted(self._tail_starts, leftover, side="right") - 1
+            tail_start = self.start + self.full_batches * self.global_batch_size
+            streams[tail] = tail_streams
+            offsets[tail] = taken_from_stream(tail_start, tail_streams, self.streams) + leftover
+            offsets[tail] -= self._tail_starts[tail_streams]
+        return streams, offsets
+
+    def sample_at(self, positions: npt.ArrayLike) -> npt.NDArray[np.int64]:
+        """The sample index at each position; positions past the end (padding) repeat the last ones backwards.
+
+        Padding falls to the last ranks, the last machine's: the end of the order is that machine's share.
+        """
+        pos = np.asarray(positions, dtype=np.int64)
+        if pos.size and int(pos.min()) < self.start:
+            raise IndexError(f"positions must be >= start ({self.start}), got {pos.min()}")
+        left = self.sample_count - self.start
+        if pos.size and left == 0:
+            raise IndexError("positions must be empty when no sample is left")
+        padding = (pos - self.sample_count) % max(left, 1)
+        pos = np.where(pos >= self.sample_count, self.sample_count - 1 - padding, pos)
+        streams, offsets = self.stream_offsets(pos)
+        result = np.empty(pos.shape, np.int64)
+        for stream in np.unique(streams).tolist():
+            mask = streams == stream
+            result[mask] = self._stream_samples(stream, offsets[mask])
+        return result
+
+    def sample_at_one(self, position: int) -> int:
+        return int(self.sample_at(np.array([position], np.int64))[0])
+
+    def _stream_samples(self, stream: int, offsets: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """The samples at these offsets of one stream: block, shuffled place in the block, piece, shard."""
+        share = self.stream(stream)
+        blocks = np.searchsorted(share.block_starts, offsets, side="right") - 1
+        result = np.empty(offsets.shape, np.int64)
+        for block in np.unique(blocks).tolist():
+            mask = blocks == block
+            first_part, stop_part = share.block_parts(block)
+            parts = slice(first_part, stop_part)
+            piece_starts, piece_stops = share.piece_bounds(parts, block)
+            piece_firsts = np.concatenate([[0], np.cumsum(piece_stops - piece_starts)])
+            order = EpochOrder(int(piece_firsts[-1]), shuffle=True, seed=self._block_seed(stream), epoch=block)
+            within = order.indices(offsets[mask] - share.block_starts[block])
+            part = np.searchsorted(piece_firsts, within, side="right") - 1
+            in_part = piece_starts[part] + within - piece_firsts[part]
+            shards = share.shard_positions[first_part + part]
+            result[mask] = self.shard_firsts[shards] + share.part_starts[first_part + part] + in_part
+        return result
+
+    def _block_seed(self, stream: int) -> int:
+        key = mix_int((mix_int((self.seed & MASK64) ^ _STREAM_KEY) + self.epoch) & MASK64)
+        return mix_int((key + stream * _STREAM_KEY) & MASK64) - (1 << 63)
+
+    def shards_of(self, indices: npt.ArrayLike) -> npt.NDArray[np.int64]:
+        """The shard (storage position) that holds each sample index."""
+        return np.searchsorted(self.shard_firsts, np.asarray(indices, np.int64), side="right") - 1

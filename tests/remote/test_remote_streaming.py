@@ -1,0 +1,127 @@
+"""Streaming from an object store with shuffle_window: each machine downloads its share about once per epoch.
+
+Machines are separate cache directories (as separate disks); the server counts the shard downloads.
+"""
+
+from __future__ import annotations
+
+import collections
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from guideloom import StatefulDataLoader, TokenStorage
+from tests.remote.s3_support import S3Server
+
+SHARDS = 40
+SEQUENCE = 33
+
+
+def _write_corpus(storage: TokenStorage) -> None:
+    generator = np.random.default_rng(11)
+    with storage.sync_writer() as writer:
+        for shard in range(SHARDS):
+            for _ in range(4):
+                writer.append(shard, generator.integers(0, 50_000, 500, dtype=np.uint32))
+
+
+@pytest.fixture
+def corpus(s3_url: str, s3_server: S3Server, tmp_path: Path) -> tuple[str, int]:
+    """The URL of a token storage of 40 equal shards, and the size of its largest shard object."""
+    storage = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "writer")
+    _write_corpus(storage)
+    return s3_url, int(storage.snapshot().rows["size"].max())
+
+
+def _storage(url: str, s3_server: S3Server, cache: Path, limit: int | None) -> TokenStorage:
+    return TokenStorage(url, storage_options=s3_server.options, cache_dir=cache, cache_limit_bytes=limit)
+
+
+def _downloads(s3_server: S3Server, url: str, since: int) -> collections.Counter[str]:
+    bucket = url.removeprefix("s3://").split("/")[0]
+    return collections.Counter(path for path in s3_server.gets(bucket, ".shard")[since:])
+
+
+def _machine_epoch(storages: list[TokenStorage], machines: int, machine: int, **options: Any) -> list[list[int]]:
+    """One epoch of the ranks of one machine (one storage object each, sharing the machine's cache), in lockstep."""
+    ranks_per_machine = len(storages)
+    world_size = machines * ranks_per_machine
+    loaders = [
+        StatefulDataLoader.from_storage(
+            storage,
+            device="cpu",
+            local_batch_size=4,
+            sequence_length=SEQUENCE,
+            shuffle=True,
+            seed=7,
+            rank=machine * ranks_per_machine + local,
+            world_size=world_size,
+            local_world_size=ranks_per_machine,
+            **options,
+        )
+        for local, storage in enumerate(storages)
+    ]
+    batches: list[list[int]] = []
+    try:
+        for step in zip(*loaders, strict=True):
+            batches.extend(batch.tolist() for batch in step)
+    finally:
+        for loader in loaders:
+            loader.close()
+    return batches
+
+
+@pytest.mark.parametrize(("machines", "ranks_per_machine"), [(1, 1), (2, 2), (4, 1)])
+def test_each_machine_downloads_its_share_about_once_at_a_quarter_of_the_corpus(
+    s3_server: S3Server, tmp_path: Path, corpus: tuple[str, int], machines: int, ranks_per_machine: int
+) -> None:
+    url, largest = corpus
+    cache_shards = SHARDS // 4 // machines if machines == 1 else SHARDS // machines // 2  # a quarter, or half a share
+    window = cache_shards - 2 - ranks_per_machine  # the window, a shard prefetched by each rank, one downloading
+    share = SHARDS / machines
+    for machine in range(machines):
+        cache = tmp_path / f"machine-{machine}"
+        before = len(s3_server.gets(url.removeprefix("s3://").split("/")[0], ".shard"))
+        storages = [_storage(url, s3_server, cache, cache_shards * largest) for _ in range(ranks_per_machine)]
+        _machine_epoch(storages, machines, machine, shuffle_window=window)
+        downloads = _downloads(s3_server, url, before)
+        assert max(downloads.values()) == 1, f"machine {machine} downloaded a shard twice: {downloads}"
+        assert sum(downloads.values()) <= 1.1 * share + 1, f"machine {machine}: {sum(downloads.values())} for {share}"
+
+
+def test_the_batches_do_not_depend_on_the_cache_or_workers(
+    s3_server: S3Server, tmp_path: Path, corpus: tuple[str, int]
+) -> None:
+    url, largest = corpus
+    runs = []
+    for run, (limit, workers) in enumerate([(None, 0), (8 * largest, 0), (8 * largest, 2)]):
+        storage = _storage(url, s3_server, tmp_path / f"cache-{run}", limit)
+        runs.append(_machine_epoch([storage], 2, 1, shuffle_window=4, num_workers=workers))
+    assert runs[0] == runs[1] == runs[2] and len(runs[0]) > 10
+
+
+def test_a_global_shuffle_through_a_small_cache_warns_once_with_a_window_that_fits(
+    s3_server: S3Server, tmp_path: Path, corpus: tuple[str, int]
+) -> None:
+    url, largest = corpus
+    options: dict[str, Any] = {"device": "cpu", "local_batch_size": 4, "sequence_length": SEQUENCE, "shuffle": True}
+    storage = _storage(url, s3_server, tmp_path / "cache", 10 * largest)
+    with pytest.warns(UserWarning, match=r"expect about [\d,]+ bytes downloaded per epoch .*shuffle_window=7"):
+        StatefulDataLoader.from_storage(storage, **options).close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per storage; and never for the windowed order
+        StatefulDataLoader.from_storage(storage, **options).close()
+        StatefulDataLoader.from_storage(storage, **options, shuffle_window=7).close()
+
+
+def test_a_window_larger_than_the_cache_warns_with_one_that_fits(
+    s3_server: S3Server, tmp_path: Path, corpus: tuple[str, int]
+) -> None:
+    url, largest = corpus
+    options: dict[str, Any] = {"device": "cpu", "local_batch_size": 4, "sequence_length": SEQUENCE, "shuffle": True}
+    storage = _storage(url, s3_server, tmp_path / "cache", 10 * largest)
+    with pytest.warns(UserWarning, match=r"shuffle_window=9 does not fit .* shuffle_window=7 fits"):
+        StatefulDataLoader.from_storage(storage, **options, shuffle_window=9).close()

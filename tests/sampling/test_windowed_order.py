@@ -1,0 +1,153 @@
+"""The windowed order: machine shares of the shards, windows of K shards, exact resume and elastic resume."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from guideloom._sampling.epoch_order import BatchPlan
+from guideloom._sampling.windowed_order import WindowedOrder, taken_from_stream
+
+shard_counts = st.lists(st.integers(0, 40), min_size=1, max_size=30).filter(lambda counts: sum(counts) > 0)
+
+
+@st.composite
+def orders(draw: st.DrawFn) -> WindowedOrder:
+    """A windowed order of a small storage: shards of 0-40 samples, 1-4 machines of 1-3 ranks."""
+    machines = draw(st.integers(1, 4))
+    local_world_size, local_batch_size = draw(st.integers(1, 3)), draw(st.integers(1, 5))
+    return WindowedOrder(
+        draw(shard_counts),
+        seed=draw(st.integers(-(2**63), 2**63 - 1)),
+        epoch=draw(st.integers(0, 5)),
+        window=draw(st.integers(1, 8)),
+        streams=machines,
+        global_batch_size=machines * local_world_size * local_batch_size,
+        clean_cuts=draw(st.none() | st.lists(st.integers(0, 29), max_size=4)),
+    )
+
+
+def whole_epoch(order: WindowedOrder) -> np.ndarray:
+    return order.sample_at(np.arange(order.start, order.sample_count))
+
+
+@settings(max_examples=200, deadline=None)
+@given(orders())
+def test_an_epoch_reads_every_sample_exactly_once(order: WindowedOrder) -> None:
+    samples = whole_epoch(order)
+    assert np.array_equal(np.sort(samples), np.arange(order.sample_count))
+
+
+@settings(max_examples=200, deadline=None)
+@given(orders())
+def test_machines_read_disjoint_shares_but_for_a_shard_at_each_share_boundary(order: WindowedOrder) -> None:
+    streams, _ = order.stream_offsets(np.arange(order.sample_count))
+    shards = order.shards_of(whole_epoch(order))
+    full = np.arange(order.sample_count) < order.full_batches * order.global_batch_size
+    readers_of_shard = [set(streams[full & (shards == shard)].tolist()) for shard in range(len(order.counts))]
+    extra_readers = sum(len(readers) - 1 for readers in readers_of_shard if readers)
+    assert extra_readers <= order.streams - 1  # a shard is read twice only where one share ends and the next begins
+
+
+@settings(max_examples=200, deadline=None)
+@given(orders())
+def test_a_machine_has_at_most_window_shards_begun_and_unfinished(order: WindowedOrder) -> None:
+    for stream in range(order.streams):
+        share = order.stream(stream)
+        shards = order.shards_of(order._stream_samples(stream, np.arange(share.length)))
+        parts = np.searchsorted(np.unique(shards), shards)  # any numbering of the stream's shards
+        first = {part: at for at, part in reversed(list(enumerate(parts.tolist())))}
+        last = {part: at for at, part in enumerate(parts.tolist())}
+        for at in range(share.length):
+            open_parts = sum(1 for part in first if first[part] <= at <= last[part])
+            assert open_parts <= order.window
+
+
+@settings(max_examples=100, deadline=None)
+@given(orders(), st.data())
+def test_resuming_at_a_global_batch_continues_the_same_order(order: WindowedOrder, data: st.DataObject) -> None:
+    batches = order.sample_count // order.global_batch_size
+    start = data.draw(st.integers(0, batches)) * order.global_batch_size
+    resumed = WindowedOrder(
+        order.counts,
+        seed=order.seed,
+        epoch=order.epoch,
+        window=order.window,
+        streams=order.streams,
+        global_batch_size=order.global_batch_size,
+        start=start,
+        clean_cuts=order.clean_cuts,
+    )
+    assert np.array_equal(whole_epoch(resumed), whole_epoch(order)[start:])
+
+
+@settings(max_examples=100, deadline=None)
+@given(orders(), st.data())
+def test_elastic_resumes_with_other_batch_sizes_skip_and_repeat_nothing(
+    order: WindowedOrder, data: st.DataObject
+) -> None:
+    """Two restarts, each with another global batch size (any: it need not split evenly between the machines)."""
+    read: list[np.ndarray] = []
+    current = order
+    for _ in range(2):
+        whole_batches = (current.sample_count - current.start) // current.global_batch_size
+        stop = current.start + data.draw(st.integers(0, whole_batches)) * current.global_batch_size
+        read.append(current.sample_at(np.arange(current.start, stop)))
+        current = current.at(stop, data.draw(st.integers(1, 40)))
+    read.append(whole_epoch(current))
+    assert np.array_equal(np.sort(np.concatenate(read)), np.arange(order.sample_count))
+
+
+@settings(max_examples=100, deadline=None)
+@given(orders(), st.booleans())
+def test_the_ranks_of_a_machine_read_its_share_in_every_whole_batch(order: WindowedOrder, drop_last: bool) -> None:
+    world_size = order.streams  # one rank per machine, reading the machine's samples of each global batch
+    plan = BatchPlan(order.sample_count, order.global_batch_size // world_size, world_size, drop_last)
+    for batch in range(plan.full_batch_count):
+        for rank in range(world_size):
+            streams, _ = order.stream_offsets(plan.rank_positions(batch, rank))
+            assert set(streams.tolist()) == {rank}
+
+
+@settings(max_examples=100, deadline=None)
+@given(orders())
+def test_rotated_shares_walk_the_shards_in_storage_order(order: WindowedOrder) -> None:
+    rotated = WindowedOrder(
+        order.counts,
+        seed=order.seed,
+        epoch=order.epoch,
+        window=order.window,
+        streams=order.streams,
+        global_batch_size=order.global_batch_size,
+        clean_cuts=[0, *range(1, len(order.counts), 3)],
+    )
+    for stream in range(rotated.streams):
+        shards = rotated.stream(stream).shard_positions
+        assert np.all(np.diff(shards) % len(rotated.counts) > 0)  # ascending, but for one wrap to the first shard
+        assert np.sum(np.diff(shards) < 0) <= 1
+
+
+def test_the_order_mixes_about_window_shards_in_every_128_samples() -> None:
+    order = WindowedOrder(np.full(64, 128), seed=0, epoch=0, window=14, streams=1, global_batch_size=8)
+    shards = order.shards_of(whole_epoch(order))
+    distinct = [len(set(shards[at : at + 128].tolist())) for at in range(0, len(shards) - 127, 128)]
+    assert min(distinct) >= 12
+
+
+def test_another_seed_or_epoch_gives_another_order() -> None:
+    def order(seed: int, epoch: int) -> np.ndarray:
+        windowed = WindowedOrder(np.full(16, 20), seed=seed, epoch=epoch, window=4, streams=2, global_batch_size=4)
+        return whole_epoch(windowed)
+
+    assert not np.array_equal(order(0, 0), order(1, 0))
+    assert not np.array_equal(order(0, 0), order(0, 1))
+    assert np.array_equal(order(5, 2), order(5, 2))
+
+
+def test_each_global_batch_brings_every_stream_to_its_count_of_the_positions_before_it() -> None:
+    order = WindowedOrder(np.full(10, 7), seed=0, epoch=0, window=2, streams=4, global_batch_size=6)
+    streams, _ = order.stream_offsets(np.arange(order.full_batches * 6))
+    for end in range(6, order.full_batches * 6 + 1, 6):
+        counts = np.bincount(streams[:end], minlength=4)
+        assert counts.tolist() == taken_from_stream(end, np.arange(4), 4).tolist()
