@@ -102,11 +102,9 @@ def open_storage(path: Path, kind: str) -> Any:
     return TokenStorage(path, "uint16") if kind == "tokens" else DocumentStorage(path, RawFormat())
 
 
-def committed_and_strays(path: Path) -> tuple[list[int], list[int]]:
-    """The shards committed at ``path`` (as readers see them) and the strays beside them in ``shards/``: the
-    complete shard files of writers killed between their link and their index record, never committed."""
-    storage = AnyFormatStorage(path)
-    return storage.committed_shards(), storage.stray_shards()
+def committed_shards(path: Path) -> list[int]:
+    """The shards committed at ``path`` as readers see them (every shard file under its name in ``shards/``)."""
+    return AnyFormatStorage(path).committed_shards()
 
 
 def comparable(record: Any) -> Any:

@@ -92,8 +92,7 @@ def test_a_missing_shard_is_named(tmp_path: Path) -> None:
     storage = TokenStorage(tmp_path / "tokens")
     add_shards(storage, range(4))
     state, _ = checkpoint(storage)
-    shard_path(storage, 2).unlink()
-    (tmp_path / "tokens" / "shards.index").unlink()  # removing a shard by hand: its file, then the index
+    shard_path(storage, 2).unlink()  # removing a shard by hand: its file is the commit, the index follows it
     add_shards(storage, range(4, 6))
     with (
         open_loader(storage) as loader,
@@ -102,13 +101,25 @@ def test_a_missing_shard_is_named(tmp_path: Path) -> None:
         loader.load_state_dict(state)
 
 
-def test_a_shard_file_deleted_while_the_index_records_it_is_named_when_read(tmp_path: Path) -> None:
+def test_a_shard_file_deleted_while_the_index_records_it_is_missing_for_the_next_loader(tmp_path: Path) -> None:
     storage = TokenStorage(tmp_path / "tokens")
     add_shards(storage, range(4))
     state, _ = checkpoint(storage)
-    shard_path(storage, 2).unlink()
+    shard_path(storage, 2).unlink()  # the index still records it: it is not current any more, so the listing decides
+    with (
+        open_loader(storage) as loader,
+        pytest.raises(StateMismatchError, match=r"shard 2 of the storage at .* missing"),
+    ):
+        loader.load_state_dict(state)
+
+
+def test_a_shard_file_deleted_under_an_open_loader_is_named_when_read(tmp_path: Path) -> None:
+    storage = TokenStorage(tmp_path / "tokens")
+    add_shards(storage, range(4))
+    state, _ = checkpoint(storage)
     with open_loader(storage) as loader, pytest.raises(CorruptStorageError, match="shard 2 vanished"):
         loader.load_state_dict(state)
+        shard_path(storage, 2).unlink()
         list(loader)
 
 

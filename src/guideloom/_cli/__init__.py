@@ -33,6 +33,7 @@ from guideloom._core.text import plural
 from guideloom._remote.object_store import is_url, parse_storage_options
 from guideloom._shards.loss_masks import counted_tokens, describe_counted
 from guideloom._shards.reader import StorageReader
+from guideloom._shards.snapshot import local_index_problem
 from guideloom._storage.storages import AnyFormatStorage, local_path
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -77,6 +78,7 @@ def _prepare_inspect(arguments: argparse.Namespace) -> Run:
         raise ValueError("--plot draws the histogram of --lengths: add --lengths")
     storage = _open(arguments.path, arguments.storage_options)
     header = storage.header
+    damage_before_opening = None if is_url(arguments.path) else local_index_problem(storage.path)
     unit = "documents" if header.kind == "tokens" else "records"
     with storage.open_reader() as reader:
         shards = reader.infos  # from the shard index, or a remote storage's listing: nothing is downloaded
@@ -96,15 +98,8 @@ def _prepare_inspect(arguments: argparse.Namespace) -> Run:
         fields.append(("bytes", f"{int(shards.rows['size'].sum()):,}"))
         if storage.index_problem is not None:
             fields.append(("index", f"not used, the storage was listed whole: {storage.index_problem}"))
-        strays = storage.stray_shards()
-        if strays:
-            fields.append(
-                (
-                    "strays",
-                    f"{plural(len(strays), 'shard file')} in shards/ that no commit recorded (first: {strays[0]}): "
-                    "writers killed while committing left them; they are not part of the storage",
-                )
-            )
+        if damage_before_opening is not None:
+            fields.append(("index", f"{damage_before_opening}; readers bypass it and rebuild it from the shards"))
         files, size = (0, 0) if is_url(arguments.path) else _leftovers(storage)
         if files:
             fields.append(
@@ -151,6 +146,7 @@ def _loss_mask_summary(reader: StorageReader[object], remote: bool) -> str:
 
 def _prepare_verify(arguments: argparse.Namespace) -> Run:
     storage = _open(arguments.path, arguments.storage_options)
+    damage = None if is_url(arguments.path) else local_index_problem(storage.path)  # before a reader rebuilds it
 
     def run() -> int:
         shard_sizes = storage.committed_shard_sizes()
@@ -174,10 +170,16 @@ def _prepare_verify(arguments: argparse.Namespace) -> Run:
         problems = storage.verify(progress)
         if bar is not None:
             bar.close()
+        if damage is not None and not any(problem.startswith(damage) for problem in problems):
+            problems.insert(0, f"{damage}; rebuilt from the shards")
         for problem in problems:
             print(f"CORRUPT {problem}")
+        damaged_shards = [problem for problem in problems if not problem.startswith("the shard index ")]
+        if damaged_shards:
+            print(f"{len(damaged_shards)} of {plural(len(shard_sizes), 'shard')} failed verification", file=sys.stderr)
+        elif problems:
+            print("the shard index was damaged: readers bypassed it; it was rebuilt from the shards", file=sys.stderr)
         if problems:
-            print(f"{len(problems)} of {plural(len(shard_sizes), 'shard')} failed verification", file=sys.stderr)
             return EXIT_FAILED
         print(f"ok: {plural(len(shard_sizes), 'shard')}, {plural(checked, 'data byte')} verified")
         return EXIT_OK

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from guideloom._core.errors import CorruptStorageError
 from guideloom._shards.files import LocalShards
 from guideloom._shards.header import StorageHeader
-from guideloom._shards.index import append_records, read_index, replace_index
+from guideloom._shards.index import EMPTY
 from guideloom._shards.shard_table import ShardTable
-from guideloom._shards.snapshot import footer_facts, listed_shard_ids, local_snapshot
+from guideloom._shards.snapshot import local_snapshot, refresh_snapshot
 
 DEFAULT_MAX_OPEN_SHARDS = 128
 
@@ -40,13 +38,6 @@ def selected(table: ShardTable, shard_ids: list[int] | None, location: str) -> S
 
 
 def rewrite_local_index(path: Path, header: StorageHeader) -> int:
-    """Write the local storage's shard index afresh from its listing (the index's sound records spare
-    footer reads); the number of shards it names."""
-    known, unknown = read_index(path).table.select(listed_shard_ids(path))
-    found = ShardTable.of(footer_facts(path, shard, header) for shard in unknown)
-    table = ShardTable(np.sort(np.concatenate([known.rows, found.rows]), order="id")) if unknown else known
-    replace_index(path, table)
-    later = table.lacking(listed_shard_ids(path))  # committed while we listed: their records may be lost
-    if len(later):
-        append_records(path, ShardTable.of(footer_facts(path, int(shard), header) for shard in later), durable=True)
-    return len(table) + len(later)
+    """Write the local storage's shard index afresh from one listing (the index's sound records spare footer
+    reads); the number of shards it names."""
+    return len(refresh_snapshot(path, header, EMPTY))

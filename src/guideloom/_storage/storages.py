@@ -19,7 +19,6 @@ from guideloom._remote.shard_cache import check_cache_arguments
 from guideloom._shards.files import CommitTarget, ShardSet
 from guideloom._shards.formats import DocumentPickleFormat, DocumentStorageFormat, format_identity
 from guideloom._shards.header import HEADER_NAME, StorageHeader, read_header
-from guideloom._shards.index import create_index
 from guideloom._shards.layout import (
     INCOMPLETE_DIR,
     SHARDS_DIR,
@@ -30,7 +29,6 @@ from guideloom._shards.layout import (
     incomplete_dir,
     publish,
 )
-from guideloom._shards.local_commit import stray_shards
 from guideloom._shards.reader import AsyncReader, DocumentReader, StorageReader, TokenReader
 from guideloom._shards.record_lengths import defines_length
 from guideloom._shards.rolling_writer import RollingWriter
@@ -183,12 +181,6 @@ class StorageBase:
         target = self.commit_target()
         return incomplete_dir(target) if isinstance(target, Path) else target.incomplete
 
-    def stray_shards(self) -> list[int]:
-        """Ids of the shard files that writers killed while committing left in ``shards/``: never committed, and
-        replaced when their ids are committed again (one listing; none on an object store, where a commit is one
-        request)."""
-        return [] if self._remote is not None else stray_shards(self.path)
-
     def committed_shard_sizes(self) -> list[int]:
         """The file size of every committed shard, from the listing or the index (nothing is opened)."""
         if self._remote is not None:
@@ -253,7 +245,6 @@ class StorageBase:
                 raise
             raise NotADirectoryError(f"cannot create a storage at {self.path}: {files[-1]} is a file") from None
         if self._existing_header() is None:
-            create_index(self.path)  # before the header, so that every commit of the storage finds it
             temporary = self.path / INCOMPLETE_DIR / f"{HEADER_NAME}.{uuid.uuid4().hex}"
             with open(temporary, "xb") as file:
                 file.write(header.to_json())
@@ -287,8 +278,8 @@ class StorageBase:
         return verify_local(self.path, header, progress)
 
     def clean_leftovers(self, older_than: float = 3600.0) -> list[Path | str]:
-        """Delete files that dead writers left in ``incomplete/``, and the strays of writers killed while
-        committing (never committed), untouched for ``older_than`` seconds.
+        """Delete files that dead writers left in ``incomplete/``, untouched for ``older_than`` seconds; never a
+        committed shard (a shard file under its name in ``shards/`` is committed).
 
         Files of live writers are younger than that as long as they keep appending. For a remote
         storage also its unfinished uploads, stray markers and the cache's abandoned downloads.
