@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from guideloom import DocumentStorage
-from tests.helpers import RawFormat
+from tests.helpers.storages import RawFormat
 
 
 def record(identifier: int, length: int) -> bytes:

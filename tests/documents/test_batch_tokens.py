@@ -10,9 +10,10 @@ import pytest
 
 from guideloom import DocumentJsonFormat, DocumentStorage, Mixture, StatefulDataLoader
 from guideloom._loading.reopen import loader_from_state
+from tests.cli.test_explain_command import run
 from tests.documents.records import ids, make_sized_records, record_lengths
-from tests.helpers import assert_resumes_exactly, make_token_storage, take
-from tests.test_cli_explain import run
+from tests.helpers.batches import assert_resumes_exactly, take
+from tests.helpers.storages import make_token_storage
 
 LENGTHS = record_lengths(97)
 BUDGET = 100

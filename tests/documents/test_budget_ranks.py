@@ -12,8 +12,8 @@ import torch.multiprocessing as mp
 
 from guideloom import DocumentStorage, StatefulDataLoader
 from tests.documents.records import ids, make_sized_records, record_lengths
-from tests.helpers import RawFormat, gather_to_file
-from tests.test_distributed import free_port
+from tests.helpers.processes import free_port, gather_to_file
+from tests.helpers.storages import RawFormat
 
 LENGTHS = record_lengths(61, seed=3)
 

@@ -14,7 +14,7 @@ from guideloom import DocumentStorage, Mixture, StatefulDataLoader
 from guideloom._loading.reopen import loader_from_state
 from guideloom._windows.packing import best_fit_decreasing
 from tests.documents.records import identifier, make_sized_records, record_lengths
-from tests.helpers import assert_resumes_exactly, take
+from tests.helpers.batches import assert_resumes_exactly, take
 
 LENGTHS = record_lengths(80, seed=7)
 ROW = 128

@@ -34,7 +34,7 @@ from guideloom import (
 )
 from tests.hardening.campaigns import tally, tally_max
 from tests.hardening.processes import children, shm_entries
-from tests.helpers import make_document_storage, make_token_storage
+from tests.helpers.storages import make_document_storage, make_token_storage
 
 RECORDS = 240
 SHARDS = 4  # of make_documents: records 0 to 59 in shard 0, 60 to 119 in shard 1, ...
@@ -332,7 +332,7 @@ def test_shards_truncated_under_worker_processes_are_a_clear_error(tmp_path: Pat
 
     Shards are mapped when first read (and stay mapped: 4 of max_open_shards=128), so batches are taken
     until every worker has read every shard: from then on every read of a worker is a bus error (a shard
-    opened after the truncation is refused as truncated instead, see tests/unit/shards/test_shard_file.py).
+    opened after the truncation is refused as truncated instead, see tests/shards/test_shard_file.py).
     torch reports a worker's death (once per loader) from its SIGCHLD handler, wherever the main thread is
     then, and the workers build batches ahead: the error may come while the files are still being
     truncated, so the check spans the truncation too.

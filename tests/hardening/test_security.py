@@ -35,15 +35,9 @@ from guideloom import (
 )
 from guideloom.types import DocumentStorageFormat
 from tests.hardening.campaigns import tally
-from tests.helpers import (
-    CRAFTED_SHARD_NAMES,
-    RawFormat,
-    comparable,
-    open_storage,
-    rewrite_footer,
-    set_offset,
-    shard_file,
-)
+from tests.helpers.batches import comparable
+from tests.helpers.shard_files import CRAFTED_SHARD_NAMES, rewrite_footer, set_offset, shard_file
+from tests.helpers.storages import RawFormat, open_storage
 
 KINDS = ("documents", "tokens")
 
@@ -70,12 +64,8 @@ def live_payload(sentinel: Path) -> bytes:
 def raw_records_under(name: str) -> type[DocumentStorageFormat[bytes, bytes]]:
     """A format that writes raw bytes under another format's identity: forged records."""
 
-    class Forged(DocumentStorageFormat[bytes, bytes]):
-        def pack(self, data: bytes) -> bytes:
-            return data
-
-        def unpack(self, encoded_data: memoryview, shard: int) -> bytes:
-            return bytes(encoded_data)
+    class Forged(RawFormat):
+        pass
 
     Forged.name = name
     return Forged

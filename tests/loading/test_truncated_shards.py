@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from guideloom import CorruptStorageError, DocumentStorage, StatefulDataLoader
-from tests.helpers import RawFormat
+from tests.helpers.storages import RawFormat
 
 SHARDS = 3
 

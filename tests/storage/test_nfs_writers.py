@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from guideloom import TokenStorage
-from tests.helpers import child_environment, module_command
+from tests.helpers.processes import child_environment, module_command
 from tests.storage.nfs_writer import documents
 
 WRITERS = 6

@@ -29,7 +29,7 @@ from guideloom._loading.make_source import make_source
 from guideloom._loading.orders import epoch_order
 from guideloom._loading.ranks import check_process_group, resolve_ranks
 from guideloom._loading.state import OrderSettings, build_state, check_state
-from guideloom._loading.streaming import check_windowed, local_world_size_of, prepare_streaming
+from guideloom._loading.streaming import check_windowed, in_machine_shares, local_world_size_of, prepare_streaming
 from guideloom._loading.transport import Batcher, Transport, make_transport
 from guideloom._mixture.mixture import Mixture
 from guideloom._sampling.epoch_order import BatchPlan
@@ -217,7 +217,7 @@ class StatefulDataLoader:
             except ValueError:
                 source.close()
                 raise
-        prepare_streaming(storage, source, shuffle, shuffle_window)
+        source = prepare_streaming(storage, source, shuffle, shuffle_window, world_size // local_world_size)
         return cls(
             source,
             collate,
@@ -264,7 +264,8 @@ class StatefulDataLoader:
 
     def _start_next_epoch(self) -> None:
         self.epoch += 1
-        self._epoch_machines = None
+        if not self._source.orders_itself:  # a windowed mixture keeps its run's machine shares (see streaming)
+            self._epoch_machines = None
         if self._next_epoch_source is not None:  # shards added since the checkpoint join now
             source, self._next_epoch_source = self._next_epoch_source, None
             self._use_source(source)
@@ -359,6 +360,10 @@ class StatefulDataLoader:
         latest = self._next_epoch_source or self._source
         resume = check_state(state, self._settings(), latest)
         settings = replace(self._settings(), epoch_machines=resume.machines)
+        window, machines = self.shuffle_window, resume.machines  # a windowed mixture is read in the state's shares
+        shares = in_machine_shares(latest, window, machines)
+        rest = shares if resume.source is latest else in_machine_shares(resume.source, window, machines)
+        resume, latest = replace(resume, source=rest), shares
         check_next_batch(state, resume.source, settings, resume.epoch, resume.position)
         if resume.source is not self._source:  # e.g. the shards a grown storage had at the checkpoint
             self._use_source(resume.source, keep=latest)

@@ -58,7 +58,8 @@ from guideloom import StorageNotFoundError
 from guideloom._shards.header import HEADER_NAME
 from guideloom._shards.layout import committed_shard_ids, shard_file_name
 from guideloom._storage.storages import AnyFormatStorage
-from tests.helpers import committed_shards, comparable, open_storage
+from tests.helpers.batches import comparable
+from tests.helpers.storages import committed_shards, open_storage
 
 BASE = (0, 1)
 SEQUENCE = (2, 3, 4, 5)  # the commit order of the workload

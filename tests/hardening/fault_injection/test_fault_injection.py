@@ -15,7 +15,7 @@ import pytest
 
 from tests.hardening.campaigns import tally
 from tests.hardening.fault_injection import tokenize_kills
-from tests.helpers import run_harness
+from tests.helpers.processes import run_harness
 
 SEED = int(os.environ.get("GUIDELOOM_HARDENING_SEED", "20261129"))
 

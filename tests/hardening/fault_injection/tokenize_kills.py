@@ -32,7 +32,8 @@ from typing import Any
 from guideloom import TokenStorage
 from guideloom._shards.header import HEADER_NAME
 from guideloom._shards.layout import committed_shard_ids, shard_file_name
-from tests.helpers import child_environment, committed_shards, module_command
+from tests.helpers.processes import child_environment, module_command
+from tests.helpers.storages import committed_shards
 
 INJECT_CLI = "tests.hardening.fault_injection.inject_cli"
 WORDS = "the a fox dog jumps over lazy quick brown alpha beta gamma delta naïve café 東京 def return".split()
