@@ -9,7 +9,7 @@ import pytest
 
 from guideloom import DocumentStorage, StatefulDataLoader
 from guideloom._shards import resident_pages
-from tests.helpers import RawFormat
+from tests.helpers.storages import RawFormat
 
 RECORD = 64 * 1024
 RECORDS = 256  # 16 MiB in one shard
