@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import harness
+from benchmarks.documents_data import BATCH
 from benchmarks.documents_loading import large_part, measure, records_part, transport_part
 from benchmarks.documents_padding import padding_part
 
@@ -80,6 +81,11 @@ def main() -> None:
     unknown = sorted(set(chosen) - set(PARTS))
     if unknown:
         parser.error(f"unknown parts {unknown}: choose from {sorted(PARTS)}")
+    for part, option in (("records", "records"), ("large", "large_records")):  # the first batch is not timed
+        if part in chosen and getattr(arguments, option) < 2 * BATCH:
+            parser.error(
+                f"--{option.replace('_', '-')} below {2 * BATCH}: the {part} part times the batches after the first"
+            )
     results = harness.read_results("documents") or {}
     with tempfile.TemporaryDirectory(prefix="bench-documents-") as directory:
         for part in chosen:
