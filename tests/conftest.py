@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import child_environment
+from tests.helpers.processes import child_environment
 
 
 @pytest.fixture

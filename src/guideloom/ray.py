@@ -114,6 +114,8 @@ class StorageDatasink(Datasink[TaskResult]):
         stop = self.first_shard + max((result["task"] for result in results), default=-1) + 1
         remove_leftovers(self.storage.incomplete_files_dir(), self.first_shard, stop)
         finish_write(self.storage, self.write_id, self.shards, self.records)
+        if self.storage.is_remote:  # readers of a large remote storage then list only what was committed since
+            self.storage.write_index()
 
     def on_write_failed(self, error: Exception) -> None:
         """On the driver: remove the failed write's files in progress; its committed shards stay."""

@@ -1,4 +1,4 @@
-"""docs/architecture.md names every module of the package, under its subpackage, and no module that is gone."""
+"""docs/architecture.md names every module of the package, and no module that is gone; the tests keep its layout."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import ast
 import re
 from pathlib import Path
 
-from tests.helpers import ROOT
+from tests.helpers.processes import ROOT
 
 PACKAGE = ROOT / "src" / "guideloom"
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
@@ -56,3 +56,14 @@ def test_architecture_names_no_module_that_is_gone() -> None:
         f"docs/architecture.md names modules that src/guideloom no longer has: {', '.join(gone)}. "
         "Remove their rows, or rename them as the modules were renamed."
     )
+
+
+def test_every_test_module_lies_in_a_concept_folder_that_is_a_package() -> None:
+    """The layout the page's Tests section describes: no test module directly under tests/, and every folder of
+    test modules a package (so that modules of the same name in two folders never collide)."""
+    tests = ROOT / "tests"
+    loose = sorted(f"tests/{path.name}" for path in tests.glob("test_*.py"))
+    assert not loose, f"move {', '.join(loose)} into the folder of the concept each tests (docs/architecture.md)"
+    folders = {path.parent for path in tests.rglob("test_*.py")}
+    not_packages = sorted(str(folder.relative_to(ROOT)) for folder in folders if not (folder / "__init__.py").exists())
+    assert not not_packages, f"add an empty __init__.py to {', '.join(not_packages)}"

@@ -22,7 +22,8 @@ from guideloom import (
 from guideloom._cli import main
 from guideloom._shards.layout import FOOTER
 from guideloom.types import DocumentStorageFormat
-from tests.helpers import make_document_storage, shard_file
+from tests.helpers.shard_files import shard_file
+from tests.helpers.storages import make_document_storage
 
 
 class TokenRecords(DocumentStorageFormat[dict[str, Any], dict[str, Any]]):

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from guideloom import DocumentJsonFormat, DocumentStorage, ShardExistsError, TokenStorage
 from guideloom._shards.record_encoder import RecordEncoder
 from guideloom._shards.rolling_writer import RollingWriter
-from tests.helpers import RawFormat, make_document_storage
+from tests.helpers.storages import RawFormat, make_document_storage
 
 RECORD_BYTES = len(b'{"w":0,"i":000}')
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from guideloom import DocumentPickleFormat, DocumentStorage, StatefulDataLoader, UntrustedFormatWarning
-from tests import test_spec_samples
+from tests.docs import test_spec_samples
 
 pytestmark = pytest.mark.filterwarnings("error::guideloom.UntrustedFormatWarning")
 

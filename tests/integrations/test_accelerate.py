@@ -8,18 +8,13 @@ import pytest
 import torch
 from accelerate import Accelerator
 
-from guideloom import StatefulDataLoader, TokenStorage
+from guideloom import TokenStorage
+from tests.helpers.loaders import framework_loader
 
 VOCABULARY = 64  # the token ids of the tokens fixture are below it
 
 BATCHES = 20  # the epoch has 15 batches: the resumed run crosses into the second epoch
 SAVED_AT = 8
-
-
-def make_loader(tokens: TokenStorage) -> StatefulDataLoader:
-    return StatefulDataLoader.from_storage(
-        tokens, device="cpu", local_batch_size=4, sequence_length=17, shuffle=True, seed=3
-    )
 
 
 def train(
@@ -30,7 +25,7 @@ def train(
     accelerator = Accelerator(cpu=True, gradient_accumulation_steps=accumulation)
     model = torch.nn.Sequential(torch.nn.Embedding(VOCABULARY, 8), torch.nn.Linear(8, VOCABULARY))
     seen: list[list[list[int]]] = []
-    with make_loader(tokens) as loader:
+    with framework_loader(tokens) as loader:
         model, optimizer, prepared = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1), loader)
         assert prepared is loader
         accelerator.register_for_checkpointing(loader)

@@ -13,39 +13,27 @@ import pytest
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.stateful import Stateful
 
-from guideloom import StatefulDataLoader, TokenStorage
+from guideloom import TokenStorage
+from tests.helpers.batches import comparable, take
+from tests.helpers.loaders import framework_loader
 
 SAVED_AT = 5  # batches before the checkpoint; 10 more after it, across the end of the epoch
 
 
-def make_loader(tokens: TokenStorage) -> StatefulDataLoader:
-    return StatefulDataLoader.from_storage(
-        tokens, device="cpu", local_batch_size=4, sequence_length=17, shuffle=True, seed=3
-    )
-
-
 def test_the_loader_is_a_dcp_stateful(tokens: TokenStorage) -> None:
-    with make_loader(tokens) as loader:
+    with framework_loader(tokens) as loader:
         assert isinstance(loader, Stateful)
-
-
-def take(loader: StatefulDataLoader, count: int) -> list[list[list[int]]]:
-    """The next ``count`` batches, across the end of an epoch."""
-    batches: list[list[list[int]]] = []
-    while len(batches) < count:
-        batches += [batch.tolist() for _, batch in zip(range(count - len(batches)), loader, strict=False)]
-    return batches
 
 
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled")  # it says: one process, as intended
 def test_dcp_save_and_load_resume_exactly_in_one_process(tokens: TokenStorage, tmp_path: Path) -> None:
-    with make_loader(tokens) as loader:  # 15 batches an epoch
+    with framework_loader(tokens) as loader:  # 15 batches an epoch
         take(loader, SAVED_AT)
         dcp.save({"loader": loader}, checkpoint_id=str(tmp_path / "checkpoint"), no_dist=True)
-        after = take(loader, 2 * SAVED_AT)
-    with make_loader(tokens) as resumed:
+        after = take(loader, 2 * SAVED_AT, comparable)
+    with framework_loader(tokens) as resumed:
         dcp.load({"loader": resumed}, checkpoint_id=str(tmp_path / "checkpoint"), no_dist=True)
-        assert take(resumed, 2 * SAVED_AT) == after
+        assert take(resumed, 2 * SAVED_AT, comparable) == after
 
 
 RANK_SCRIPT = """

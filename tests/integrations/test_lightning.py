@@ -11,7 +11,8 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from guideloom import StatefulDataLoader, TokenStorage
+from guideloom import TokenStorage
+from tests.helpers.loaders import framework_loader
 from tests.integrations.two_ranks import run_two_ranks
 
 VOCABULARY = 64  # the token ids of the tokens fixture are below it
@@ -50,12 +51,6 @@ class StopAt(lightning.Callback):
             trainer.should_stop = True
 
 
-def make_loader(tokens: TokenStorage, **options: Any) -> StatefulDataLoader:
-    return StatefulDataLoader.from_storage(
-        tokens, device="cpu", local_batch_size=4, sequence_length=17, shuffle=True, seed=3, **options
-    )
-
-
 def fit(
     tokens: TokenStorage, callbacks: list[Any], accumulation: int, steps: int, ckpt_path: Path | None = None
 ) -> TinyLanguageModel:
@@ -72,7 +67,7 @@ def fit(
         enable_model_summary=False,
         enable_checkpointing=any(isinstance(callback, ModelCheckpoint) for callback in callbacks),
     )
-    with make_loader(tokens) as loader:
+    with framework_loader(tokens) as loader:
         trainer.fit(model, train_dataloaders=loader, ckpt_path=ckpt_path)
     return model
 
@@ -187,7 +182,7 @@ def run_ddp(tokens: TokenStorage, script_folder: Path, out: Path, *arguments: st
 
 def rank_batches(tokens: TokenStorage, rank: int) -> list[list[list[int]]]:
     """The epoch that rank ``rank`` of two reads, from a loader told its rank."""
-    with make_loader(tokens, drop_last=True, rank=rank, world_size=2) as loader:
+    with framework_loader(tokens, drop_last=True, rank=rank, world_size=2) as loader:
         return [batch.tolist() for batch in loader]
 
 

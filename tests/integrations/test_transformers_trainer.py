@@ -22,6 +22,7 @@ from transformers import (
 
 from guideloom import StatefulDataLoader, TokenStorage
 from guideloom.integrations.transformers import STATE_KEY, LoaderStateCallback
+from tests.helpers.loaders import framework_loader
 from tests.integrations.two_ranks import run_two_ranks
 
 VOCABULARY = 64  # the token ids of the tokens fixture are below it
@@ -59,12 +60,6 @@ class StopAfterSaving(TrainerCallback):  # type: ignore[misc]
             control.should_training_stop = True
 
 
-def make_loader(tokens: TokenStorage) -> StatefulDataLoader:
-    return StatefulDataLoader.from_storage(
-        tokens, language_model_batch, device="cpu", local_batch_size=4, sequence_length=17, shuffle=True, seed=3
-    )
-
-
 def make_trainer(loader: StatefulDataLoader, output: Path, callbacks: list[Any], **options: Any) -> GuideloomTrainer:
     torch.manual_seed(0)
     config = GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=32, vocab_size=VOCABULARY)
@@ -88,18 +83,18 @@ def test_resume_from_checkpoint_continues_with_the_uninterrupted_runs_batches(
     tokens: TokenStorage, tmp_path: Path, accumulation: int, steps: int, saved_at: int
 ) -> None:
     options = {"max_steps": steps, "save_steps": saved_at, "gradient_accumulation_steps": accumulation}
-    with make_loader(tokens) as loader:
+    with framework_loader(tokens, language_model_batch) as loader:
         callbacks = [LoaderStateCallback(loader)]
         uninterrupted = make_trainer(loader, tmp_path / "uninterrupted", callbacks, **options, save_strategy="no")
         uninterrupted.train()
-    with make_loader(tokens) as loader:
+    with framework_loader(tokens, language_model_batch) as loader:
         callbacks = [LoaderStateCallback(loader), StopAfterSaving(saved_at)]
         interrupted = make_trainer(loader, tmp_path / "run", callbacks, **options)
         interrupted.train()
         checkpoint = tmp_path / "run" / f"checkpoint-{saved_at}"
         saved = json.loads((checkpoint / "trainer_state.json").read_text())["stateful_callbacks"][STATE_KEY]
         assert saved == loader.state_dict()
-    with make_loader(tokens) as loader:
+    with framework_loader(tokens, language_model_batch) as loader:
         resumed = make_trainer(loader, tmp_path / "run", [LoaderStateCallback(loader)], **options)
         resumed.train(resume_from_checkpoint=str(checkpoint))
 
@@ -114,7 +109,9 @@ def test_resume_from_checkpoint_continues_with_the_uninterrupted_runs_batches(
 def test_accumulation_that_does_not_divide_the_epoch_refuses_a_mid_epoch_resume(
     tokens: TokenStorage, tmp_path: Path
 ) -> None:
-    with make_loader(tokens) as loader:  # 15 batches an epoch, accumulated by 2: 8 optimizer steps
+    with framework_loader(
+        tokens, language_model_batch
+    ) as loader:  # 15 batches an epoch, accumulated by 2: 8 optimizer steps
         callback = LoaderStateCallback(loader)
         arguments = TrainingArguments(output_dir=str(tmp_path), gradient_accumulation_steps=2, ignore_data_skip=True)
         state = TrainerState(global_step=3, stateful_callbacks={STATE_KEY: loader.state_dict()})
@@ -127,12 +124,15 @@ def test_accumulation_that_does_not_divide_the_epoch_refuses_a_mid_epoch_resume(
 
 
 def test_the_callback_requires_ignore_data_skip(tokens: TokenStorage, tmp_path: Path) -> None:
-    with make_loader(tokens) as loader, pytest.raises(ValueError, match="ignore_data_skip=True"):
+    with (
+        framework_loader(tokens, language_model_batch) as loader,
+        pytest.raises(ValueError, match="ignore_data_skip=True"),
+    ):
         make_trainer(loader, tmp_path, [LoaderStateCallback(loader)], ignore_data_skip=False)
 
 
 def test_a_checkpoint_without_the_loader_state_is_refused(tokens: TokenStorage, tmp_path: Path) -> None:
-    with make_loader(tokens) as loader:
+    with framework_loader(tokens, language_model_batch) as loader:
         arguments = TrainingArguments(output_dir=str(tmp_path), ignore_data_skip=True)
         with pytest.raises(ValueError, match="holds no loader state"):
             LoaderStateCallback(loader).on_train_begin(arguments, TrainerState(global_step=4), TrainerControl())

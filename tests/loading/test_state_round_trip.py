@@ -17,8 +17,8 @@ import torch
 from guideloom import Mixture, StatefulDataLoader
 from guideloom._cli import main
 from guideloom._loading.reopen import loader_from_state
-from tests.helpers import take
-from tests.provenance_helpers import write_documents, write_tokens
+from tests.helpers.batches import comparable, take
+from tests.helpers.provenance import write_documents, write_tokens
 
 WINDOWS = {"sequence_length": 16}
 BOUNDARIES = {"sequence_length": 16, "document_boundaries": True}
@@ -61,16 +61,17 @@ CASES: dict[str, tuple[Callable[[Path], Any], dict[str, Any]]] = {
     "mixture of masked and plain windows": (mixture_of(masked, tokens), WINDOWS),
     "mixture of masked boundaries": (mixture_of(tokens, masked), BOUNDARIES),
     "mixture of documents": (mixture_of(documents, documents), {}),
+    "documents by budget": (documents, {"local_batch_size": None, "batch_tokens": 150}),
+    "mixture of documents by budget": (
+        mixture_of(documents, documents),
+        {"local_batch_size": None, "batch_tokens": 150},
+    ),
+    "packed documents' records": (documents, {"sequence_length": 200, "pack_documents": True}),
+    "mixture of packed documents' records": (
+        mixture_of(documents, documents),
+        {"sequence_length": 200, "pack_documents": True},
+    ),
 }
-
-
-def as_lists(batch: Any) -> Any:
-    """A batch in plain values: tensors as lists (a reopened loader serves int64 whatever the state's dtype)."""
-    if isinstance(batch, torch.Tensor):
-        return batch.tolist()
-    if isinstance(batch, dict):
-        return {key: as_lists(value) for key, value in batch.items()}
-    return batch
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -83,7 +84,7 @@ def test_a_state_of_every_mode_is_explained_and_reopened(
         take(loader, 2)
         state = json.loads(json.dumps(loader.state_dict()))
         explained = loader.explain(3)
-        after = take(loader, 3, as_lists)
+        after = take(loader, 3, comparable)  # values: a reopened loader serves int64 whatever the dtype
     saved = tmp_path / "state.json"
     saved.write_text(json.dumps(state))
 
@@ -95,4 +96,4 @@ def test_a_state_of_every_mode_is_explained_and_reopened(
     with loader_from_state(state) as reopened:
         assert reopened.explain(3) == explained
         if "documents" not in case:  # a reopened document storage serves records as their bytes
-            assert take(reopened, 3, as_lists) == after
+            assert take(reopened, 3, comparable) == after

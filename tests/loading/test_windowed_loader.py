@@ -13,9 +13,8 @@ import pytest
 
 from guideloom import DocumentJsonFormat, DocumentStorage, StatefulDataLoader, StateMismatchError
 from guideloom._loading.reopen import loader_from_state
-from guideloom._mixture.mixture import Mixture
-from tests import helpers
-from tests.helpers import make_token_storage as make_tokens
+from tests.helpers.batches import assert_resumes_exactly
+from tests.helpers.storages import make_token_storage as make_tokens
 
 
 def make_documents(path: Path, shards: int = 12, per_shard: int = 10) -> DocumentStorage[Any, Any]:
@@ -91,7 +90,7 @@ def test_token_windows_resume_bit_for_bit(tmp_path: Path) -> None:
             storage, device="cpu", local_batch_size=3, sequence_length=9, shuffle=True, shuffle_window=2
         )
 
-    helpers.assert_resumes_exactly(open_loader, 20, [1, 4, 7], lambda batch: batch.tolist())
+    assert_resumes_exactly(open_loader, 20, [1, 4, 7])
 
 
 def test_batches_do_not_depend_on_workers(tmp_path: Path) -> None:
@@ -158,12 +157,6 @@ def test_local_world_size_comes_from_the_environment(tmp_path: Path, monkeypatch
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     storage = make_documents(tmp_path / "docs")
     assert loaders(storage, 4)[0].local_world_size == 2
-
-
-def test_a_mixture_is_refused_for_now(tmp_path: Path) -> None:
-    mixture = Mixture({"a": make_documents(tmp_path / "a"), "b": make_documents(tmp_path / "b")}, {"a": 1, "b": 1})
-    with pytest.raises(ValueError, match="not available for a Mixture"):
-        loaders(mixture, 1)
 
 
 @pytest.mark.parametrize("mode", [{}, {"document_boundaries": True}, {"pack_documents": True}])

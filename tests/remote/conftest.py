@@ -13,7 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.remote.s3_support import DUMMY_CREDENTIALS, RequestLog, S3Server, free_port
+from tests.helpers.processes import free_port
+from tests.remote.s3_support import DUMMY_CREDENTIALS, RequestLog, S3Server
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import re
-import socket
 import threading
 import uuid
 from dataclasses import dataclass
@@ -74,9 +73,3 @@ class S3Server:
             for method, path, status in list(self.log.requests)
             if method == "GET" and path.startswith(prefix) and "?" not in path and key_part in path and status < 300
         ]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])

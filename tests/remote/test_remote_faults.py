@@ -272,3 +272,18 @@ def test_an_iterator_whose_batch_failed_keeps_raising_and_a_fresh_one_continues(
 def _loader_batches(storage: TokenStorage) -> list[Any]:
     with StatefulDataLoader.from_storage(storage, device="cpu", local_batch_size=4, sequence_length=64) as loader:
         return [np.asarray(batch) for batch in loader]
+
+
+def test_the_index_object_is_written_and_read_through_faults(
+    s3_url: str, s3_server: S3Server, faulty: FaultProxy, tmp_path: Path
+) -> None:
+    direct = _storage(s3_url, s3_server.endpoint, tmp_path / "direct")
+    _write(direct, range(0, 12, 2))
+    assert _storage(s3_url, faulty.endpoint, tmp_path / "indexer").write_index() == 6
+    _write(direct, range(1, 14, 4))  # committed after the index: in its gaps and past its end
+    expected = direct.snapshot()
+    for attempt in range(4):  # each opening meets other faults (the proxy counts each request line's occurrences)
+        storage = _storage(s3_url, faulty.endpoint, tmp_path / f"reader{attempt}")
+        assert storage.snapshot() == expected
+        assert storage.index_problem is None  # the index was used: a body cut short was retried, not believed
+    assert sum(faulty.injected.values()) > 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import boto3
 import numpy as np
 import pyarrow as pa
 import ray
@@ -38,6 +39,9 @@ def test_write_into_s3_and_run_it_again(ray_cluster: str, s3_url: str, s3_server
     first, again = write(), write()
     assert first.shards == again.shards == list(range(BLOCKS))
     assert first.records == again.records == ROWS
+    bucket, _, prefix = s3_url.removeprefix("s3://").partition("/")
+    index = boto3.client("s3", endpoint_url=s3_server.endpoint).get_object(Bucket=bucket, Key=f"{prefix}/shards.index")
+    assert len(index["Body"].read()) == 40 * (1 + BLOCKS)  # written when the write completed
     storage = TokenStorage(s3_url, storage_options=options, cache_dir=tmp_path / "reader")
     with storage.sync_reader() as reader:
         assert [reader.read(i).tolist() for i in range(len(reader))] == [[i] * (i % 5) for i in range(ROWS)]

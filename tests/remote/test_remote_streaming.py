@@ -20,10 +20,10 @@ SHARDS = 40
 SEQUENCE = 33
 
 
-def _write_corpus(storage: TokenStorage) -> None:
+def _write_corpus(storage: TokenStorage, shards: int = SHARDS) -> None:
     generator = np.random.default_rng(11)
     with storage.sync_writer() as writer:
-        for shard in range(SHARDS):
+        for shard in range(shards):
             for _ in range(4):
                 writer.append(shard, generator.integers(0, 50_000, 500, dtype=np.uint32))
 

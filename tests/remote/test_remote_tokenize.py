@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import boto3
 import pytest
 
 from guideloom import TokenStorage
@@ -25,6 +26,12 @@ def inputs(tmp_path: Path) -> tuple[list[str], list[str]]:
         paths.append(str(path))
     tokenizer = train_tokenizer(TEXTS * 10, 300, tmp_path / "tokenizer.json")
     return paths, ["--tokenizer", str(tokenizer), "--quiet"]
+
+
+def _index_object(server: S3Server, url: str) -> bytes:
+    bucket, _, prefix = url.removeprefix("s3://").partition("/")
+    client = boto3.client("s3", endpoint_url=server.endpoint)
+    return bytes(client.get_object(Bucket=bucket, Key=f"{prefix}/shards.index")["Body"].read())
 
 
 def test_tokenize_into_a_url_equals_tokenize_into_a_directory(
@@ -62,6 +69,7 @@ def test_skip_existing_reads_what_a_url_holds_from_one_listing(
     assert main(["tokenize", *files, s3_url, *options]) == 0
     shards = TokenStorage(s3_url, storage_options=s3_server.options).committed_shards()
     assert {shard // 10**6 for shard in shards} == {0, 1, 2} and len(shards) > 3
+    assert len(_index_object(s3_server, s3_url)) == 40 * (1 + len(shards))  # written at the end of the run
     capsys.readouterr()
     assert main(["tokenize", *files, s3_url, *options, "--skip-existing"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "3 input files skipped: their shards already existed"

@@ -55,7 +55,7 @@ def test_machines_read_disjoint_shares_but_for_a_shard_at_each_share_boundary(or
 def test_a_machine_has_at_most_window_shards_begun_and_unfinished(order: WindowedOrder) -> None:
     for stream in range(order.streams):
         share = order.stream(stream)
-        shards = order.shards_of(order._stream_samples(stream, np.arange(share.length)))
+        shards = order.shards_of(order.stream_samples(stream, np.arange(share.length)))
         parts = np.searchsorted(np.unique(shards), shards)  # any numbering of the stream's shards
         first = {part: at for at, part in reversed(list(enumerate(parts.tolist())))}
         last = {part: at for at, part in enumerate(parts.tolist())}

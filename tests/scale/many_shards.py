@@ -2,8 +2,8 @@
 
 Committing through a writer fsyncs every shard and its directory, which is right for users and far
 too slow for a test that needs 10^4 shards. These helpers write the same bytes (data, offsets and
-footer from the layout's own ``shard_trailer``) without the fsyncs, and record the shards in the storage's
-index as a writer's commit does (``indexed=False`` leaves the storage without an index, as guideloom 0.2 did).
+footer from the layout's own ``shard_trailer``) without the fsyncs, and write the storage's index as a
+closing writer does (``indexed=False`` leaves the storage without an index, as guideloom 0.2 did).
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from typing import Any
 import numpy as np
 
 from guideloom import DocumentJsonFormat, DocumentStorage, TokenStorage
-from guideloom._shards.index import INDEX_NAME, append_records
-from guideloom._shards.layout import SHARDS_DIR, ShardInfo, shard_file_name, shard_size, shard_trailer
+from guideloom._shards.index import INDEX_NAME
+from guideloom._shards.layout import SHARDS_DIR, ShardInfo, StorageHeader, shard_file_name, shard_size, shard_trailer
 from guideloom._shards.shard_table import ShardTable
+from guideloom._shards.snapshot import refresh_snapshot
 
 
 def _write_shard(
@@ -33,10 +34,10 @@ def _write_shard(
     )
 
 
-def _index(path: Path, infos: list[ShardInfo], indexed: bool) -> None:
-    """Record the shards in the index as their commits would, or remove the index, as guideloom 0.2 had none."""
+def _index(path: Path, header: StorageHeader, infos: list[ShardInfo], indexed: bool) -> None:
+    """Write the index as a closing writer does, or remove it (guideloom 0.2 had none; it is derived data)."""
     if indexed:
-        append_records(path, ShardTable.of(infos), durable=False)
+        refresh_snapshot(path, header, ShardTable.of(infos))
     else:
         (path / INDEX_NAME).unlink(missing_ok=True)
 
@@ -62,7 +63,7 @@ def token_shards(
     for shard in range(shards):
         tokens = np.arange(shard * per_shard, (shard + 1) * per_shard, dtype="<u4")
         infos.append(_write_shard(path, storage, shard, tokens.tobytes(), offsets))
-    _index(path, infos, indexed)
+    _index(path, storage.create(), infos, indexed)
     return storage
 
 
@@ -77,5 +78,5 @@ def document_shards(
         records = [storage.format.pack({"id": shard * records_per_shard + i}) for i in range(records_per_shard)]
         offsets = np.concatenate([[0], np.cumsum([len(record) for record in records])]).tolist()
         infos.append(_write_shard(path, storage, shard, b"".join(records), offsets))
-    _index(path, infos, indexed)
+    _index(path, storage.create(), infos, indexed)
     return storage

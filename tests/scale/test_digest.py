@@ -17,7 +17,7 @@ from guideloom._shards.header import StorageHeader
 from guideloom._shards.layout import ShardInfo
 from guideloom._shards.shard_table import ShardTable
 from guideloom._sources.recorded_shards import PRIME, ShardSetDigest, describe_shards
-from tests.unit.shards.test_shard_table import reference_check
+from tests.shards.test_shard_table import reference_check
 
 MASK64 = (1 << 64) - 1
 

@@ -18,7 +18,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from guideloom import StatefulDataLoader, StorageNotFoundError, TokenStorage
-from tests.test_distributed import free_port
+from tests.helpers.processes import free_port
 
 
 def wait_for(path: Path, timeout: float = 120) -> None:

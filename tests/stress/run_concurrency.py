@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from tests.hardening.concurrency import snapshots
-from tests.helpers import run_harness
+from tests.helpers.processes import run_harness
 
 
 def main() -> int:

@@ -17,7 +17,7 @@ import traceback
 from pathlib import Path
 
 from tests.hardening.fault_injection import tokenize_kills
-from tests.helpers import run_harness
+from tests.helpers.processes import run_harness
 
 
 def main() -> int:

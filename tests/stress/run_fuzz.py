@@ -23,7 +23,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tests.helpers import FOOTER_FIELDS, child_environment, module_command
+from tests.helpers.processes import child_environment, module_command
+from tests.helpers.shard_files import FOOTER_FIELDS
 
 TARGETS = ("header", "footer", "index", "size", "bytes", "layout")
 

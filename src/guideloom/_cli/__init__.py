@@ -9,7 +9,9 @@ Every command is prepared, then run, and its exit status follows one convention:
 * 2: the command could not start: a usage error (an unknown option, a bad value), or a path that is not
   what the command needs (no storage there, a damaged header, a missing input or tokenizer, an output
   that already holds the shards); nothing was changed;
-* 130: interrupted (Ctrl-C); what a writer had not committed stays uncommitted.
+* 130: interrupted (Ctrl-C); what a writer had not committed stays uncommitted;
+* 141: its output went into a pipe whose reader had gone (``guideloom inspect PATH --shards | head -3``): it
+  stops quietly, with the status of a command that SIGPIPE stopped (128 + 13), as ``cat`` or ``seq`` would.
 
 Errors print as ``guideloom COMMAND: error: MESSAGE`` on stderr, like argparse's own usage errors.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import select
 import sys
 from collections.abc import Callable, Sequence
 
@@ -30,10 +33,12 @@ from guideloom._core.text import plural
 from guideloom._remote.object_store import is_url, parse_storage_options
 from guideloom._shards.loss_masks import counted_tokens, describe_counted
 from guideloom._shards.reader import StorageReader
+from guideloom._shards.snapshot import local_index_problem
 from guideloom._storage.storages import AnyFormatStorage, local_path
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report it
+EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE: what shells report for `cat` or `seq` writing into a closed `head`
 REPORTED_ERRORS = (GuideloomError, ValueError, TypeError, OSError, ImportError, RuntimeError)
 Run = Callable[[], int]
 
@@ -73,6 +78,7 @@ def _prepare_inspect(arguments: argparse.Namespace) -> Run:
         raise ValueError("--plot draws the histogram of --lengths: add --lengths")
     storage = _open(arguments.path, arguments.storage_options)
     header = storage.header
+    damage_before_opening = None if is_url(arguments.path) else local_index_problem(storage.path)
     unit = "documents" if header.kind == "tokens" else "records"
     with storage.open_reader() as reader:
         shards = reader.infos  # from the shard index, or a remote storage's listing: nothing is downloaded
@@ -90,15 +96,10 @@ def _prepare_inspect(arguments: argparse.Namespace) -> Run:
         if header.record_lengths:
             fields.append(("measured", "by the format's length(), stored per record"))
         fields.append(("bytes", f"{int(shards.rows['size'].sum()):,}"))
-        strays = storage.stray_shards()
-        if strays:
-            fields.append(
-                (
-                    "strays",
-                    f"{plural(len(strays), 'shard file')} in shards/ that no commit recorded (first: {strays[0]}): "
-                    "writers killed while committing left them; they are not part of the storage",
-                )
-            )
+        if storage.index_problem is not None:
+            fields.append(("index", f"not used, the storage was listed whole: {storage.index_problem}"))
+        if damage_before_opening is not None:
+            fields.append(("index", f"{damage_before_opening}; readers bypass it and rebuild it from the shards"))
         files, size = (0, 0) if is_url(arguments.path) else _leftovers(storage)
         if files:
             fields.append(
@@ -145,6 +146,7 @@ def _loss_mask_summary(reader: StorageReader[object], remote: bool) -> str:
 
 def _prepare_verify(arguments: argparse.Namespace) -> Run:
     storage = _open(arguments.path, arguments.storage_options)
+    damage = None if is_url(arguments.path) else local_index_problem(storage.path)  # before a reader rebuilds it
 
     def run() -> int:
         shard_sizes = storage.committed_shard_sizes()
@@ -168,10 +170,16 @@ def _prepare_verify(arguments: argparse.Namespace) -> Run:
         problems = storage.verify(progress)
         if bar is not None:
             bar.close()
+        if damage is not None and not any(problem.startswith(damage) for problem in problems):
+            problems.insert(0, f"{damage}; rebuilt from the shards")
         for problem in problems:
             print(f"CORRUPT {problem}")
+        damaged_shards = [problem for problem in problems if not problem.startswith("the shard index ")]
+        if damaged_shards:
+            print(f"{len(damaged_shards)} of {plural(len(shard_sizes), 'shard')} failed verification", file=sys.stderr)
+        elif problems:
+            print("the shard index was damaged: readers bypassed it; it was rebuilt from the shards", file=sys.stderr)
         if problems:
-            print(f"{len(problems)} of {plural(len(shard_sizes), 'shard')} failed verification", file=sys.stderr)
             return EXIT_FAILED
         print(f"ok: {plural(len(shard_sizes), 'shard')}, {plural(checked, 'data byte')} verified")
         return EXIT_OK
@@ -201,12 +209,23 @@ def _prepare_clean(arguments: argparse.Namespace) -> Run:
     return run
 
 
+def _prepare_index(arguments: argparse.Namespace) -> Run:
+    storage = _open(arguments.path, arguments.storage_options)
+
+    def run() -> int:
+        count = storage.write_index()
+        print(f"indexed {plural(count, 'shard')} in {storage.location}/shards.index")
+        return EXIT_OK
+
+    return run
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="guideloom",
         description=(
-            "Inspect, verify and clean guideloom storages; tokenize text into one; explain what a loader state "
-            "reads next."
+            "Inspect, verify, clean and index guideloom storages; tokenize text into one; explain what a loader "
+            "state reads next."
         ),
         epilog="exit status: 0 done, 1 problems found or the work failed, 2 usage error (nothing was changed)",
     )
@@ -228,7 +247,10 @@ def _parser() -> argparse.ArgumentParser:
     clean.add_argument("path", help="a storage directory or URL")
     clean.add_argument("--older-than", type=_seconds, default=3600.0, metavar="SECONDS", help="(default: 3600)")
     clean.set_defaults(prepare=_prepare_clean)
-    for command in (inspect, verify, clean):
+    index = commands.add_parser("index", help="write the index readers open a large storage by (after large writes)")
+    index.add_argument("path", help="a storage directory or URL")
+    index.set_defaults(prepare=_prepare_index)
+    for command in (inspect, verify, clean, index):
         command.add_argument(
             "--storage-options",
             metavar="JSON",
@@ -258,10 +280,34 @@ def main(argv: Sequence[str] | None = None) -> int:
             _report(arguments.command, error)
             return EXIT_USAGE
         try:
-            return run()
+            status = run()
+            sys.stdout.flush()  # a reader gone is found here, not in the interpreter's last flush
+            return status
+        except BrokenPipeError as error:
+            if not _stdout_reader_gone():
+                _report(arguments.command, error)
+                return EXIT_FAILED
+            _discard_stdout()
+            return EXIT_CLOSED_PIPE
         except REPORTED_ERRORS as error:
             _report(arguments.command, error)
             return EXIT_FAILED
     except KeyboardInterrupt:
         print(f"guideloom {arguments.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether standard output is a pipe whose reading end was closed (a broken pipe elsewhere is an error)."""
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poll.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll on this platform, or stdout is no file
+        return True
+
+
+def _discard_stdout() -> None:
+    """Point standard output at the null device, so that what is still buffered is dropped without a second error."""
+    with open(os.devnull, "wb") as devnull:
+        os.dup2(devnull.fileno(), sys.stdout.fileno())

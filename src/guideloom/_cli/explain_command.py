@@ -18,6 +18,7 @@ from guideloom._cli.plots import check_png, pyplot, save
 from guideloom._core.errors import StateMismatchError
 from guideloom._loading.reopen import loader_from_state, storages_of
 from guideloom._loading.state import (
+    BATCH_TOKENS,
     EPOCH,
     LOCAL_BATCH_SIZE,
     POSITION,
@@ -157,14 +158,20 @@ def _heading(state: dict[str, Any], located: dict[str | None, str]) -> list[str]
         reads = f"a mixture of {', '.join(f'{name} ({path})' for name, path in located.items())}; {kind}{cut}"
     return [
         f"state:  epoch {state[EPOCH]}, position {state[POSITION]:,} of {state[SAMPLE_COUNT]:,} samples "
-        f"(shuffle={state[SHUFFLE]}, seed={state[SEED]}); batches of {state[LOCAL_BATCH_SIZE]} samples "
+        f"(shuffle={state[SHUFFLE]}, seed={state[SEED]}); {_batches_of(state)} "
         f"on each of {state[WORLD_SIZE]} rank{'s' if state[WORLD_SIZE] != 1 else ''}",
         f"reads:  {reads}",
     ]
 
 
+def _batches_of(state: dict[str, Any]) -> str:
+    if state.get(BATCH_TOKENS) is not None:
+        return f"batches of records up to {state[BATCH_TOKENS]} length units"
+    return f"batches of {state[LOCAL_BATCH_SIZE]} samples"
+
+
 def _piece_text(piece: dict[str, Any]) -> str:
-    where = f"shard {piece['shard']}, record {piece['record']}"
+    where = f"shard {piece['shard']}, record {piece['record']} (index {piece['index']})"
     return where if piece["stop"] is None else f"{where} [{piece['start']}:{piece['stop']}]"
 
 
@@ -194,9 +201,11 @@ class Summary:
         names = [entry[0] for entry in source["components"]] if mixture else [STORAGE]
         kind = source.get("component_kind", source.get("kind"))
         steps = sorted({(batch["epoch"], batch["batch"]) for batch in batches})
-        global_batch = state[LOCAL_BATCH_SIZE] * state[WORLD_SIZE]
+        global_batch = (state[LOCAL_BATCH_SIZE] or 0) * state[WORLD_SIZE]  # 0 by budget: the weights at the state
         scheduled = [
-            _weights(source, epoch * state[SAMPLE_COUNT] + number * global_batch) if mixture else [1.0]
+            _weights(source, epoch * state[SAMPLE_COUNT] + (number * global_batch if global_batch else state[POSITION]))
+            if mixture
+            else [1.0]
             for epoch, number in steps
         ]
         summary = cls(names, scheduled, kind != "documents")

@@ -17,8 +17,10 @@ import numpy as np
 
 from guideloom._core.checks import check_int
 from guideloom._core.errors import StateMismatchError
+from guideloom._loading.batching import EpochSteps
 from guideloom._loading.orders import epoch_order
 from guideloom._loading.state import (
+    BATCH_TOKENS,
     DROP_LAST,
     LOCAL_BATCH_SIZE,
     LOCAL_WORLD_SIZE,
@@ -28,6 +30,7 @@ from guideloom._loading.state import (
     OrderSettings,
 )
 from guideloom._sampling.epoch_order import BatchPlan
+from guideloom._sampling.token_budget import Step
 from guideloom._sources.describe import SamplePieces
 from guideloom._sources.recorded_shards import CONTENT_KEYS, LOCATION_KEYS
 from guideloom._sources.source import SampleSource
@@ -46,6 +49,7 @@ class Place:
 
 
 def plan_of(settings: OrderSettings, source: SampleSource, start: int) -> BatchPlan:
+    assert settings.local_batch_size is not None
     return BatchPlan(source.sample_count, settings.local_batch_size, settings.world_size, settings.drop_last, start)
 
 
@@ -57,21 +61,20 @@ def describe_positions(
     return source.describe(epoch_order(source, settings, epoch, start).sample_at(positions), epoch)
 
 
-def upcoming(
-    place: Place, settings: OrderSettings, batches: int
-) -> Iterator[tuple[int, int, SampleSource, BatchPlan, int]]:
-    """The next ``batches`` batches as iteration yields them: ``(epoch, batch number in the epoch, source, plan,
-    batch of the plan)``. A batch's number counts the epoch's batches before it, the same on every rank."""
+def upcoming(place: Place, settings: OrderSettings, batches: int) -> Iterator[tuple[int, int, SampleSource, Step, int]]:
+    """The next ``batches`` batches as iteration yields them: ``(epoch, batch number in the epoch, source, step,
+    where the epoch's reading resumed)``. A batch's number counts the epoch's batches before it, the same on every
+    rank."""
     epoch, position, source, left = place.epoch, place.position, place.source, batches
     while left:
-        plan = plan_of(settings, source, position)
-        if plan.batch_count == 0:  # the epoch is complete: iteration starts the next one
+        steps = EpochSteps(source, settings, epoch, position)
+        if steps.is_complete():  # the epoch is complete: iteration starts the next one
             epoch, position, source = epoch + 1, 0, place.next_source
             continue
-        first = position // plan.global_batch_size
-        for batch in range(min(left, plan.batch_count)):
-            yield epoch, first + batch, source, plan, batch
-        left -= min(left, plan.batch_count)
+        first = steps.number_before()
+        for number, step in zip(range(first, first + left), steps.steps(), strict=False):
+            yield epoch, number, source, step, position
+            left -= 1
         position = source.sample_count
 
 
@@ -82,9 +85,9 @@ def explain_batches(place: Place, settings: OrderSettings, batches: object, rank
     if rank >= settings.world_size:
         raise ValueError(f"rank must be < world_size ({settings.world_size}), got {rank}")
     described = []
-    for epoch, number, source, plan, batch in upcoming(place, settings, count):
+    for epoch, number, source, step, start in upcoming(place, settings, count):
         epoch_settings = settings if epoch == place.epoch else settings.next_epoch()
-        pieces = describe_positions(source, epoch_settings, epoch, plan.rank_positions(batch, rank), plan.start)
+        pieces = describe_positions(source, epoch_settings, epoch, step.rank_positions(rank), start)
         described.append({"epoch": epoch, "batch": number, "rank": rank, "samples": pieces.samples()})
     return described
 
@@ -92,6 +95,8 @@ def explain_batches(place: Place, settings: OrderSettings, batches: object, rank
 def skipped(place: Place, settings: OrderSettings, batches: int) -> tuple[int, int, bool]:
     """The ``(epoch, position)`` after ``batches`` more batches, and whether it lies past the current epoch (so the
     next epoch's source serves it). Ending exactly at an epoch's end leaves that epoch complete, as reading does."""
+    if settings.batch_tokens is not None:
+        return _skipped_by_budget(place, settings, batches)
     plan = plan_of(settings, place.source, place.position)
     if batches <= plan.batch_count:
         return place.epoch, plan.batch_end(batches - 1) if batches else place.position, False
@@ -103,6 +108,19 @@ def skipped(place: Place, settings: OrderSettings, batches: int) -> tuple[int, i
     return place.epoch + whole + 1, epoch_plan.batch_end(left - 1), True
 
 
+def _skipped_by_budget(place: Place, settings: OrderSettings, batches: int) -> tuple[int, int, bool]:
+    """`skipped` for batches by budget: each epoch's steps are walked (their number differs from epoch to epoch)."""
+    epoch, source, steps = place.epoch, place.source, EpochSteps(place.source, settings, place.epoch, place.position)
+    left = batches
+    while True:
+        count = steps.count()
+        if left <= count:
+            return epoch, steps.end_after(left), epoch != place.epoch
+        left -= count
+        epoch, source = epoch + 1, place.next_source
+        steps = EpochSteps(source, settings, epoch, 0)
+
+
 def next_batch(source: SampleSource, settings: OrderSettings, epoch: int, position: int) -> str:
     """What a state records of the batch it stands before: a digest of that global batch's first sample.
 
@@ -112,7 +130,7 @@ def next_batch(source: SampleSource, settings: OrderSettings, epoch: int, positi
     arithmetic and keyed by what the source knows without opening a shard (``sample_keys``), keeps
     ``state_dict()`` cheap at every step and free of downloads, and tells another order apart all the same.
     """
-    if plan_of(settings, source, position).batch_count == 0:
+    if EpochSteps(source, settings, epoch, position).is_complete():
         epoch, position, settings = epoch + 1, 0, settings.next_epoch()
     index = epoch_order(source, settings, epoch, position).sample_at_one(position)
     keys = source.sample_keys(np.array([index % source.sample_count], np.int64), epoch)
@@ -149,17 +167,21 @@ def check_next_batch(
         return
     recorded = state[NEXT_BATCH]
     local_batch_size, world_size, drop_last = (state.get(key) for key in (LOCAL_BATCH_SIZE, WORLD_SIZE, DROP_LAST))
+    batch_tokens = state.get(BATCH_TOKENS)
     local_world_size = state.get(LOCAL_WORLD_SIZE, settings.local_world_size)
-    sizes = (local_batch_size, world_size, local_world_size)
+    sizes = (local_batch_size if batch_tokens is None else batch_tokens, world_size, local_world_size)
     sizes_fit = all(isinstance(size, int) and not isinstance(size, bool) and size >= 1 for size in sizes)
+    if batch_tokens is not None and local_batch_size is not None:
+        sizes_fit = False  # one or the other
     if not (sizes_fit and isinstance(drop_last, bool) and isinstance(recorded, str)):
         raise StateMismatchError(f"the state's {NEXT_BATCH!r} and batch sizes are not what guideloom writes")
-    assert isinstance(local_batch_size, int) and isinstance(world_size, int) and isinstance(local_world_size, int)
+    assert isinstance(world_size, int) and isinstance(local_world_size, int)
     then = replace(
         settings,
         local_batch_size=local_batch_size,
         world_size=world_size,
         drop_last=drop_last,
+        batch_tokens=batch_tokens,
         local_world_size=local_world_size,
     )
     if next_batch(source, then, epoch, position) != recorded:

@@ -9,8 +9,8 @@ where the work runs, never what a batch holds.
 
 from __future__ import annotations
 
-import os
 import sys
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from types import TracebackType
@@ -18,17 +18,18 @@ from typing import Any, Self
 
 import numpy as np
 import torch
-import torch.distributed
 
 from guideloom._core.checks import check_bool, check_callable, check_int, check_number
+from guideloom._loading.batching import EpochSteps, check_measured, check_some_batch
 from guideloom._loading.devices import check_device
 from guideloom._loading.epoch_iterator import EpochIterator
 from guideloom._loading.explain import DigestCache, Place, check_next_batch, explain_batches, skipped
 from guideloom._loading.job_snapshot import in_job
 from guideloom._loading.make_source import make_source
 from guideloom._loading.orders import epoch_order
+from guideloom._loading.ranks import check_process_group, resolve_ranks
 from guideloom._loading.state import OrderSettings, build_state, check_state
-from guideloom._loading.streaming import check_windowed, local_world_size_of, prepare_streaming
+from guideloom._loading.streaming import check_windowed, in_machine_shares, local_world_size_of, prepare_streaming
 from guideloom._loading.transport import Batcher, Transport, make_transport
 from guideloom._mixture.mixture import Mixture
 from guideloom._sampling.epoch_order import BatchPlan
@@ -38,60 +39,6 @@ from guideloom._storage.storages import DocumentStorage, TokenStorage
 
 ORDER_CHUNK = 4096  # samples whose order is computed at once (rounded down to whole batches)
 FIRST_ORDER_CHUNK = 256  # the same at the start of an epoch segment, so the first batch waits for these only
-
-
-def _resolve_ranks(rank: int | None, world_size: int | None) -> tuple[int, int, bool]:
-    """Explicit values, else an initialised torch.distributed group, else RANK/WORLD_SIZE, else 0/1.
-
-    Never a guess: ``WORLD_SIZE`` > 1 without ``RANK`` (as Lightning's launcher leaves it before the
-    process group exists) is an error. The last value says whether the ranks came from the environment.
-    """
-    if rank is None and world_size is None:
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            return torch.distributed.get_rank(), torch.distributed.get_world_size(), True
-        rank, world_size = _environment_ranks()
-        implicit = True
-    elif rank is None or world_size is None:
-        raise ValueError("rank and world_size must be given together (or both omitted)")
-    else:
-        implicit = False
-    world_size = check_int("world_size", world_size, minimum=1)
-    rank = check_int("rank", rank, minimum=0)
-    if rank >= world_size:
-        raise ValueError(f"rank must be < world_size ({world_size}), got {rank}")
-    return rank, world_size, implicit
-
-
-def _environment_ranks() -> tuple[int, int]:
-    """RANK and WORLD_SIZE from the environment; 0 of 1 when neither is set."""
-    values = {name: os.environ.get(name) for name in ("RANK", "WORLD_SIZE")}
-    try:
-        rank, world_size = int(values["RANK"] or 0), int(values["WORLD_SIZE"] or 1)
-    except ValueError:
-        raise ValueError("the RANK and WORLD_SIZE environment variables must be integers") from None
-    if world_size < 1 or not 0 <= rank < world_size:  # said in the variables' names: no argument was passed
-        said = " and ".join(f"{name}={value}" for name, value in values.items() if value is not None)
-        raise ValueError(f"the environment says {said}: WORLD_SIZE must be 1 or more and RANK from 0 to WORLD_SIZE - 1")
-    if values["RANK"] is None and world_size > 1:
-        raise ValueError(
-            f"WORLD_SIZE={world_size} is set but RANK is not, and torch.distributed is not initialised, so "
-            "this process's rank is unknown: build the loader after init_process_group (under Lightning, "
-            "inside train_dataloader()), or pass rank= and world_size="
-        )
-    return rank, world_size
-
-
-def _check_process_group(rank: int, world_size: int) -> None:
-    """Refuse ranks that an initialised process group contradicts: the ranks would read overlapping data."""
-    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
-        return
-    group = (torch.distributed.get_rank(), torch.distributed.get_world_size())
-    if group != (rank, world_size):
-        raise ValueError(
-            f"this loader took rank {rank} of {world_size} from the environment when it was created, but the "
-            f"initialised process group says rank {group[0]} of {group[1]}: build the loader after "
-            "init_process_group, or pass rank= and world_size="
-        )
 
 
 class StatefulDataLoader:
@@ -118,7 +65,7 @@ class StatefulDataLoader:
         collate: Callable[[Any], Any] | None,
         *,
         device: torch.device,
-        local_batch_size: int,
+        local_batch_size: int | None,
         shuffle: bool,
         seed: int,
         drop_last: bool,
@@ -129,6 +76,7 @@ class StatefulDataLoader:
         timeout: float,
         sequence_length: int | None = None,
         ranks_from_environment: bool = False,
+        batch_tokens: int | None = None,
         shuffle_window: int | None = None,
         local_world_size: int = 1,
     ) -> None:
@@ -138,6 +86,7 @@ class StatefulDataLoader:
         self._collate = collate
         self.device = device
         self.local_batch_size = local_batch_size
+        self.batch_tokens = batch_tokens
         self.sequence_length = sequence_length
         self.shuffle = shuffle
         self.seed = seed
@@ -155,17 +104,16 @@ class StatefulDataLoader:
         if self.sample_count == 0:
             source.close()
             raise ValueError(f"{source} has no samples to load")
-        if drop_last and self.sample_count < local_batch_size * world_size:  # else every epoch is silently empty
+        try:
+            check_some_batch(source, self._settings())  # with drop_last, an epoch may hold none
+        except ValueError:
             source.close()
-            raise ValueError(
-                f"drop_last=True would drop every batch: {source} gives {self.sample_count} samples per epoch, fewer "
-                f"than one global batch of {local_batch_size * world_size} (local_batch_size={local_batch_size} × "
-                f"world_size={world_size})"
-            )
+            raise
         self.epoch = 0
         self.position = 0
         self._generation = 0
         self._digests = DigestCache()
+        self._length: tuple[int, SampleSource | None, int] = (-1, None, 0)  # len(self) of an epoch of a source
         self._transport = self._make_transport()
         self._closed = False
 
@@ -177,7 +125,7 @@ class StatefulDataLoader:
             num_workers=self.num_workers,
             prefetch_factor=self._prefetch_factor,
             timeout=self._timeout,
-            batch_bytes=self._source.sample_bytes * self.local_batch_size,
+            batch_bytes=self._source.sample_bytes * (self.local_batch_size or 0),
         )
 
     @classmethod
@@ -187,7 +135,8 @@ class StatefulDataLoader:
         collate: Callable[[Any], Any] | None = None,
         *,
         device: torch.device | str,
-        local_batch_size: int,
+        local_batch_size: int | None = None,
+        batch_tokens: int | None = None,
         sequence_length: int | None = None,
         window_dtype: torch.dtype | None = None,
         document_boundaries: bool = False,
@@ -210,7 +159,9 @@ class StatefulDataLoader:
         ``collate(samples)`` builds a batch (default: token windows stacked into an int64 tensor of
         shape ``(local_batch_size, sequence_length)``, or int32 with ``window_dtype=torch.int32``;
         documents as the list of decoded records);
-        every tensor in it is moved to ``device``. ``num_workers`` > 0 decodes and collates in that
+        every tensor in it is moved to ``device``. ``batch_tokens=N`` instead of ``local_batch_size`` (documents
+        only) gives each rank batches of consecutive records whose lengths sum to at most ``N`` (a longer record
+        alone), the same number on every rank (docs/documents.md). ``num_workers`` > 0 decodes and collates in that
         many background processes, ``prefetch_factor`` batches ahead each. Token windows with the
         default collate are a plain memory copy: one background thread builds them instead, 16
         batches at a time. ``timeout`` (seconds, 0 = none) bounds the wait for a worker's batch.
@@ -226,16 +177,23 @@ class StatefulDataLoader:
         """
         collate = check_callable("collate", collate, optional=True)
         device = check_device(device)
-        local_batch_size = check_int("local_batch_size", local_batch_size, minimum=1)
+        if (local_batch_size is None) == (batch_tokens is None):
+            raise TypeError("from_storage() takes exactly one of local_batch_size and batch_tokens")
+        if local_batch_size is not None:
+            local_batch_size = check_int("local_batch_size", local_batch_size, minimum=1)
+        else:
+            batch_tokens = check_int("batch_tokens", batch_tokens, minimum=1)
         num_workers = check_int("num_workers", num_workers, minimum=0)
         prefetch_factor = check_int("prefetch_factor", prefetch_factor, minimum=1)
         shuffle = check_bool("shuffle", shuffle)
         drop_last = check_bool("drop_last", drop_last)
         seed = check_int("seed", seed, minimum=-(2**63))
         timeout = check_number("timeout", timeout, minimum=0)
-        rank, world_size, ranks_from_environment = _resolve_ranks(rank, world_size)
+        rank, world_size, ranks_from_environment = resolve_ranks(rank, world_size)
         shuffle_window = check_windowed(storage, shuffle_window, shuffle)
         local_world_size = local_world_size_of(local_world_size, world_size, shuffle_window)
+        if batch_tokens is not None and shuffle_window is not None:
+            raise ValueError("batch_tokens and shuffle_window do not combine yet: batch by budget in the global order")
         mode = window_mode(
             {
                 "document_boundaries": document_boundaries,
@@ -253,7 +211,13 @@ class StatefulDataLoader:
             seed=seed,
             one_snapshot_per_job=in_job(rank, world_size),
         )
-        prepare_streaming(storage, source, shuffle, shuffle_window)
+        if batch_tokens is not None:
+            try:
+                check_measured(source)
+            except ValueError:
+                source.close()
+                raise
+        source = prepare_streaming(storage, source, shuffle, shuffle_window, world_size // local_world_size)
         return cls(
             source,
             collate,
@@ -269,24 +233,30 @@ class StatefulDataLoader:
             timeout=timeout,
             sequence_length=sequence_length,
             ranks_from_environment=ranks_from_environment,
+            batch_tokens=batch_tokens,
             shuffle_window=shuffle_window,
             local_world_size=local_world_size,
         )
 
-    def _plan(self, start: int) -> BatchPlan:
-        return BatchPlan(self.sample_count, self.local_batch_size, self.world_size, self.drop_last, start)
+    def _steps(self, start: int) -> EpochSteps:
+        return EpochSteps(self._source, self._settings(), self.epoch, start)
 
     def __len__(self) -> int:
-        """Batches this rank yields in a full epoch."""
-        return self._plan(0).full_epoch_batch_count
+        """Batches this rank yields in a full epoch (with ``batch_tokens``: this epoch, whose lengths it reads once)."""
+        epoch = self.epoch if self.batch_tokens is not None else 0  # (fixed batches: the same in every epoch)
+        known_epoch, source, length = self._length
+        if known_epoch != epoch or source is not self._source:
+            length = self._steps(0).epoch_count()
+            self._length = (epoch, self._source, length)
+        return length
 
     def __iter__(self) -> Iterator[Any]:
         """The rest of the current epoch, or the next epoch if this one is complete."""
         self._check_open()
         if self._ranks_to_check:
-            _check_process_group(self.rank, self.world_size)
+            check_process_group(self.rank, self.world_size)
             self._ranks_to_check = False
-        if self._plan(self.position).batch_count == 0:
+        if self._steps(self.position).is_complete():
             self._start_next_epoch()
             self.position = 0
         self._generation += 1
@@ -294,19 +264,34 @@ class StatefulDataLoader:
 
     def _start_next_epoch(self) -> None:
         self.epoch += 1
-        self._epoch_machines = None
+        if not self._source.orders_itself:  # a windowed mixture keeps its run's machine shares (see streaming)
+            self._epoch_machines = None
         if self._next_epoch_source is not None:  # shards added since the checkpoint join now
             source, self._next_epoch_source = self._next_epoch_source, None
             self._use_source(source)
 
     def _epoch_segment(self, generation: int) -> Iterator[Any]:
-        plan = self._plan(self.position)
+        steps = self._steps(self.position)
+        if steps.fixed is None:
+            yield from self._budget_segment(generation, steps)
+            return
+        plan = steps.fixed
         batches = self._transport.batches(self._index_batches(plan), self.epoch)
         for batch_number in range(plan.batch_count):
             if generation != self._generation:
                 raise RuntimeError("this iterator was superseded by a newer iter() or state of the same loader")
             batch = next(batches)
             self.position = plan.batch_end(batch_number)
+            yield batch
+
+    def _budget_segment(self, generation: int, steps: EpochSteps) -> Iterator[Any]:
+        """`_epoch_segment` for batches by budget: the steps are planned as the transport asks for them."""
+        ends: deque[int] = deque()  # where the epoch continues after each batch planned and not yet yielded
+        batches = self._transport.batches(steps.rank_indices(self.rank, ends), self.epoch)
+        for batch in batches:
+            if generation != self._generation:
+                raise RuntimeError("this iterator was superseded by a newer iter() or state of the same loader")
+            self.position = ends.popleft()
             yield batch
 
     def _index_batches(self, plan: BatchPlan) -> Iterator[np.ndarray]:
@@ -317,8 +302,8 @@ class StatefulDataLoader:
         """
         epoch, source = self.epoch, self._source
         order = epoch_order(source, self._settings(), epoch, plan.start)
-        chunk = max(1, ORDER_CHUNK // self.local_batch_size)
-        first, stop = 0, min(max(1, FIRST_ORDER_CHUNK // self.local_batch_size), plan.full_batch_count)
+        chunk = max(1, ORDER_CHUNK // plan.local_batch_size)
+        first, stop = 0, min(max(1, FIRST_ORDER_CHUNK // plan.local_batch_size), plan.full_batch_count)
         while first < plan.full_batch_count:
             indices = order.sample_at(plan.full_rank_positions(first, stop, self.rank))
             source.prefetch(indices.reshape(-1), epoch)
@@ -339,6 +324,7 @@ class StatefulDataLoader:
             self.shuffle_window,
             self.local_world_size,
             self._epoch_machines,
+            self.batch_tokens,
         )
 
     def _place(self) -> Place:
@@ -374,6 +360,10 @@ class StatefulDataLoader:
         latest = self._next_epoch_source or self._source
         resume = check_state(state, self._settings(), latest)
         settings = replace(self._settings(), epoch_machines=resume.machines)
+        window, machines = self.shuffle_window, resume.machines  # a windowed mixture is read in the state's shares
+        shares = in_machine_shares(latest, window, machines)
+        rest = shares if resume.source is latest else in_machine_shares(resume.source, window, machines)
+        resume, latest = replace(resume, source=rest), shares
         check_next_batch(state, resume.source, settings, resume.epoch, resume.position)
         if resume.source is not self._source:  # e.g. the shards a grown storage had at the checkpoint
             self._use_source(resume.source, keep=latest)

@@ -74,12 +74,11 @@ class _Cut:
             raise ValueError(f"window_dtype must be torch.int64 or torch.int32, got {window_dtype!r}")
         if isinstance(storage, TokenStorage) and sequence_length is None:
             raise ValueError("sequence_length is required for a TokenStorage (use T + 1 for next-token targets)")
-        if isinstance(storage, DocumentStorage) and sequence_length is not None:
-            raise ValueError("sequence_length must be omitted for a DocumentStorage: each record is one sample")
         storage.header_for_reading()  # a missing storage is StorageNotFoundError here, not at the first batch
         snapshot = job_snapshot(storage) if self.one_snapshot_per_job else storage.snapshot()
         if isinstance(storage, DocumentStorage):
-            return _not_empty(self.mode.document_source(storage, snapshot), " (empty storage)", component)
+            records = self.mode.document_source(storage, snapshot, sequence_length)
+            return _not_empty(records, " (empty storage, or no record as short as a row)", component)
         sequence_length = check_sequence_length(sequence_length)
         window_numpy_dtype = np.dtype(np.int32 if window_dtype == torch.int32 else np.int64)
         if window_numpy_dtype == np.int32 and storage.dtype.itemsize == 8:
@@ -93,7 +92,12 @@ class _Cut:
 
 
 def _not_empty(source: StorageSource, why: str, component: str | None) -> StorageSource:
-    if source.sample_count == 0:
+    try:
+        empty = source.sample_count == 0  # (packed records are packed here, and may name a record too long)
+    except BaseException:
+        source.close()
+        raise
+    if empty:
         source.close()
         which = "" if component is None else f"the mixture's component {component!r}: "
         raise ValueError(f"{which}the storage at {source.storage.location} has no samples to load{why}")

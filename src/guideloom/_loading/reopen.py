@@ -14,6 +14,7 @@ from typing import Any
 from guideloom._core.errors import StateMismatchError, StorageNotFoundError
 from guideloom._loading.loader import StatefulDataLoader
 from guideloom._loading.state import (
+    BATCH_TOKENS,
     DROP_LAST,
     LOCAL_BATCH_SIZE,
     LOCAL_WORLD_SIZE,
@@ -90,7 +91,7 @@ def _open(location: str, kind: str, storage_options: dict[str, Any] | None, what
     options = storage_options if is_url(location) else None
     try:
         found = AnyFormatStorage(location, storage_options=options)
-        if kind == "documents":
+        if kind in ("documents", "packed records"):
             return DocumentStorage(location, OpaqueFormat(found.header.format or ""), storage_options=options)
         return TokenStorage(location, storage_options=options)
     except StorageNotFoundError as error:
@@ -141,7 +142,8 @@ def loader_from_state(
     loader = StatefulDataLoader.from_storage(
         storage,
         device="cpu",
-        local_batch_size=_field(state, LOCAL_BATCH_SIZE, int),
+        local_batch_size=_field(state, LOCAL_BATCH_SIZE, int) if state.get(BATCH_TOKENS) is None else None,
+        batch_tokens=_field(state, BATCH_TOKENS, int) if state.get(BATCH_TOKENS) is not None else None,
         shuffle=_field(state, SHUFFLE, bool),
         seed=_field(state, SEED, int),
         drop_last=_field(state, DROP_LAST, bool),

@@ -25,6 +25,7 @@ SEED = "seed"
 LOCAL_BATCH_SIZE = "local_batch_size"  # this and the next two are recorded for reference: they may change
 WORLD_SIZE = "world_size"
 DROP_LAST = "drop_last"
+BATCH_TOKENS = "batch_tokens"  # only in the states of loaders batching by budget (their local_batch_size is None)
 SHUFFLE_WINDOW = "shuffle_window"  # only in states of a windowed order, with the next two
 LOCAL_WORLD_SIZE = "local_world_size"  # for reference
 MACHINES = "machines"  # the machine shares the state's epoch is read in: a resumed run keeps them to its end
@@ -42,12 +43,13 @@ class OrderSettings:
 
     shuffle: bool
     seed: int
-    local_batch_size: int
+    local_batch_size: int | None  # None when batches are cut by batch_tokens
     world_size: int
     drop_last: bool
     shuffle_window: int | None = None  # None: the global order
     local_world_size: int = 1
     epoch_machines: int | None = None  # the machines whose shares the current epoch is read in (None: machines)
+    batch_tokens: int | None = None  # batches cut by a budget of lengths instead of local_batch_size
 
     @property
     def machines(self) -> int:
@@ -77,6 +79,7 @@ def build_state(
     settings: OrderSettings, source: SampleSource, epoch: int, position: int, next_batch: str
 ) -> dict[str, Any]:
     """The state dict: small, JSON-serialisable and equal on every rank."""
+    budget = {} if settings.batch_tokens is None else {BATCH_TOKENS: settings.batch_tokens}
     return {
         VERSION_KEY: VERSION,
         EPOCH: epoch,
@@ -87,6 +90,7 @@ def build_state(
         LOCAL_BATCH_SIZE: settings.local_batch_size,
         WORLD_SIZE: settings.world_size,
         DROP_LAST: settings.drop_last,
+        **budget,
         SOURCE: source.identity(),
         NEXT_BATCH: next_batch,
         **windowed_keys(settings),

@@ -9,9 +9,10 @@ import numpy as np
 
 from guideloom._core.checks import check_int
 from guideloom._mixture.mixture import Mixture
+from guideloom._mixture.source import MixtureSource
 from guideloom._sources.source import PinnedShards, SampleSource
 
-__all__ = ["check_windowed", "local_world_size_of", "prepare_streaming", "warn_if_thrashing"]
+__all__ = ["check_windowed", "in_machine_shares", "local_world_size_of", "prepare_streaming", "warn_if_thrashing"]
 
 _warned: set[str] = set()  # storages whose thrashing was reported (once per process)
 
@@ -23,11 +24,6 @@ def check_windowed(storage: object, shuffle_window: object, shuffle: bool) -> in
     window = check_int("shuffle_window", shuffle_window, minimum=1)
     if not shuffle:
         raise ValueError(f"shuffle_window={window} needs shuffle=True: it says how the shuffle mixes shards")
-    if isinstance(storage, Mixture):
-        raise ValueError(
-            "shuffle_window is not available for a Mixture yet: read each component's storage with it, or a mixture "
-            "with the global order (shuffle_window=None)"
-        )
     return window
 
 
@@ -55,12 +51,36 @@ def local_world_size_of(local_world_size: object, world_size: int, shuffle_windo
     return ranks
 
 
-def prepare_streaming(storage: object, source: SampleSource, shuffle: bool, shuffle_window: int | None) -> None:
-    """What a new loader's source needs for its order: the warnings below, and a windowed order's source keeps
-    its window and the shard a window runs into open, no more (a finished shard is left to the cache at once)."""
-    warn_if_thrashing(storage, source, shuffle, shuffle_window)
-    if shuffle_window is not None and isinstance(source, PinnedShards):
-        source.hold_at_most(shuffle_window + 1)
+def prepare_streaming(
+    storage: object, source: SampleSource, shuffle: bool, shuffle_window: int | None, machines: int
+) -> SampleSource:
+    """The source a new loader reads, made ready for its order: the warnings below, and a windowed order's source
+    keeps its window and the shard a window runs into open, no more (a finished shard is left to the cache at
+    once). A windowed mixture does so for each component, and reads its positions as machine slots."""
+    read: list[tuple[object, SampleSource]] = [(storage, source)]
+    if isinstance(storage, Mixture) and isinstance(source, MixtureSource):
+        read = list(zip(storage.components.values(), source.components, strict=True))
+    for one_storage, one_source in read:
+        if shuffle_window is not None and not hasattr(one_source, "shard_sample_counts"):
+            source.close()
+            raise ValueError(
+                f"shuffle_window={shuffle_window} cannot read {one_source}: its samples are not cut shard by shard "
+                "(read it with the global order, shuffle_window=None)"
+            )
+        warn_if_thrashing(one_storage, one_source, shuffle, shuffle_window)
+        if shuffle_window is not None and isinstance(one_source, PinnedShards):
+            one_source.hold_at_most(shuffle_window + 1)
+    return in_machine_shares(source, shuffle_window, machines)
+
+
+def in_machine_shares(source: SampleSource, shuffle_window: int | None, machines: int | None) -> SampleSource:
+    """A windowed mixture read in ``machines`` shares (it keeps a run's shares over all its epochs, since its
+    components' passes run on across them); any other source as it is."""
+    if shuffle_window is None or machines is None or not isinstance(source, MixtureSource):
+        return source
+    if source.window == shuffle_window and source.machines == machines:
+        return source
+    return source.windowed(shuffle_window, machines)
 
 
 def warn_if_thrashing(storage: object, source: SampleSource, shuffle: bool, shuffle_window: int | None) -> None:

@@ -50,7 +50,7 @@ class MixtureOrder:
         self.shuffle = shuffle
         self.seed = seed
         self._slot_seed = mix_int((seed & MASK64) ^ _SLOT_SALT)
-        self._component_seeds = [mix_int((seed & MASK64) ^ mix_int(k + 1)) for k in range(len(component_sizes))]
+        self.component_seeds = [mix_int((seed & MASK64) ^ mix_int(k + 1)) for k in range(len(component_sizes))]
         self._blocks: OrderedDict[int, _BlockLayout] = OrderedDict()
 
     def __getstate__(self) -> dict[str, object]:
@@ -134,7 +134,7 @@ class MixtureOrder:
             within,
             which,
             [int(self.sizes[k]) for k in pass_components.tolist()],
-            [self._component_seeds[k] for k in pass_components.tolist()],
+            [self.component_seeds[k] for k in pass_components.tolist()],
             pass_numbers.tolist(),
         )
         return components, samples

@@ -75,6 +75,13 @@ class Schedule:
         draws: npt.NDArray[np.int64] = covered @ self.counts
         return draws
 
+    def restarted_at(self, starts: npt.NDArray[np.int64]) -> Schedule:
+        """This schedule with stage ``s`` starting at the first block at or after ``starts[s]`` (non-decreasing; a
+        stage that would start where a later one does is dropped): a machine's own schedule in a windowed mixture."""
+        rounded = -(-np.asarray(starts, np.int64) // self.block_size) * self.block_size
+        keep = np.append(rounded[1:] != rounded[:-1], True)
+        return Schedule(self.names, self.block_size, rounded[keep], self.counts[keep])
+
     def to_json(self) -> list[list[Any]]:
         """The stages as ``[[start, [count, ...]], ...]``: what a loader state records (small, exact)."""
         return [[int(start), [int(c) for c in row]] for start, row in zip(self.starts, self.counts, strict=True)]

@@ -15,9 +15,11 @@ import numpy as np
 import numpy.typing as npt
 
 from guideloom._core.errors import StateMismatchError
+from guideloom._mixture.machine_draws import MachineDraws
 from guideloom._mixture.mixture import Mixture
 from guideloom._mixture.mixture_order import MixtureOrder
 from guideloom._sources.describe import SamplePieces
+from guideloom._sources.documents import DocumentSource
 from guideloom._sources.recorded_shards import (
     ShardSetDigest,
     cut_settings,
@@ -44,7 +46,16 @@ def _stage_digests(schedule: list[list[Any]]) -> list[list[Any]]:
 class MixtureSource:
     """Samples of several component sources, in the mixture's exact, seeded, scheduled order."""
 
-    def __init__(self, mixture: Mixture, components: list[StorageSource], *, shuffle: bool, seed: int) -> None:
+    def __init__(
+        self,
+        mixture: Mixture,
+        components: list[StorageSource],
+        *,
+        shuffle: bool,
+        seed: int,
+        window: int | None = None,
+        machines: int = 1,
+    ) -> None:
         self.mixture = mixture
         self.components = components
         self.shuffle = shuffle
@@ -53,12 +64,33 @@ class MixtureSource:
             mixture.schedule, [source.sample_count for source in components], shuffle=shuffle, seed=seed
         )
         self._sample_count = mixture.samples_per_epoch or self.order.default_samples_per_epoch()
+        self.window, self.machines = window, machines
+        self._machine_draws = None if window is None else self._draws_by_machine(window, machines)
         self._identity: dict[str, Any] | None = None
         self._located: list[tuple[int, npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]] = []
         self._pending: tuple[int, npt.NDArray[np.int64]] | None = None  # announced, located when first needed
         self._plain_windows = _plain_windows(components)  # all read as one array when they are plain windows
         self._sign_checked = any(source.ids_need_sign_check for source in self._plain_windows or [])
         self._windows: MixedWindows | None = None  # the components' readers, read as one (built on first use)
+
+    def windowed(self, window: int, machines: int) -> MixtureSource:
+        """This mixture read with ``shuffle_window=window`` over ``machines`` machines: positions are machine
+        slots (see ``_mixture.machine_draws``), each component read in windows of its machine's share."""
+        return MixtureSource(
+            self.mixture, self.components, shuffle=self.shuffle, seed=self.seed, window=window, machines=machines
+        )
+
+    def _draws_by_machine(self, window: int, machines: int) -> MachineDraws:
+        counts = [source.shard_sample_counts() for source in self.components]  # type: ignore[union-attr]
+        cuts = [source.clean_cuts() if hasattr(source, "clean_cuts") else None for source in self.components]
+        return MachineDraws(self.order, counts, cuts, self._sample_count, window=window, machines=machines)
+
+    def _locate(self, positions: npt.NDArray[np.int64], epoch: int) -> tuple[npt.NDArray[np.int64], ...]:
+        """The component and sample of each epoch position (a machine slot when windowed), padding wrapped."""
+        wrapped = np.asarray(positions, np.int64) % self._sample_count
+        if self._machine_draws is not None:
+            return self._machine_draws.locate(wrapped, epoch)
+        return self.order.locate(epoch * self._sample_count + wrapped)
 
     @property
     def sample_count(self) -> int:
@@ -89,8 +121,7 @@ class MixtureSource:
             found = self._look_up(positions, epoch)
         if found is not None:
             return found
-        wrapped = positions % self._sample_count  # padding wraps around
-        return self.order.locate(epoch * self._sample_count + wrapped)
+        return self._locate(positions, epoch)
 
     def _look_up(self, positions: npt.NDArray[np.int64], epoch: int) -> tuple[npt.NDArray[np.int64], ...] | None:
         leading = int(positions[0]) if len(positions) else None
@@ -112,7 +143,7 @@ class MixtureSource:
 
     def _remember(self, epoch: int, positions: npt.NDArray[np.int64]) -> None:
         """Locate announced (sorted) positions for `fetch`, and pass the hint on to the components."""
-        components, samples = self.order.locate(epoch * self._sample_count + positions % self._sample_count)
+        components, samples = self._locate(positions, epoch)
         self._located = [*self._located[-2:], (epoch, positions, components, samples)]
         for k in np.flatnonzero(np.bincount(components, minlength=len(self.components))).tolist():
             self.components[k].prefetch(samples[components == k], epoch)
@@ -134,17 +165,33 @@ class MixtureSource:
 
     def describe(self, indices: np.ndarray, epoch: int) -> SamplePieces:
         """Each component describes its samples; they are laid out in the mixture's order, named."""
-        positions = np.asarray(indices, np.int64) % self._sample_count
-        components, samples = self.order.locate(epoch * self._sample_count + positions)
+        components, samples = self._locate(indices, epoch)
         present = np.flatnonzero(np.bincount(components, minlength=len(self.components))).tolist()
         parts = {k: self.components[k].describe(samples[components == k], epoch).in_component(k) for k in present}
-        described: SamplePieces = _interleave(parts, components) if parts else SamplePieces.of([], [], [], [], [])
+        nothing = SamplePieces.of([], [], [], [], [], indices=[])
+        described: SamplePieces = _interleave(parts, components) if parts else nothing
         return described.named(self.mixture.names)
+
+    def sample_lengths(self, indices: np.ndarray, epoch: int) -> np.ndarray:
+        """The lengths of the samples at these positions, each from its component (all must measure samples)."""
+        positions = np.asarray(indices, np.int64) % self._sample_count
+        components, samples = self.order.locate(epoch * self._sample_count + positions)
+        lengths = np.empty(len(positions), np.int64)
+        for k in np.flatnonzero(np.bincount(components, minlength=len(self.components))).tolist():
+            chosen, source = components == k, self.components[k]
+            if not isinstance(source, DocumentSource):
+                raise TypeError(f"the mixture's component {self.mixture.names[k]!r} ({source}) has no record lengths")
+            lengths[chosen] = source.sample_lengths(samples[chosen], epoch)
+        return lengths
+
+    @property
+    def measures_samples(self) -> bool:
+        """Whether every component knows its samples' lengths (``batch_tokens`` needs them): records do."""
+        return all(isinstance(source, DocumentSource) for source in self.components)
 
     def sample_keys(self, indices: np.ndarray, epoch: int) -> np.ndarray:
         """Each sample's component and its keys there, sample after sample."""
-        positions = np.asarray(indices, np.int64) % self._sample_count
-        components, samples = self.order.locate(epoch * self._sample_count + positions)
+        components, samples = self._locate(indices, epoch)
         keys = [
             np.concatenate([[k], self.components[k].sample_keys(samples[i : i + 1], epoch)])
             for i, k in enumerate(components.tolist())
@@ -258,7 +305,9 @@ class MixtureSource:
         for (name, ranges, _), source in zip(recorded["components"], self.components, strict=True):
             shards = recorded_shards(parse_ranges(ranges), source.shard_ids, f"component {name!r} ({source})")
             components.append(source if shards == source.shard_ids else source.with_shards(shards))
-        then = MixtureSource(self.mixture, components, shuffle=self.shuffle, seed=self.seed)
+        then = MixtureSource(
+            self.mixture, components, shuffle=self.shuffle, seed=self.seed, window=self.window, machines=self.machines
+        )
         changed = ShardSetDigest.from_text(recorded.get("digest")).changed_key(then._digest())
         if changed is not None:
             name, shard = self.mixture.names[changed >> _KEY_BITS], changed & ((1 << _KEY_BITS) - 1)

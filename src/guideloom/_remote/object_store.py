@@ -376,7 +376,7 @@ async def _read_s3_object(fs: Any, bucket: str, key: str, arguments: dict[str, s
         data = bytes(await body.read())
     finally:
         body.close()
-    _check_length(len(data), response, f"{bucket}/{key}")
+    check_length(len(data), response, f"{bucket}/{key}")
     return data
 
 
@@ -396,14 +396,14 @@ async def _stream_s3_object(
                     file.write(chunk)
                 else:
                     decoding.write(chunk)
-            _check_length(received, response, f"{bucket}/{key}")
+            check_length(received, response, f"{bucket}/{key}")
             if decoding is not None:
                 decoding.finish()
     finally:
         body.close()
 
 
-def _check_length(received: int, response: dict[str, Any], name: str) -> None:
+def check_length(received: int, response: dict[str, Any], name: str) -> None:
     expected = response.get("ContentLength")
     if isinstance(expected, int) and received != expected:
         raise ShortBody(f"the body of {name} ended after {received} of {expected} bytes")

@@ -3,13 +3,15 @@
 Objects under the storage's URL::
 
     guideloom.json                                  the header, created once (conditional create)
+    shards.index                                    the index object: derived, optional (see _remote.index_object)
     shards/<12-digit id>.shard                      a committed shard, byte for byte the local file;
                                                     created with If-None-Match: its existence is the commit
     shards/<id>.r<records>.e<elements>.c<crc>.meta  empty marker written after the commit: what readers
                                                     need to index the shard, so opening costs one listing
 
 A shard whose marker is missing (its writer died between the two creates) is indexed from its footer,
-one ranged read. Markers without a shard are ignored (``clean`` removes them).
+one ranged read. Markers without a shard are ignored (``clean`` removes them). With an index object,
+readers list only the ids it cannot know (``_remote.indexed_listing``).
 """
 
 from __future__ import annotations
@@ -29,8 +31,11 @@ from typing import IO, Any
 
 from guideloom._core.errors import CorruptStorageError, FormatMismatchError, StorageNotFoundError
 from guideloom._remote.compression import DEFAULT_LEVEL, DamagedDownload, ShardDecoder, upload_source
+from guideloom._remote.index_object import INDEX_OBJECT, index_object_bytes
+from guideloom._remote.indexed_listing import problem_of_index, read_index_object, snapshot_after_index
 from guideloom._remote.object_store import ObjectStore
 from guideloom._remote.shard_cache import CacheLease, ShardCache
+from guideloom._remote.store_pages import overwrite
 from guideloom._shards.files import clean_incomplete
 from guideloom._shards.header import HEADER_NAME, StorageHeader, parse_header
 from guideloom._shards.layout import FOOTER, FOOTER_MAGIC, SHARDS_DIR, ShardFile, ShardInfo, shard_file_name, shard_size
@@ -67,13 +72,19 @@ class RemoteFiles:
         self.compression: str | None = None  # what writers upload (the header's, set by the storage)
         self.compression_level = DEFAULT_LEVEL
         self.element_size = 1  # the header's, once read or created
+        self.index_problem: str | None = None  # why the last listing could not use the index object
+        self._header: StorageHeader | None = None
 
     def read_header(self) -> StorageHeader:
+        """The header object, read once: it is created once (conditionally) and never replaced."""
+        if self._header is not None:
+            return self._header
         raw = self.store.read(HEADER_NAME)
         if raw is None:
             raise StorageNotFoundError(f"no storage at {self.url}: {HEADER_NAME} is missing")
         header = parse_header(raw, f"{self.url}/{HEADER_NAME}")
         self.element_size = header.element_size
+        self._header = header
         return header
 
     def create_header(self, header: StorageHeader) -> None:
@@ -81,9 +92,35 @@ class RemoteFiles:
         self.element_size = header.element_size
         self.store.create(HEADER_NAME, header.to_json())
 
-    def list_shards(self, header: StorageHeader) -> list[ShardInfo]:
-        """The committed shards, ascending, from one listing (plus a footer read per shard lacking a marker)."""
-        names = self.store.listing(SHARDS_DIR)
+    def list_shards(self, header: StorageHeader) -> ShardTable:
+        """The committed shards, ascending: the index object's and a listing of only what it cannot know
+        (``indexed_listing``), or one listing of everything where there is no usable index."""
+        self.index_problem = None
+        index = read_index_object(self, header)
+        if isinstance(index, ShardTable):
+            table = snapshot_after_index(self, header, index)
+            if isinstance(table, ShardTable):
+                return table
+            self.index_problem = table  # None: an index with too many gaps, cheaper to list past
+        else:
+            self.index_problem = index
+        return self.full_listing(header)
+
+    def full_listing(self, header: StorageHeader) -> ShardTable:
+        """The committed shards from one listing of everything (plus a footer read per shard lacking a marker)."""
+        infos = self.infos_from_names(self.store.listing(SHARDS_DIR), header)
+        return ShardTable.of(infos[shard] for shard in sorted(infos))
+
+    def write_index(self, header: StorageHeader) -> int:
+        """Write the index object from one listing of everything; the number of shards it names."""
+        table = self.full_listing(header)
+        overwrite(self.store, INDEX_OBJECT, index_object_bytes(table, header, self.url))
+        return len(table)
+
+    def infos_from_names(
+        self, names: dict[str, int], header: StorageHeader, read_footers: bool = True
+    ) -> dict[int, ShardInfo]:
+        """The shards among listed ``names`` (with sizes): from their markers, else (``read_footers``) their footers."""
         sizes = {int(match.group(1)): size for name, size in names.items() if (match := _SHARD.fullmatch(name))}
         infos: dict[int, ShardInfo] = {}
         for name in names:
@@ -95,10 +132,11 @@ class RemoteFiles:
             # ShardInfo.size is the plain shard's (the cache file's); a compressed object is smaller
             if plain_size == sizes[shard] or (header.compression is not None and sizes[shard] >= FOOTER.size):
                 infos[shard] = ShardInfo(shard, records, elements, int(match.group(4), 16), plain_size)
-        for shard, size in sizes.items():
-            if shard not in infos:
-                infos[shard] = self._info_from_footer(shard, size, header)
-        return [infos[shard] for shard in sorted(infos)]
+        if read_footers:
+            for shard, size in sizes.items():
+                if shard not in infos:
+                    infos[shard] = self._info_from_footer(shard, size, header)
+        return infos
 
     def _info_from_footer(self, shard: int, size: int, header: StorageHeader) -> ShardInfo:
         name = f"{self.url}/{SHARDS_DIR}/{shard_file_name(shard)}"
@@ -134,10 +172,12 @@ class RemoteFiles:
 
     def verify(self, header: StorageHeader, progress: Callable[[int], None] | None = None) -> list[str]:
         """Download every committed shard afresh (not from the cache) and check it; the problems found."""
-        problems = []
+        listed = self.full_listing(header)
+        index_problem = problem_of_index(read_index_object(self, header), listed, self.url)
+        problems = [] if index_problem is None else [index_problem]
         self.incomplete.mkdir(parents=True, exist_ok=True)
         part = self.incomplete / f"verify.{os.getpid()}.{uuid.uuid4().hex[:8]}.part"
-        for info in self.list_shards(header):
+        for info in listed:
             name = f"{SHARDS_DIR}/{shard_file_name(info.id)}"
             try:
                 self.store.download(name, part, decoder_for(header, info))

@@ -238,6 +238,15 @@ class WindowedOrder:
 
         Padding falls to the last ranks, the last machine's: the end of the order is that machine's share.
         """
+        streams, offsets = self.stream_offsets(self._unpadded(positions))
+        result = np.empty(streams.shape, np.int64)
+        for stream in np.unique(streams).tolist():
+            mask = streams == stream
+            result[mask] = self.stream_samples(stream, offsets[mask])
+        return result
+
+    def _unpadded(self, positions: npt.ArrayLike) -> npt.NDArray[np.int64]:
+        """The positions, those past the end (padding) replaced by the last ones backwards."""
         pos = np.asarray(positions, dtype=np.int64)
         if pos.size and int(pos.min()) < self.start:
             raise IndexError(f"positions must be >= start ({self.start}), got {pos.min()}")
@@ -245,18 +254,23 @@ class WindowedOrder:
         if pos.size and left == 0:
             raise IndexError("positions must be empty when no sample is left")
         padding = (pos - self.sample_count) % max(left, 1)
-        pos = np.where(pos >= self.sample_count, self.sample_count - 1 - padding, pos)
-        streams, offsets = self.stream_offsets(pos)
-        result = np.empty(pos.shape, np.int64)
-        for stream in np.unique(streams).tolist():
-            mask = streams == stream
-            result[mask] = self._stream_samples(stream, offsets[mask])
-        return result
+        unpadded: npt.NDArray[np.int64] = np.where(pos >= self.sample_count, self.sample_count - 1 - padding, pos)
+        return unpadded
+
+    def stream_slots(self, positions: npt.ArrayLike) -> npt.NDArray[np.int64]:
+        """Where each position's stream and offset put it when the streams are dealt out in turn:
+        ``offset × streams + stream``, a permutation of the epoch's positions (padding repeats, as in `sample_at`).
+
+        A mixture reads its positions this way: each machine's slots are its own, numbered in the order it reads
+        them, so every machine blends its components by itself (see ``_mixture.machine_draws``)."""
+        streams, offsets = self.stream_offsets(self._unpadded(positions))
+        slots: npt.NDArray[np.int64] = offsets * self.streams + streams
+        return slots
 
     def sample_at_one(self, position: int) -> int:
         return int(self.sample_at(np.array([position], np.int64))[0])
 
-    def _stream_samples(self, stream: int, offsets: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    def stream_samples(self, stream: int, offsets: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """The samples at these offsets of one stream: block, shuffled place in the block, piece, shard."""
         share = self.stream(stream)
         blocks = np.searchsorted(share.block_starts, offsets, side="right") - 1

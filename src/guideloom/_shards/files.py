@@ -22,6 +22,7 @@ from guideloom._shards.header import StorageHeader
 from guideloom._shards.layout import INCOMPLETE_DIR, INDEX_NAME, SHARDS_DIR, ShardFile, ShardInfo, shard_file_name
 from guideloom._shards.local_commit import commit_shard, is_committed
 from guideloom._shards.shard_table import ShardTable
+from guideloom._shards.snapshot import refresh_snapshot
 
 
 class ShardSet(Protocol):
@@ -68,9 +69,9 @@ class LocalShards:
         if shard.info != expected:
             shard.close()
             raise CorruptStorageError(
-                f"shard {expected.id} does not hold what the storage's index ({INDEX_NAME}) or listing said when the "
-                f"reader was opened ({shard.info} != {expected}): it was rewritten; delete {self.path / INDEX_NAME} "
-                "to have it rebuilt"
+                f"shard {expected.id} does not hold what the storage's index ({INDEX_NAME}) said when the reader was "
+                f"opened ({shard.info} != {expected}): it was rewritten; 'guideloom verify {self.path}' rebuilds "
+                "the index"
             )
         return shard
 
@@ -85,17 +86,32 @@ class LocalShards:
 
 
 class LocalTarget:
-    """Commit into a local storage directory: a hard link that fails if the shard exists, then its index record."""
+    """Commit into a local storage directory: a hard link that fails if the shard exists (the commit itself).
+
+    It remembers the facts of the shards it committed, so that the writer, when it closes, gives the
+    storage an index that spares the next reader their footer reads (``write_index``).
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.incomplete = path / INCOMPLETE_DIR
+        self.committed_infos: list[ShardInfo] = []
 
     def committed(self, shard: int) -> bool:
         return is_committed(self.path, shard)
 
     def publish(self, temporary: Path, info: ShardInfo) -> bool:
-        return commit_shard(self.path, temporary, info)
+        if not commit_shard(self.path, temporary, info):
+            return False
+        self.committed_infos.append(info)
+        return True
+
+    def write_index(self, header: StorageHeader) -> None:
+        """Bring the storage's index up to date with this writer's commits (one listing; best effort)."""
+        if self.committed_infos:
+            with contextlib.suppress(CorruptStorageError, OSError):  # derived data: the next reader lists again
+                refresh_snapshot(self.path, header, ShardTable.of(self.committed_infos))
+            self.committed_infos = []
 
     def describe(self, shard: int) -> str:
         return str(self.path / SHARDS_DIR / shard_file_name(shard))

@@ -1,145 +1,150 @@
-"""A local storage's shard index, ``shards.index``: the record of what is committed, so opening reads no shard.
+"""A local storage's shard index, ``shards.index``: a snapshot of the committed shards, so opening reads no shard.
 
-The file (next to ``guideloom.json``) starts with a 40-byte preamble and then holds one 40-byte
-record per commit (see ``_shards.shard_table`` and docs/format.md). A commit appends its shard's
-record with ``O_APPEND`` after the shard's hard link and fsyncs it: the record is the commit point,
-so a reader of a *complete* index (preamble present, every record sound) lists nothing. Writers of
-different shards never coordinate; a reader keeps the last record of each id.
+The index is derived data. The shard files under their names in ``shards/`` are the commits (see
+``_shards.local_commit``); the index only remembers their facts (one 40-byte record per shard, see
+``_shards.shard_table``) and the state of the ``shards/`` directory when they were listed, so that a
+reader can tell cheaply whether anything was committed since (``_shards.freshness``). It is written
+whole to a temporary file and renamed into place, never changed in place.
 
-An index without the preamble or with a damaged record, and a storage without one (written by
-guideloom 0.2), are read from the listing of ``shards/`` and the footers the index lacks; where the
-storage is writable, a complete index is then written in place of the old one (see ``_shards.snapshot``).
+Layout of version 2 (little-endian; docs/format.md): an 80-byte header, then the records in ascending id::
+
+    8s magic "GLOOMIX1"   u32 version 2   u32 digest: CRC-32 of the rest of the header and of the sum of the checks
+    i64 record count      u64 shards/ inode   i64 shards/ mtime_ns   i64 shards/ ctime_ns
+    i64 listed after (the file system's clock before the listing)   24 bytes zero
+
+Version 1 (guideloom 0.3) was a 40-byte preamble and records appended by commits; it is read as a
+snapshot that proves nothing about freshness. Anything else under the name is named as damage and
+bypassed: the listing and the footers say what is committed, and the index is written anew.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import mmap
 import os
 import stat
-import uuid
+import struct
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from guideloom._shards.layout import INCOMPLETE_DIR, INDEX_NAME
+from guideloom._shards.layout import INDEX_NAME
 from guideloom._shards.shard_table import RECORD, ShardTable, last_of_each_id, sound_records
 
+MAGIC = b"GLOOMIX1"
+PREAMBLE = MAGIC + (1).to_bytes(4, "little") + bytes(RECORD.itemsize - 12)  # guideloom 0.3's index (version 1)
+HEADER = struct.Struct("<8sIIqQqqq24x")  # magic, version, CRC, count, then the directory stamp (see above)
+VERSION = 2
 MAPPED_SIZE = 1 << 20  # an index this large (about 26,000 shards) is mapped, a smaller one read
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # fault the pages in at once (Linux)
-PREAMBLE = b"GLOOMIX1" + (1).to_bytes(4, "little") + bytes(RECORD.itemsize - 12)  # magic, index version 1
+_SPARSE_RATIO = 8  # an index with fewer allocated bytes than this fraction of its size was never written whole
+
+
+@dataclass(frozen=True)
+class DirectoryStamp:
+    """What ``stat`` said of ``shards/`` before a listing, and the file system's time then (``listed_after``)."""
+
+    inode: int
+    mtime_ns: int
+    ctime_ns: int
+    listed_after: int
 
 
 @dataclass(frozen=True)
 class IndexContents:
-    """The sound records of an index (ascending id, the last of each id), and whether they are all there is.
+    """What an index file says: its shards' facts, the directory stamp it was listed at, what is wrong with it.
 
-    ``complete`` means the index starts with the preamble and every whole record is sound: its records
-    are exactly the committed shards. Otherwise the listing decides and the records only save footer reads.
+    ``stamp`` is None for an index that proves nothing about freshness (guideloom 0.3's, or none);
+    ``problem`` names damage (then ``table`` holds only what can still save footer reads, or nothing).
     """
 
     table: ShardTable
-    complete: bool
+    stamp: DirectoryStamp | None
+    problem: str | None
+    present: bool = True
+
+
+EMPTY = ShardTable(np.empty(0, RECORD))
 
 
 def read_index(path: Path) -> IndexContents:
-    """What the index of the storage at ``path`` says; an absent or unreadable one says nothing."""
+    """What the index of the storage at ``path`` says; its size is checked before anything past its header is read."""
     try:
         descriptor = os.open(path / INDEX_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:  # absent (0.2), or not a file we may read: the listing and footers say it all
-        return IndexContents(ShardTable(np.empty(0, RECORD)), complete=False)
+    except FileNotFoundError:  # a storage of guideloom 0.2, or an index deleted: the listing says it all
+        return IndexContents(EMPTY, None, None, present=False)
+    except OSError as error:
+        return IndexContents(EMPTY, None, f"it cannot be opened ({error.strerror or error})")
     try:
         status = os.fstat(descriptor)
         if not stat.S_ISREG(status.st_mode):  # a FIFO or device planted under the name
-            return IndexContents(ShardTable(np.empty(0, RECORD)), complete=False)
-        raw = _mapped(descriptor, status.st_size) if status.st_size >= MAPPED_SIZE else _read_all(descriptor)
+            return IndexContents(EMPTY, None, "it is not a regular file")
+        head = os.pread(descriptor, HEADER.size, 0)
+        if not head.startswith(MAGIC) or head[8:12] == PREAMBLE[8:12]:
+            return _version_1(descriptor, status.st_size)
+        return _version_2(descriptor, status, head)
     finally:
         os.close(descriptor)
+
+
+def _version_2(descriptor: int, status: os.stat_result, head: bytes) -> IndexContents:
+    if len(head) < HEADER.size:
+        return IndexContents(EMPTY, None, f"it is cut short: {status.st_size} bytes, less than its header")
+    _, version, crc, count, inode, mtime_ns, ctime_ns, listed_after = HEADER.unpack(head)
+    if version != VERSION:
+        return IndexContents(EMPTY, None, f"its version {version} is not one this guideloom reads")
+    expected = HEADER.size + count * RECORD.itemsize if count >= 0 else -1
+    if status.st_size != expected:
+        return IndexContents(EMPTY, None, f"it is {status.st_size:,} bytes, but its header counts {count:,} shards")
+    if status.st_size > MAPPED_SIZE and status.st_blocks * 512 * _SPARSE_RATIO < status.st_size:
+        return IndexContents(EMPTY, None, f"it is a sparse file of {status.st_size:,} bytes (never written whole)")
+    raw = _contents(descriptor, status.st_size)
+    records = np.frombuffer(raw, RECORD, count, HEADER.size)
+    if _digest(head[16:], records) != crc:
+        return IndexContents(EMPTY, None, "its checksum does not match its contents")
+    ids = records["id"]
+    if count and (ids[0] < 0 or bool((ids[1:] <= ids[:-1]).any()) or not bool(sound_records(records).all())):
+        return IndexContents(EMPTY, None, "its records are out of order or unsound")
+    return IndexContents(ShardTable(records), DirectoryStamp(inode, mtime_ns, ctime_ns, listed_after), None)
+
+
+def _version_1(descriptor: int, size: int) -> IndexContents:
+    """An index of guideloom 0.3 (or one without any header): its sound records, which save footer reads only."""
+    if size > MAPPED_SIZE and os.fstat(descriptor).st_blocks * 512 * _SPARSE_RATIO < size:
+        return IndexContents(EMPTY, None, f"it is a sparse file of {size:,} bytes (never written whole)")
+    raw = _contents(descriptor, size)
     has_preamble = bytes(raw[: len(PREAMBLE)]) == PREAMBLE
     start = len(PREAMBLE) if has_preamble else 0
-    count = (len(raw) - start) // RECORD.itemsize
-    # A part of a record at the end is an append still being copied in, or one a power cut tore before
-    # its fsync returned: not a commit either way, so it is left out and the index may still be complete.
-    records = np.frombuffer(raw, RECORD, count, start)
+    records = np.frombuffer(raw, RECORD, (len(raw) - start) // RECORD.itemsize, start)
     sound = sound_records(records)
-    complete = has_preamble and bool(sound.all())
-    if not complete:
+    problem = None if has_preamble else "it has no header"
+    if not bool(sound.all()):
+        problem = f"{int((~sound).sum())} of its records are unsound"
         records = records[sound]
-    return IndexContents(ShardTable(last_of_each_id(records)), complete)
+    return IndexContents(ShardTable(last_of_each_id(records)), None, problem)
 
 
-def _mapped(descriptor: int, size: int) -> mmap.mmap:
-    """The index's first ``size`` bytes, mapped from the page cache: no copy into fresh memory, which at 4 MB
-    (10^5 shards) costs more than all the rest of opening. The table keeps the mapping (and the duplicate
-    descriptor ``mmap`` holds) until ``ShardTable.detach``; only appends ever follow, never in place."""
-    return mmap.mmap(descriptor, size, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)
+def _contents(descriptor: int, size: int) -> bytes | mmap.mmap:
+    """The file's first ``size`` bytes: mapped from the page cache when large (no copy into fresh memory, which
+    at 4 MB, 10^5 shards, costs more than the rest of opening), else read. The index is replaced by rename,
+    never written in place, so the mapping stays what it was; the table keeps it until ``ShardTable.detach``."""
+    if size >= MAPPED_SIZE:
+        return mmap.mmap(descriptor, size, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)
+    return os.pread(descriptor, size, 0)
 
 
-def _read_all(descriptor: int) -> bytes:
-    size = os.fstat(descriptor).st_size
-    chunks = []
-    while size > 0 and (chunk := os.read(descriptor, size)):
-        chunks.append(chunk)
-        size -= len(chunk)
-    return b"".join(chunks)
+def _digest(header_rest: bytes, records: np.ndarray) -> int:
+    """The header's digest: each record is covered by its own check (``sound_records``), all of them by their sum.
 
-
-def append_records(path: Path, table: ShardTable, *, durable: bool) -> bool:
-    """Append these shards' records to the index at ``path`` in one write (fsynced if ``durable``).
-
-    False, with nothing written, where there is no index to append to (a storage of guideloom 0.2,
-    or a name that is not a regular file): its listing is what is committed. Failing to write an
-    index that is there is an ``OSError``.
+    Reading 4 MB again for a CRC of the whole file would double what opening 10^5 shards costs.
     """
-    try:
-        descriptor = os.open(path / INDEX_NAME, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as error:
-        if error.errno in (errno.ENOENT, errno.EISDIR, errno.ELOOP):  # ELOOP: a symlink, which readers ignore too
-            return False
-        raise
-    try:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            return False
-        if len(table):
-            records = table.rows.tobytes()
-            written = os.write(descriptor, records)
-            if written != len(records):  # a full disk: the part written puts later records out of step
-                raise OSError(errno.ENOSPC, f"only {written} of {len(records)} bytes appended", str(path / INDEX_NAME))
-            if durable:
-                os.fsync(descriptor)
-        return True
-    finally:
-        os.close(descriptor)
+    total = int(records["check"].sum(dtype=np.uint64))
+    return zlib.crc32(header_rest + total.to_bytes(8, "little"))
 
 
-def create_index(path: Path) -> None:
-    """Give a new storage (no header yet, so no shard) its empty, complete index, unless one is there."""
-    _publish_index(path, ShardTable(np.empty(0, RECORD)), replace=False)
-
-
-def replace_index(path: Path, table: ShardTable) -> None:
-    """Put a complete index of ``table`` in place of the storage's index (one ``rename``; ``OSError`` if it cannot).
-
-    A writer that appended to the old file meanwhile committed a shard listed before this call returns:
-    whoever replaces the index lists again afterwards and appends what it lacks (``_shards.snapshot``).
-    """
-    _publish_index(path, table, replace=True)
-
-
-def _publish_index(path: Path, table: ShardTable, *, replace: bool) -> None:
-    temporary = path / INCOMPLETE_DIR / f"{INDEX_NAME}.{uuid.uuid4().hex}"
-    with open(temporary, "xb") as file:
-        file.write(PREAMBLE + table.rows.tobytes())
-        file.flush()
-        os.fsync(file.fileno())
-    try:
-        if replace:
-            os.replace(temporary, path / INDEX_NAME)
-        else:
-            with contextlib.suppress(FileExistsError):  # another creator's index: as empty as ours
-                os.link(temporary, path / INDEX_NAME)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
+def encode_index(table: ShardTable, stamp: DirectoryStamp) -> bytes:
+    """The bytes of a version-2 index of ``table``, listed at ``stamp`` (also the format of a remote index)."""
+    fields = (len(table), stamp.inode, stamp.mtime_ns, stamp.ctime_ns, stamp.listed_after)
+    header = HEADER.pack(MAGIC, VERSION, 0, *fields)
+    return HEADER.pack(MAGIC, VERSION, _digest(header[16:], table.rows), *fields) + table.rows.tobytes()

@@ -36,6 +36,7 @@ from guideloom._shards.header import StorageHeader as StorageHeader  # also impo
 from guideloom._shards.index_check import index_problem
 from guideloom._shards.limits import RESOURCE_ERRNOS, out_of_resources
 from guideloom._shards.loss_masks import LOSS_MASK_FLAG, mask_size, padded_mask_size
+from guideloom._shards.mapped_shards import track, untrack
 from guideloom._shards.record_lengths import RECORD_LENGTHS_FLAG, lengths_problem, sizes_as_lengths
 
 INDEX_NAME = "shards.index"  # the record of commits (see _shards.index)
@@ -298,10 +299,16 @@ class ShardFile:
             if sys.byteorder == "little"
             else memoryview(self.offsets.astype("=u8").tobytes()).cast("Q")
         )
+        track(shard, self.path, self._mapping)  # a truncation under this reader can then be named
 
     @property
     def info(self) -> ShardInfo:
         return ShardInfo(self.id, self.record_count, self.element_count, self.data_crc, len(self.view))
+
+    @property
+    def mapping(self) -> mmap.mmap | None:
+        """The shard's read-only mapping (None once closed)."""
+        return self._mapping
 
     def record_lengths(self) -> np.ndarray:
         """Every record's length (int64, read-only): stored ones mapped, else each record's size in elements."""
@@ -362,6 +369,7 @@ class ShardFile:
             with contextlib.suppress(BufferError):
                 view.release()
         if mapping is not None:
+            untrack(mapping)
             with contextlib.suppress(BufferError):
                 mapping.close()
 

@@ -1,24 +1,24 @@
 """A local storage's snapshot: the shards committed now and their facts, from its index alone where it can.
 
-A complete index (see ``_shards.index``) is read and nothing else. Otherwise (a storage of
-guideloom 0.2, an index of an earlier build, a damaged record) the listing of ``shards/`` decides:
-the index's sound records give the facts they know, the footers of the other listed shards the rest,
-and, where the storage is writable, a complete index replaces the old one, so the next opening
-lists nothing. A listed shard whose commit was cut short (linked, not indexed) counts as committed
-on that path: a listing cannot tell it from a shard whose record was damaged.
+The listing of ``shards/`` is the truth (a shard file under its name is committed, see
+``_shards.local_commit``). A current index (``_shards.freshness``: one ``stat`` says nothing changed
+since it was listed) is read and nothing else. Otherwise ``shards/`` is listed once, the index's
+records give the facts of the listed shards they know, one footer read per other listed shard gives
+the rest, and, where the storage is writable, a new index replaces the old one, so the next opening
+lists nothing. A damaged index, or one made for another directory, gives no facts at all.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from pathlib import Path
 
 import numpy as np
 
-from guideloom._shards.index import IndexContents, append_records, read_index, replace_index
-from guideloom._shards.layout import SHARDS_DIR, ShardFile, ShardInfo, StorageHeader, committed_shard_ids
+from guideloom._shards.freshness import begin_index, is_current, stamp_directory
+from guideloom._shards.index import EMPTY, IndexContents, read_index
+from guideloom._shards.layout import INDEX_NAME, SHARDS_DIR, ShardFile, ShardInfo, StorageHeader, committed_shard_ids
 from guideloom._shards.shard_table import ShardTable
 
 _DIGITS = 10 ** np.arange(11, -1, -1, dtype=np.int64)
@@ -26,22 +26,67 @@ _SHARD_NAME = re.compile(r"[0-9]{12}\.shard")
 
 
 def local_snapshot(path: Path, header: StorageHeader) -> ShardTable:
-    """The shards committed now at ``path``: the index if it is complete, else the listing and footers."""
+    """The shards committed now at ``path``: a current index alone, else one listing and the footers it lacks."""
     contents = read_index(path)
-    if contents.complete:
+    if is_current(contents, path):
         return contents.table
-    table = _from_listing(path, header, contents)
-    with contextlib.suppress(OSError):  # a read-only storage: the next reader lists again, and reads the same
-        replace_index(path, table)
-        later = table.lacking(listed_shard_ids(path))  # committed while we listed: their records may be lost
-        if len(later):
-            append_records(path, ShardTable.of(footer_facts(path, int(shard), header) for shard in later), durable=True)
+    return refresh_snapshot(path, header, EMPTY, contents)
+
+
+def refresh_snapshot(
+    path: Path, header: StorageHeader, known: ShardTable, contents: IndexContents | None = None
+) -> ShardTable:
+    """The shards listed at ``path`` now, their facts from ``known``, the index (if usable) or their footers; the
+    index is written anew from them where the storage is writable."""
+    contents = read_index(path) if contents is None else contents
+    draft = begin_index(path)  # before the listing: the index it becomes can then prove itself current
+    try:
+        records = usable_records(contents, path)
+        if len(known):
+            others = records.rows[~np.isin(records.ids, known.ids)]
+            records = ShardTable(np.sort(np.concatenate([known.rows, others]), order="id"))
+        table = _from_listing(path, header, records, listed_shard_ids(path))
+    except BaseException:
+        if draft is not None:
+            draft.discard()
+        raise
+    if draft is not None:
+        draft.publish(table)
     return table
 
 
-def _from_listing(path: Path, header: StorageHeader, contents: IndexContents) -> ShardTable:
-    ids = listed_shard_ids(path)
-    known, unknown = contents.table.select(ids)
+def usable_records(contents: IndexContents, path: Path) -> ShardTable:
+    """The records of an index that may stand in for footers: none of a damaged one or of another directory's."""
+    if contents.problem is not None or _other_directory(contents, path) is not None:
+        return EMPTY
+    return contents.table
+
+
+def index_problem(contents: IndexContents, path: Path) -> str | None:
+    """What is wrong with the index read at ``path`` (naming the file), or None; a stale one is not wrong."""
+    reason = contents.problem or _other_directory(contents, path)
+    return None if reason is None else f"the shard index {path / INDEX_NAME} is damaged: {reason}"
+
+
+def local_index_problem(path: Path) -> str | None:
+    """What is wrong with the index of the storage at ``path`` now (``guideloom inspect``), or None."""
+    return index_problem(read_index(path), path)
+
+
+def _other_directory(contents: IndexContents, path: Path) -> str | None:
+    if contents.stamp is None:
+        return None
+    try:
+        inode = stamp_directory(path, 0).inode
+    except OSError:
+        return None
+    if inode == contents.stamp.inode:
+        return None
+    return "it was made for another shards/ directory (copied from another storage, or the storage was copied)"
+
+
+def _from_listing(path: Path, header: StorageHeader, records: ShardTable, ids: np.ndarray) -> ShardTable:
+    known, unknown = records.select(ids)
     if not unknown:
         return known
     found = ShardTable.of(footer_facts(path, shard, header) for shard in unknown)
@@ -51,7 +96,7 @@ def _from_listing(path: Path, header: StorageHeader, contents: IndexContents) ->
 def visible_shard_ids(path: Path) -> np.ndarray:
     """Ids of the shards this process sees committed at ``path`` (ascending int64), without reading a footer."""
     contents = read_index(path)
-    return contents.table.ids if contents.complete else listed_shard_ids(path)
+    return contents.table.ids if is_current(contents, path) else listed_shard_ids(path)
 
 
 def listed_shard_ids(path: Path) -> np.ndarray:

@@ -1,7 +1,9 @@
-"""Looking after a local storage: verifying every committed shard (and the strays beside them), cleaning up.
+"""Looking after a local storage: verifying every committed shard and its index, cleaning up.
 
 What ``storage.verify()`` and ``storage.clean_leftovers()`` do for a local path (an object store's
-storage has its own, in ``_remote.remote_files``).
+storage has its own, in ``_remote.remote_files``). ``verify`` lists ``shards/``, opens and checks
+every listed shard, names a damaged index or one that disagrees with the shards, and writes the
+index anew from the footers it read. ``clean`` deletes only unfinished files in ``incomplete/``.
 """
 
 from __future__ import annotations
@@ -9,42 +11,86 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import numpy as np
+
 from guideloom._core.errors import CorruptStorageError, FormatMismatchError
-from guideloom._shards.files import LocalShards, clean_incomplete
-from guideloom._shards.layout import INCOMPLETE_DIR, ShardFile, StorageHeader, verify_shards
-from guideloom._shards.local_commit import remove_strays, stray_shards
-from guideloom._shards.snapshot import local_snapshot
+from guideloom._shards.files import clean_incomplete
+from guideloom._shards.freshness import begin_index, is_current
+from guideloom._shards.index import IndexContents, read_index
+from guideloom._shards.layout import INCOMPLETE_DIR, INDEX_NAME, ShardFile, ShardInfo, StorageHeader, verify_shards
+from guideloom._shards.shard_table import ShardTable
+from guideloom._shards.snapshot import index_problem, listed_shard_ids
 
 
 def verify_local(path: Path, header: StorageHeader, progress: Callable[[int], None] | None) -> list[str]:
-    """Recompute every committed shard's checksums; the problems found, each naming its shard."""
+    """Recompute every committed shard's checksums and check the index against them; the problems found, each
+    naming its shard or the index."""
     problems: list[str] = []
-    return verify_shards(_each_shard(path, header, problems), progress, problems)
+    contents = read_index(path)
+    current = is_current(contents, path)
+    draft = begin_index(path)  # before the listing, as any index is
+    footers: list[ShardInfo] = []
+    try:
+        ids = listed_shard_ids(path)
+        verify_shards(_each_shard(path, header, ids, problems, footers), progress, problems)
+    except BaseException:
+        if draft is not None:
+            draft.discard()
+        raise
+    problems += _index_problems(path, contents, current, ids, ShardTable.of(footers))
+    if draft is not None:
+        if len(footers) == len(ids):
+            draft.publish(ShardTable.of(footers))  # every listed shard opened: the index is rebuilt from them
+        else:
+            draft.discard()  # an index without a damaged shard would hide it from readers, who must name it
+    return problems
 
 
-def _each_shard(path: Path, header: StorageHeader, problems: list[str]) -> Iterator[ShardFile]:
-    """Each committed shard, opened in turn and closed after; one that cannot be opened is a problem, as is a
-    stray (see ``stray_shards``) that is not a sound shard of its name."""
-    shards = LocalShards(path, header, local_snapshot(path, header), 1)
-    for position in range(len(shards.infos)):
+def _each_shard(
+    path: Path, header: StorageHeader, ids: np.ndarray, problems: list[str], footers: list[ShardInfo]
+) -> Iterator[ShardFile]:
+    """Each listed shard, opened in turn (its footer's facts kept in ``footers``) and closed after; one that
+    cannot be opened is a problem."""
+    for shard in ids.tolist():
         try:
-            shard = shards.open(position)  # the file, and that it holds what the index says
+            opened = ShardFile(path, shard, header)
         except (CorruptStorageError, FormatMismatchError) as error:
-            problems.append(str(error))  # a shard that cannot even be opened is one more problem
+            problems.append(str(error))
             continue
+        footers.append(opened.info)
         try:
-            yield shard
+            yield opened
         finally:
-            shard.close()
-    for stray in stray_shards(path):  # not part of the storage, but a damaged one is a bad file all the same
-        try:
-            opened = ShardFile(path, stray, header)
-        except (CorruptStorageError, FormatMismatchError) as error:
-            problems.append(f"{error} (a stray: no commit recorded shard {stray})")
-            continue
-        opened.close()
+            opened.close()
+
+
+def _index_problems(
+    path: Path, contents: IndexContents, current: bool, listed: np.ndarray, footers: ShardTable
+) -> list[str]:
+    """How the index read before the listing disagrees with the shards' footers (a stale one may lack or keep
+    shards committed or removed since: only a current one must match them exactly)."""
+    damage = index_problem(contents, path)
+    if damage is not None:
+        return [f"{damage}; rebuilt from the shards"]
+    if not contents.present:
+        return []
+    known = contents.table.select(footers.ids)[0]
+    differing = np.flatnonzero(known.rows != footers.select(known.ids)[0].rows)
+    if len(differing):
+        shard = known[int(differing[0])]
+        return [
+            f"the shard index {path / INDEX_NAME} records shard {shard.id} as {shard}, but its file holds "
+            f"{footers.select([shard.id])[0][0]}; rebuilt from the shards"
+        ]
+    if not current:
+        return []
+    unknown, extra = contents.table.lacking(listed), np.setdiff1d(contents.table.ids, listed)
+    if len(unknown) or len(extra):
+        named = f"lacks shard {int(unknown[0])}" if len(unknown) else f"records shard {int(extra[0])}, not in shards/"
+        return [f"the shard index {path / INDEX_NAME} {named} though it says it is current; rebuilt from the shards"]
+    return []
 
 
 def clean_local(path: Path, older_than: float) -> list[Path]:
-    """Delete what dead writers left, untouched for ``older_than`` seconds: files in ``incomplete/``, and strays."""
-    return [*clean_incomplete(path / INCOMPLETE_DIR, older_than), *remove_strays(path, older_than)]
+    """Delete what dead writers left in ``incomplete/``, untouched for ``older_than`` seconds; never a shard."""
+    return clean_incomplete(path / INCOMPLETE_DIR, older_than)

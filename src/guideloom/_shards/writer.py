@@ -101,6 +101,7 @@ class ShardInProgress:
         self.failure: BaseException | None = None  # a background failure: the shard can never be committed
         self._background = background
         self.mask_bits = MaskBits() if masked else None  # the loss mask of a masked storage's shard
+        self.created = False  # whether its file was created (it is never created twice)
         self.lengths: list[int] | None = [] if measured else None  # of a storage that records lengths
 
     @property
@@ -109,7 +110,7 @@ class ShardInProgress:
 
     def write(self, payload: memoryview, element_count: int, length: int | None = None) -> None:
         if self.file is None:
-            self.file = open(self.path, "ab", buffering=WRITE_BUFFER)
+            self.file = self._open_file()
         self.file.write(payload)
         self.data_size += payload.nbytes
         self.offsets.append(self.offsets[-1] + element_count)
@@ -123,6 +124,20 @@ class ShardInProgress:
             self.handed_off = stop
             while self.pending and self.pending[0].done():
                 self._result_of(self.pending.popleft())  # a failure (a full disk, EIO) surfaces here
+
+    def _open_file(self) -> IO[bytes]:
+        """The file in progress, opened to append: created on first use only. A file deleted meanwhile (by
+        ``guideloom clean`` given an age shorter than this writer took) fails the shard instead of restarting it."""
+        flags = os.O_WRONLY | os.O_APPEND | (0 if self.created else os.O_CREAT)
+        try:
+            descriptor = os.open(self.path, flags, 0o644)
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"shard {self.shard} cannot be committed: its unfinished file {self.path} was deleted while it was "
+                "written (by 'guideloom clean' with too short an age?)"
+            ) from None
+        self.created = True
+        return open(descriptor, "ab", buffering=WRITE_BUFFER)
 
     def _result_of(self, future: Future[None]) -> None:
         try:
@@ -143,7 +158,7 @@ class ShardInProgress:
     def finish(self, header: StorageHeader) -> None:
         """Append offsets and footer, then make the file durable."""
         if self.file is None:
-            self.file = open(self.path, "ab", buffering=WRITE_BUFFER)
+            self.file = self._open_file()
         self.file.flush()
         while self.pending:
             with contextlib.suppress(Exception):  # recorded in self.failure, raised just below
@@ -316,6 +331,8 @@ class SyncWriter(Generic[In]):
                     first_error = first_error or error
         finally:
             self._background.shutdown()
+            if isinstance(self._target, LocalTarget):
+                self._target.write_index(self._header)
         if first_error is not None:
             raise first_error
 

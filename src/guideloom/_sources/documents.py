@@ -38,9 +38,31 @@ class DocumentSource(PinnedShards[DocumentReader[Any]]):
     def sample_keys(self, indices: np.ndarray, epoch: int) -> np.ndarray:
         return record_keys(self.reader, indices)
 
+    def sample_lengths(self, indices: np.ndarray, epoch: int) -> np.ndarray:
+        """The lengths of the records at these indices (what ``batch_tokens`` counts): those their format
+        recorded, else their sizes in bytes; read from the index of the shards they lie in, never decoded."""
+        return record_lengths_at(self.reader, indices)
+
     def default_collate(self, samples: list[Any]) -> list[Any]:
         return samples
 
     def split_collated(self, batch: list[Any], sizes: list[int]) -> list[Any]:
         starts = np.cumsum([0, *sizes]).tolist()
         return [batch[start:stop] for start, stop in pairwise(starts)]
+
+
+def record_lengths_at(reader: DocumentReader[Any], indices: np.ndarray) -> np.ndarray:
+    """The lengths (int64) of the records at these global indices, shard by shard (only theirs opened)."""
+    indices = np.asarray(indices, np.int64)
+    positions = np.searchsorted(reader.record_starts, indices, side="right") - 1
+    records = indices - reader.record_starts[positions]
+    lengths = np.empty(len(indices), np.int64)
+    by_shard = np.argsort(positions, kind="stable")
+    for group in np.split(by_shard, np.flatnonzero(np.diff(positions[by_shard])) + 1) if len(indices) else []:
+        position, chosen = int(positions[group[0]]), records[group]
+        if reader.header.record_lengths:  # mapped: the chosen ones only
+            lengths[group] = reader.shard_lengths(position)[chosen]
+        else:  # their sizes, without a pass over the whole shard's offsets
+            offsets = reader.shard(position).offsets
+            lengths[group] = offsets[chosen + 1].astype(np.int64) - offsets[chosen].astype(np.int64)
+    return lengths

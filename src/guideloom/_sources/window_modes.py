@@ -16,12 +16,13 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from guideloom._core.checks import check_bool, check_choice, check_int
+from guideloom._core.checks import check_bool, check_choice, check_int, check_sequence_length
 from guideloom._core.errors import StateMismatchError
 from guideloom._shards.shard_table import ShardTable
 from guideloom._sources.boundary_windows import BoundaryWindowSource
 from guideloom._sources.documents import DocumentSource
 from guideloom._sources.labeled_windows import LabeledWindowSource
+from guideloom._sources.packed_records import RECORD_LONG_DOCUMENTS, PackedRecordSource
 from guideloom._sources.packed_windows import PackedRowSource
 from guideloom._sources.token_windows import TokenSource, TokenWindowSource
 from guideloom._storage.storages import DocumentStorage, TokenStorage
@@ -86,9 +87,16 @@ class WindowMode(ABC):
         self.check_window_dtype(window_dtype)
         return self.source_class(storage, labels)(storage, snapshot, sequence_length, window_dtype, self)
 
-    def document_source(self, storage: DocumentStorage[Any, Any], snapshot: ShardTable) -> DocumentSource:
+    def document_source(
+        self, storage: DocumentStorage[Any, Any], snapshot: ShardTable, sequence_length: int | None
+    ) -> DocumentSource | PackedRecordSource:
         """The source over ``snapshot`` of a document storage (a mode for token storages only refuses one in
         `check_storage`)."""
+        if sequence_length is not None:
+            raise ValueError(
+                "sequence_length must be omitted for a DocumentStorage: each record is one sample (with "
+                "pack_documents=True it is the length of a row of packed records)"
+            )
         return DocumentSource(storage, snapshot)
 
     @abstractmethod
@@ -134,13 +142,14 @@ class BoundaryWindows(WindowMode):
 @dataclass(frozen=True)
 class PackedDocuments(WindowMode):
     """``pack_documents=True``: whole documents packed into rows, padded with ``pad_id``; ``long_documents`` says
-    what becomes of a document longer than a row."""
+    what becomes of a document longer than a row. On a document storage: rows of whole records, never cut
+    (``"drop"`` leaves a longer record out; by default it is an error) and never padded."""
 
     pad_id: int = 0
     long_documents: str = "split"
 
     keyword = "pack_documents"
-    kinds = (PackedRowSource.kind,)
+    kinds = (PackedRowSource.kind, PackedRecordSource.kind)
 
     @classmethod
     def check_arguments(cls, arguments: Mapping[str, Any]) -> None:
@@ -165,6 +174,26 @@ class PackedDocuments(WindowMode):
     def arguments(self) -> dict[str, Any]:
         return {**super().arguments(), "pad_id": self.pad_id, "long_documents": self.long_documents}
 
+    def check_storage(self, storage: object) -> None:
+        if not isinstance(storage, DocumentStorage):
+            super().check_storage(storage)
+            return
+        if self.long_documents not in ("split", *RECORD_LONG_DOCUMENTS):  # ("split", the default: none chosen)
+            raise ValueError(
+                f"long_documents={self.long_documents!r} cannot apply to packed records, which are never cut: pass "
+                '"drop" to leave records longer than a row out, or omit it (such a record is then an error)'
+            )
+        if self.pad_id != 0:
+            raise ValueError("pad_id applies to packed token rows: packed records are lists of records, not padded")
+
+    def document_source(
+        self, storage: DocumentStorage[Any, Any], snapshot: ShardTable, sequence_length: int | None
+    ) -> DocumentSource | PackedRecordSource:
+        if sequence_length is None:
+            raise ValueError("pack_documents=True on a DocumentStorage needs sequence_length: the length of a row")
+        drop = self.long_documents in RECORD_LONG_DOCUMENTS
+        return PackedRecordSource(storage, snapshot, check_sequence_length(sequence_length), drop)
+
     def source_class(self, storage: TokenStorage, labels: bool) -> type[TokenSource[Any]]:
         return PackedRowSource  # (with labels always)
 
@@ -182,7 +211,7 @@ class PackedDocuments(WindowMode):
         return cls(identity.get("pad_id", 0), identity.get("long_documents", "split"))
 
 
-StorageSource = DocumentSource | TokenSource[Any]  # the source over one storage, whatever its mode
+StorageSource = DocumentSource | PackedRecordSource | TokenSource[Any]  # the source over one storage, whatever its mode
 PLAIN_WINDOWS = PlainWindows()
 MODES: tuple[type[WindowMode], ...] = (PlainWindows, BoundaryWindows, PackedDocuments)
 

@@ -175,7 +175,7 @@ def committed_digest(storage: StorageBase, header: StorageHeader, shard: int) ->
             if info is None
             else ShardContents(info.record_count, info.element_count * header.element_size, info.data_crc)
         )
-    if not is_committed(storage.path, shard):  # absent, or a stray that a killed writer left (not committed)
+    if not is_committed(storage.path, shard):
         return None
     committed = ShardFile(storage.path, shard, header)
     try:

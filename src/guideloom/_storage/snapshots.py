@@ -12,8 +12,9 @@ from pathlib import Path
 from guideloom._core.errors import CorruptStorageError
 from guideloom._shards.files import LocalShards
 from guideloom._shards.header import StorageHeader
+from guideloom._shards.index import EMPTY
 from guideloom._shards.shard_table import ShardTable
-from guideloom._shards.snapshot import local_snapshot
+from guideloom._shards.snapshot import local_snapshot, refresh_snapshot
 
 DEFAULT_MAX_OPEN_SHARDS = 128
 
@@ -34,3 +35,9 @@ def selected(table: ShardTable, shard_ids: list[int] | None, location: str) -> S
     if missing:
         raise CorruptStorageError(f"shard {missing[0]} vanished: it is no longer listed at {location}")
     return chosen
+
+
+def rewrite_local_index(path: Path, header: StorageHeader) -> int:
+    """Write the local storage's shard index afresh from one listing (the index's sound records spare footer
+    reads); the number of shards it names."""
+    return len(refresh_snapshot(path, header, EMPTY))

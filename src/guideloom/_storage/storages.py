@@ -19,7 +19,6 @@ from guideloom._remote.shard_cache import check_cache_arguments
 from guideloom._shards.files import CommitTarget, ShardSet
 from guideloom._shards.formats import DocumentPickleFormat, DocumentStorageFormat, format_identity
 from guideloom._shards.header import HEADER_NAME, StorageHeader, read_header
-from guideloom._shards.index import create_index
 from guideloom._shards.layout import (
     INCOMPLETE_DIR,
     SHARDS_DIR,
@@ -30,7 +29,6 @@ from guideloom._shards.layout import (
     incomplete_dir,
     publish,
 )
-from guideloom._shards.local_commit import stray_shards
 from guideloom._shards.reader import AsyncReader, DocumentReader, StorageReader, TokenReader
 from guideloom._shards.record_lengths import defines_length
 from guideloom._shards.rolling_writer import RollingWriter
@@ -39,7 +37,7 @@ from guideloom._shards.snapshot import local_snapshot
 from guideloom._shards.token_ids import TokenEncoder, TokenInput
 from guideloom._shards.upkeep import clean_local, verify_local
 from guideloom._shards.writer import AsyncWriter, SyncWriter
-from guideloom._storage.snapshots import DEFAULT_MAX_OPEN_SHARDS, local_shard_set, selected
+from guideloom._storage.snapshots import DEFAULT_MAX_OPEN_SHARDS, local_shard_set, rewrite_local_index, selected
 from guideloom._storage.trust import warn_untrusted
 from guideloom._storage.writers import open_writer, record_measure
 
@@ -67,7 +65,7 @@ class StorageBase:
     path: Path
     location: str
     _remote: RemoteFiles | None = None
-    _listed: dict[int, ShardInfo]
+    _listed: ShardTable | None  # a remote storage's last snapshot
     compression: str | None = None  # of the shard objects on a store: requested, else as recorded
     _requested_compression: str | None = None
 
@@ -82,7 +80,7 @@ class StorageBase:
         """Set where the storage lives: a local directory, or an object store URL and its cache."""
         cache_path, limit = check_cache_arguments(cache_dir, cache_limit_bytes)
         self.max_open_shards = check_int("max_open_shards", max_open_shards, minimum=1)
-        self._listed = {}
+        self._listed = None
         if storage_options is not None and not isinstance(storage_options, dict):
             raise TypeError(f"storage_options must be a dict, got {type(storage_options).__name__}")
         if is_url(path):
@@ -121,14 +119,15 @@ class StorageBase:
         return read_header(self.path) if self._remote is None else self._remote.read_header()
 
     def committed_shards(self) -> list[int]:
-        """Ids of the shards committed now, ascending (for a remote storage: from one listing)."""
-        if self._remote is None:
-            if not holds_storage(self.path):
-                return committed_shard_ids(self.path)  # [], or the precise error of a path that holds no storage
-            return local_snapshot(self.path, read_header(self.path)).ids.tolist()  # type: ignore[no-any-return]
-        infos = self._remote.list_shards(self.header_for_reading())
-        self._listed = {info.id: info for info in infos}
-        return [info.id for info in infos]
+        """Ids of the shards committed now, ascending (for a remote storage: its index object and one listing)."""
+        if self._remote is None and not holds_storage(self.path):
+            return committed_shard_ids(self.path)  # [], or the precise error of a path that holds no storage
+        return self.snapshot().ids.tolist()  # type: ignore[no-any-return]
+
+    @property
+    def index_problem(self) -> str | None:
+        """Why the last snapshot of a remote storage could not use its index object (None: it did, or had none)."""
+        return None if self._remote is None else self._remote.index_problem
 
     @property
     def is_remote(self) -> bool:
@@ -142,26 +141,38 @@ class StorageBase:
 
     def listed_shard(self, shard: int) -> ShardInfo | None:
         """A remote storage's listing entry of ``shard``, listed now; None if it is not committed."""
-        self.committed_shards()
-        return self._listed.get(shard)
+        found, _ = self.snapshot().select([shard])
+        return found[0] if len(found) else None
 
     def snapshot(self) -> ShardTable:
-        """The shards committed now and their facts: one listing (and, locally, the shard index)."""
+        """The shards committed now and their facts: locally from the shard index, remotely from the index
+        object and a listing of what it cannot know (see docs/object-storage.md)."""
         header = self.header_for_reading()
         if self._remote is None:
             return local_snapshot(self.path, header)
-        infos = self._remote.list_shards(header)
-        self._listed = {info.id: info for info in infos}
-        return ShardTable.of(infos)
+        self._listed = self._remote.list_shards(header)
+        return self._listed
+
+    def write_index(self) -> int:
+        """Write the storage's index from a listing of its committed shards; the number of shards it names.
+
+        On an object store this is the index object that lets readers list only the shards committed
+        after it (run it after a large write: ``guideloom tokenize`` and the Ray datasink do); on a local
+        storage it rewrites the shard index. Either is derived data: it never decides what is committed.
+        """
+        header = self.header_for_reading()
+        if self._remote is not None:
+            return self._remote.write_index(header)
+        return rewrite_local_index(self.path, header)
 
     def _shard_set(self, header: StorageHeader, shards: list[int] | ShardTable | None) -> ShardSet:
         """What a reader of these shards (a snapshot, ids, or all committed now) reads through."""
         if self._remote is None:
             return local_shard_set(self.path, header, shards, self.max_open_shards)
         if not isinstance(shards, ShardTable):
-            if shards is None or any(shard not in self._listed for shard in shards):
-                self.snapshot()
-            listed = ShardTable.of(self._listed[shard] for shard in sorted(self._listed))
+            listed = self._listed
+            if shards is None or listed is None or len(listed.lacking(np.asarray(sorted(shards), np.int64))):
+                listed = self.snapshot()
             shards = selected(listed, shards, self.location)
         return self._remote.shard_set(header, shards, self.max_open_shards)
 
@@ -169,12 +180,6 @@ class StorageBase:
         """Where this machine's writers build shards before committing them (an object store's: in its cache)."""
         target = self.commit_target()
         return incomplete_dir(target) if isinstance(target, Path) else target.incomplete
-
-    def stray_shards(self) -> list[int]:
-        """Ids of the shard files that writers killed while committing left in ``shards/``: never committed, and
-        replaced when their ids are committed again (one listing; none on an object store, where a commit is one
-        request)."""
-        return [] if self._remote is not None else stray_shards(self.path)
 
     def committed_shard_sizes(self) -> list[int]:
         """The file size of every committed shard, from the listing or the index (nothing is opened)."""
@@ -240,7 +245,6 @@ class StorageBase:
                 raise
             raise NotADirectoryError(f"cannot create a storage at {self.path}: {files[-1]} is a file") from None
         if self._existing_header() is None:
-            create_index(self.path)  # before the header, so that every commit of the storage finds it
             temporary = self.path / INCOMPLETE_DIR / f"{HEADER_NAME}.{uuid.uuid4().hex}"
             with open(temporary, "xb") as file:
                 file.write(header.to_json())
@@ -274,8 +278,8 @@ class StorageBase:
         return verify_local(self.path, header, progress)
 
     def clean_leftovers(self, older_than: float = 3600.0) -> list[Path | str]:
-        """Delete files that dead writers left in ``incomplete/``, and the strays of writers killed while
-        committing (never committed), untouched for ``older_than`` seconds.
+        """Delete files that dead writers left in ``incomplete/``, untouched for ``older_than`` seconds; never a
+        committed shard (a shard file under its name in ``shards/`` is committed).
 
         Files of live writers are younger than that as long as they keep appending. For a remote
         storage also its unfinished uploads, stray markers and the cache's abandoned downloads.

@@ -164,6 +164,9 @@ def execute(
     resumed = any(job.resume.shards for job in jobs)
     if documents == 0 and not plan.skipped and not resumed:
         raise ValueError(f"the inputs hold no documents ({plural(files, 'file')} read, nothing written)")
+    storage = plan.settings.storage()
+    if storage.is_remote:  # readers of a large remote storage then list only what is committed after this run
+        storage.write_index()
     return TokenizeSummary(
         files=files + len(plan.skipped),
         documents=documents,

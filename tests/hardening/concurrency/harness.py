@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from guideloom import DocumentStorage, FormatMismatchError, ShardExistsError
-from tests.helpers import RawFormat
+from tests.helpers.storages import RawFormat
 
 WON, LOST, MISMATCH = 0, 3, 4
 

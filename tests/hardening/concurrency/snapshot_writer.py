@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from guideloom import DocumentStorage
-from tests.helpers import RawFormat
+from tests.helpers.storages import RawFormat
 
 
 def shard_records(shard: int) -> list[bytes]:

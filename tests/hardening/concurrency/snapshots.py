@@ -17,7 +17,8 @@ from typing import Any
 
 from guideloom import DocumentStorage, StatefulDataLoader
 from tests.hardening.concurrency.snapshot_writer import shard_records
-from tests.helpers import RawFormat, child_environment, module_command
+from tests.helpers.processes import child_environment, module_command
+from tests.helpers.storages import RawFormat
 
 WRITER = "tests.hardening.concurrency.snapshot_writer"
 

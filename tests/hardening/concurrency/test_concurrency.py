@@ -12,7 +12,7 @@ import pytest
 
 from tests.hardening.campaigns import tally
 from tests.hardening.concurrency import snapshots
-from tests.helpers import run_harness
+from tests.helpers.processes import run_harness
 
 SEED = int(os.environ.get("GUIDELOOM_HARDENING_SEED", "20261129"))
 

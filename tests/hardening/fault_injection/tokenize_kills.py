@@ -32,7 +32,8 @@ from typing import Any
 from guideloom import TokenStorage
 from guideloom._shards.header import HEADER_NAME
 from guideloom._shards.layout import committed_shard_ids, shard_file_name
-from tests.helpers import child_environment, committed_and_strays, module_command
+from tests.helpers.processes import child_environment, module_command
+from tests.helpers.storages import committed_shards
 
 INJECT_CLI = "tests.hardening.fault_injection.inject_cli"
 WORDS = "the a fox dog jumps over lazy quick brown alpha beta gamma delta naïve café 東京 def return".split()
@@ -144,9 +145,9 @@ def run_case(setup: Setup, case: dict[str, Any]) -> dict[str, Any]:
     # what the killed run left
     names = sorted(os.listdir(output / "shards")) if (output / "shards").is_dir() else []
     if (output / HEADER_NAME).exists():
-        visible, strays = committed_and_strays(output)
-        assert names == sorted(map(shard_file_name, [*visible, *strays])), f"unexpected names in shards/: {names}"
-        for shard in [*visible, *strays]:  # a stray (killed between link and index record) is complete too
+        visible = committed_shards(output)
+        assert names == sorted(map(shard_file_name, visible)), f"unexpected names in shards/: {names}"
+        for shard in visible:  # a shard file under its name is committed, and complete
             assert (output / "shards" / shard_file_name(shard)).read_bytes() == setup.reference[shard], shard
         storage = TokenStorage(output)
         with storage.sync_reader() as reader:
@@ -159,7 +160,7 @@ def run_case(setup: Setup, case: dict[str, Any]) -> dict[str, Any]:
     # finish the run
     completed = subprocess.run(_command(*arguments, "--skip-existing"), capture_output=True, text=True)
     assert completed.returncode == 0, f"the rerun with --skip-existing failed: {completed.stderr}"
-    assert committed_and_strays(output) == (sorted(setup.reference), [])
+    assert committed_shards(output) == sorted(setup.reference)
     for shard, data in setup.reference.items():
         assert (output / "shards" / shard_file_name(shard)).read_bytes() == data, f"shard {shard} differs"
     assert TokenStorage(output).verify() == []

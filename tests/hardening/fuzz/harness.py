@@ -54,7 +54,9 @@ import guideloom._cli
 from guideloom import CorruptStorageError, FormatMismatchError, StorageNotFoundError
 from guideloom._cli import main as cli
 from guideloom._shards.layout import FOOTER
-from tests.helpers import CRAFTED_SHARD_NAMES, FOOTER_FIELDS, comparable, open_storage, shard_file, with_footer
+from tests.helpers.batches import comparable
+from tests.helpers.shard_files import CRAFTED_SHARD_NAMES, FOOTER_FIELDS, shard_file, with_footer
+from tests.helpers.storages import open_storage
 
 KINDS = ("documents", "tokens")
 SHARDS = (0, 1, 2)

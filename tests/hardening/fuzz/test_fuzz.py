@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.hardening.campaigns import tally
-from tests.helpers import child_environment, module_command
+from tests.helpers.processes import child_environment, module_command
 
 SEED = int(os.environ.get("GUIDELOOM_HARDENING_SEED", "20261129"))
 GROUPS = ("header,layout", "footer,index", "size,bytes")

@@ -1,1 +1,0 @@
-"""Tests of private units, mirroring src/guideloom/_<subpackage>/."""
