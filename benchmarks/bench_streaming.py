@@ -46,8 +46,13 @@ from benchmarks.harness import (
     wait_until_listening,
     write_results,
 )
+from benchmarks.remote.streaming_peers import corpus_tokens
+from benchmarks.remote.streaming_report import plot, table
+
+PEERS = ("litdata", "mosaic", "mosaic-py1e", "mosaic-py1s")  # Mosaic: its default, and two tuned settings
 
 SEQUENCE, BATCH, SEED = 2049, 8, 0
+PART = 16  # a global order below a full cache is read for 1 / PART of an epoch, its bytes scaled by PART ("est.")
 
 
 @contextlib.contextmanager
@@ -144,11 +149,10 @@ def _write_corpus(url: str, endpoint: str, shards: int, shard_tokens: int) -> in
     from guideloom import TokenStorage
 
     storage = TokenStorage(url, storage_options={"endpoint_url": endpoint})
-    generator = np.random.default_rng(0)
     with storage.sync_writer() as writer:
-        for shard in range(shards):
-            for _ in range(8):
-                writer.append(shard, generator.integers(0, 50_000, shard_tokens // 8, dtype=np.uint32))
+        for shard, tokens in enumerate(corpus_tokens(shards, shard_tokens)):
+            for piece in np.split(tokens, 8):
+                writer.append(shard, piece)
             writer.commit(shard)
     return int(storage.snapshot().rows["size"].sum())
 
@@ -158,9 +162,11 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=64)
     parser.add_argument("--shard-mib", type=float, default=1.0)
     parser.add_argument("--latency-ms", type=float, default=20)
-    parser.add_argument("--mb-per-s", type=float, default=200)
+    parser.add_argument("--mb-per-s", type=float, default=25)
     parser.add_argument("--machines", default="1,2,4")
     parser.add_argument("--caches", default="100,50,25,10")
+    parser.add_argument("--peer-python", default=str(REPOSITORY / ".venv-bench" / "bin" / "python"))
+    parser.add_argument("--peers", default=",".join(PEERS), help="peers to drive ('' for guideloom alone)")
     parser.add_argument("--out", type=Path, default=RESULTS / "streaming.json", help="the results file (.json)")
     parser.add_argument("--machine-epoch", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
@@ -182,14 +188,18 @@ def main() -> None:
             shard_tokens = int(arguments.shard_mib * (1 << 20)) // 4
             corpus_bytes = _write_corpus(url, server, arguments.shards, shard_tokens)
             shard_bytes = corpus_bytes // arguments.shards + 1
+            peers = _write_peers(arguments, server, work, shard_bytes)
             for machines in [int(value) for value in arguments.machines.split(",")]:
                 for percent in [int(value) for value in arguments.caches.split(",")]:
                     rows += _cache_rows(arguments, url, proxy, server, work, machines, percent, corpus_bytes)
+                    rows += _peer_rows(arguments, peers, proxy, server, work, machines, percent, corpus_bytes)
             rows.append(_resume_row(arguments, url, proxy, server, work, corpus_bytes, shard_bytes))
+            rows += _peer_resume_rows(arguments, peers, proxy, server, work, corpus_bytes)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     results = {"shards": arguments.shards, "shard_mib": arguments.shard_mib, "latency_ms": arguments.latency_ms}
     results.update({"mb_per_s": arguments.mb_per_s, "machine": machine(), "rows": rows})
+    results["peer_versions"] = peers.get("versions", {})
     path = write_results("streaming", results, table(results), to=arguments.out)
     plot(results, path.with_suffix(".png"))
     print(table(results))
@@ -230,16 +240,129 @@ def _cache_rows(
                 "machines": machines,
             }
             if partial:
-                options["stop_after"] = arguments.shards * shard_tokens // SEQUENCE // BATCH // 8
+                options["stop_after"] = arguments.shards * shard_tokens // SEQUENCE // BATCH // PART
             result = _run_machine(options, server)
             result.pop("state")
-            result["bytes"] *= 8 if partial else 1
+            result["bytes"] *= PART if partial else 1
             result["share"] = corpus_bytes / machines
             result["link_s"] = result["bytes"] / (arguments.mb_per_s * 1e6)
             row["per_machine"].append(result)
             print(order, machines, percent, each, json.dumps(result), flush=True)
         rows.append(_summary(row))
     return rows
+
+
+def _write_peers(arguments: argparse.Namespace, server: str, work: Path, shard_bytes: int) -> dict[str, Any]:
+    """The peers' copies of the corpus (their writers, in the peers' venv) on the server; {} without peers."""
+    peers = [name for name in arguments.peers.split(",") if name]
+    if not peers:
+        return {}
+    options = _peer_options(arguments, work, server) | {"shard_bytes": shard_bytes}
+    run_child(
+        module_command("benchmarks.remote.streaming_peers", "write", json.dumps(options), python=arguments.peer_python)
+    )
+    index = json.loads((work / "mosaic" / "index.json").read_text())
+    versions = run_child([arguments.peer_python, "-c", _VERSIONS])[1].strip()
+    return {"names": peers, "samples_per_shard": index["shards"][0]["samples"], "versions": json.loads(versions)}
+
+
+_VERSIONS = (
+    "import importlib.metadata as m, json; "
+    "print(json.dumps({d: m.version(d) for d in ('litdata', 'mosaicml-streaming')}))"
+)
+
+
+def _peer_options(arguments: argparse.Namespace, work: Path, server: str) -> dict[str, Any]:
+    shard_tokens = int(arguments.shard_mib * (1 << 20)) // 4
+    return {"shards": arguments.shards, "shard_tokens": shard_tokens, "work": str(work), "server": server}
+
+
+def _peer_rows(
+    arguments: argparse.Namespace,
+    peers: dict[str, Any],
+    proxy: str,
+    server: str,
+    work: Path,
+    machines: int,
+    percent: int,
+    corpus_bytes: int,
+    **extra: Any,
+) -> list[dict[str, Any]]:
+    """Each peer's row at one machine count and cache: its machines one after the other, each in a fresh process."""
+    shard_bytes = corpus_bytes // arguments.shards + 1
+    cache_shards = arguments.shards // machines * percent // 100
+    if not peers or cache_shards < 4:
+        return []
+    rows = []
+    total = arguments.shards * (int(arguments.shard_mib * (1 << 20)) // 4) // SEQUENCE // BATCH
+    for library in peers["names"]:
+        window = max(1, cache_shards - 3) if library != "mosaic" else None
+        if window is None and machines > 1:  # Mosaic's default order thrashes as the global one: one machine
+            continue
+        partial = window is None and percent < 100 and not extra
+        row: dict[str, Any] = {"order": library, "machines": machines, "cache_percent": percent}
+        row.update({"window": window, "estimated": partial, "per_machine": []})
+        for each in range(machines):
+            options = _peer_options(arguments, work, server) | {
+                "library": library,
+                "endpoint": proxy,
+                "cache_dir": str(work / f"cache-{library}-{machines}-{percent}-{each}-{len(extra)}"),
+                "cache_bytes": cache_shards * shard_bytes,
+                "window": window or 1,
+                "samples_per_shard": peers["samples_per_shard"],
+                "machine": each,
+                "machines": machines,
+                "state_path": str(work / f"state-{library}.pt"),
+            }
+            if partial:
+                options["stop_after"] = total // PART
+            result = _peer_epoch(arguments, options | extra.get("first", {}))
+            result["bytes"] *= PART if partial else 1
+            if extra:  # a resume: the rest of the epoch in a new process, from the saved state
+                rest = _peer_epoch(arguments, options | {"resume": True})
+                result = _merged(result, rest)
+            result["share"] = corpus_bytes / machines
+            result["link_s"] = result["bytes"] / (arguments.mb_per_s * 1e6)
+            row["per_machine"].append(result)
+            print(library, machines, percent, each, json.dumps(result), flush=True)
+        rows.append(_summary(row))
+    return rows
+
+
+def _peer_epoch(arguments: argparse.Namespace, options: dict[str, Any]) -> dict[str, Any]:
+    command = module_command(
+        "benchmarks.remote.streaming_peers", "epoch", json.dumps(options), python=arguments.peer_python
+    )
+    result: dict[str, Any] = json.loads(run_child(command)[1].strip().splitlines()[-1])
+    return result
+
+
+def _peer_resume_rows(
+    arguments: argparse.Namespace, peers: dict[str, Any], proxy: str, server: str, work: Path, corpus_bytes: int
+) -> list[dict[str, Any]]:
+    """Each peer at one machine, cache 25%: half an epoch, then a new process resumes from its loader's state."""
+    total = arguments.shards * (int(arguments.shard_mib * (1 << 20)) // 4) // SEQUENCE // BATCH
+    first = {"stop_after": total // 2}
+    peers = peers and {**peers, "names": [name for name in peers["names"] if name != "mosaic"]}  # it thrashes
+    return [
+        row | {"order": f"{row['order']}, resumed mid-epoch"}
+        for row in _peer_rows(arguments, peers, proxy, server, work, 1, 25, corpus_bytes, first=first)
+    ]
+
+
+def _merged(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+    """A machine's epoch read in two processes, as one."""
+    return {
+        "bytes": first["bytes"] + second["bytes"],
+        "seconds": first["seconds"] + second["seconds"],
+        "first_batch_s": first["first_batch_s"],
+        "batches": first["batches"] + second["batches"],
+        "mix_batch": first["mix_batch"],
+        "mix_128": first["mix_128"],
+        "samples": first.get("samples", 0) + second.get("samples", 0),
+        "distinct_samples": first.get("distinct_samples", 0) + second.get("distinct_samples", 0),
+        "resumed_first_batch_s": second["first_batch_s"],
+    }
 
 
 def _resume_row(
@@ -260,17 +383,8 @@ def _resume_row(
     first = _run_machine({**options, "stop_after": total // 2}, server)
     second = _run_machine({**options, "state": first.pop("state")}, server)
     second.pop("state")
-    merged = {
-        "bytes": first["bytes"] + second["bytes"],
-        "seconds": first["seconds"] + second["seconds"],
-        "first_batch_s": first["first_batch_s"],
-        "batches": first["batches"] + second["batches"],
-        "mix_batch": first["mix_batch"],
-        "mix_128": first["mix_128"],
-        "share": corpus_bytes,
-        "link_s": (first["bytes"] + second["bytes"]) / (arguments.mb_per_s * 1e6),
-        "resumed_first_batch_s": second["first_batch_s"],
-    }
+    merged = _merged(first, second) | {"share": corpus_bytes}
+    merged["link_s"] = merged["bytes"] / (arguments.mb_per_s * 1e6)
     row = {"order": "windowed, resumed mid-epoch", "machines": 1, "cache_percent": 25, "window": cache_shards - 3}
     return _summary({**row, "estimated": False, "per_machine": [merged]})
 
@@ -281,51 +395,11 @@ def _summary(row: dict[str, Any]) -> dict[str, Any]:
     row["mix_batch"] = float(np.mean([entry["mix_batch"] for entry in machines]))
     row["mix_128"] = float(np.mean([entry["mix_128"] for entry in machines]))
     row["epoch_over_link_max"] = max(entry["seconds"] / max(entry["link_s"], 1e-9) for entry in machines)
+    row["after_first_over_link_max"] = max(
+        (entry["seconds"] - (entry["first_batch_s"] or 0.0)) / max(entry["link_s"], 1e-9) for entry in machines
+    )
     row["first_batch_s_max"] = max(entry["first_batch_s"] or 0.0 for entry in machines)
     return row
-
-
-def table(results: dict[str, Any]) -> str:
-    lines = [
-        f"{results['shards']} shards of {results['shard_mib']} MiB of uint32 tokens, ({BATCH}, {SEQUENCE}) windows, "
-        f"one shuffled epoch through a link of {results['latency_ms']:.0f} ms and {results['mb_per_s']:.0f} MB/s; "
-        "one rank per simulated machine, each with its own cache (a share of the cache: % of the machine's share).",
-        "",
-        "| order | machines | cache (of a share) | K | bytes / share (worst machine) | mix: batch of 8 / 128 samples "
-        "| epoch / link limit (worst) | first batch (s) |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for row in results["rows"]:
-        estimated = " (est.)" if row["estimated"] else ""
-        lines.append(
-            f"| {row['order']} | {row['machines']} | {row['cache_percent']}% | {row['window'] or '—'} "
-            f"| {row['bytes_over_share_max']:.2f}x{estimated} | {row['mix_batch']:.1f} / {row['mix_128']:.1f} "
-            f"| {'—' if row['estimated'] else format(row['epoch_over_link_max'], '.2f') + 'x'} "
-            f"| {row['first_batch_s_max']:.2f} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def plot(results: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    for order, machines in sorted({(row["order"], row["machines"]) for row in results["rows"]}):
-        rows = [row for row in results["rows"] if (row["order"], row["machines"]) == (order, machines)]
-        caches = [row["cache_percent"] for row in rows]
-        label = f"{order}, {machines} machine{'s' if machines > 1 else ''}"
-        left.plot(caches, [row["bytes_over_share_max"] for row in rows], marker="o", label=label)
-        right.plot(caches, [row["mix_128"] for row in rows], marker="o", label=label)
-    left.set(xlabel="cache, % of the machine's share", ylabel="bytes downloaded / share", yscale="log")
-    right.set(xlabel="cache, % of the machine's share", ylabel="distinct shards in 128 consecutive samples")
-    left.axhline(1.1, color="grey", linestyle=":")
-    right.axhline(12, color="grey", linestyle=":")
-    left.legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,14 @@ from benchmarks.harness import (
 )
 
 SCRIPTS = sorted(f"benchmarks.{path.stem}" for path in BENCHMARKS.glob("*.py") if path.stem != "__init__")
-MODULES = [*SCRIPTS, "benchmarks.remote.worker", "benchmarks.peers.smoke", "benchmarks.peers.check_install"]
+MODULES = [
+    *SCRIPTS,
+    "benchmarks.remote.worker",
+    "benchmarks.remote.streaming_peers",
+    "benchmarks.remote.streaming_report",
+    "benchmarks.peers.smoke",
+    "benchmarks.peers.check_install",
+]
 
 
 @pytest.mark.parametrize("module", MODULES)

@@ -68,10 +68,10 @@ def test_explain_prints_each_batch_s_samples_for_a_person(tmp_path: Path, capsys
         f"reads:  the storage at {tmp_path / 'tokens'} (token windows, sequence_length 4)",
         "",
         "epoch 0, batch 1, rank 0:",
-        "    0  shard 3, record 0 [4:6] + shard 3, record 1 [0:2]",
+        "    0  shard 3, record 0 (index 0) [4:6] + shard 3, record 1 (index 1) [0:2]",
         "",
         "epoch 0, batch 2, rank 0:",
-        "    0  shard 3, record 1 [2:6]",
+        "    0  shard 3, record 1 (index 1) [2:6]",
     ]
 
 

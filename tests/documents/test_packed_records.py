@@ -66,7 +66,9 @@ def test_worker_processes_give_the_same_rows(storage: DocumentStorage[Any, Any])
         assert take(loader, 8) == expected
 
 
-def test_explain_names_each_rows_records_and_a_state_reopens(storage: DocumentStorage[Any, Any]) -> None:
+def test_explain_names_each_rows_records_by_global_index_and_a_state_reopens(
+    storage: DocumentStorage[Any, Any],
+) -> None:
     with packed(storage) as loader:
         take(loader, 2)
         explained = loader.explain(batches=1)
@@ -74,7 +76,7 @@ def test_explain_names_each_rows_records_and_a_state_reopens(storage: DocumentSt
         (batch,) = take(loader, 1)
     shard_ids = sorted({piece["shard"] for sample in explained[0]["samples"] for piece in sample["pieces"]})
     assert all(piece["stop"] is None for sample in explained[0]["samples"] for piece in sample["pieces"])
-    assert [len(sample["pieces"]) for sample in explained[0]["samples"]] == [len(row) for row in batch]
+    assert [[piece["index"] for piece in sample["pieces"]] for sample in explained[0]["samples"]] == batch
     assert set(shard_ids) <= {0, 1}
     with loader_from_state(state) as reopened:
         assert reopened.explain(batches=1) == explained

@@ -113,7 +113,9 @@ def rebuilt(sample: dict[str, Any], readers: dict[str | None, Any]) -> Any:
     reader = readers[sample["component"]]
     parts = []
     for piece in sample["pieces"]:
-        record = reader.read(global_index(reader, piece["shard"], piece["record"]))
+        index = global_index(reader, piece["shard"], piece["record"])
+        assert piece["index"] == index  # the index reader.read() takes, as explain gives it
+        record = reader.read(index)
         if isinstance(record, np.ndarray):
             parts.append(record[piece["start"] : piece["stop"]])
         else:

@@ -93,7 +93,7 @@ def test_explain_of_a_padded_last_batch_names_the_samples_the_ranks_repeat(tmp_p
     with open_loader("documents", tmp_path, shuffle=False, rank=2, world_size=4, local_batch_size=5) as loader:
         last = loader.explain(len(loader))[-1]
         assert [sample["pieces"] for sample in last["samples"]] == [
-            [{"shard": 0, "record": 1, "start": 0, "stop": None}]
+            [{"shard": 0, "record": 1, "index": 1, "start": 0, "stop": None}]
         ]  # 21 records: 20 fill the first global batch; the last one, padded to 4, gives rank 2 the 23rd: record 1
 
 
@@ -108,15 +108,15 @@ def test_a_window_lists_every_document_it_overlaps_and_none_empty(tmp_path: Path
         {
             "component": None,
             "pieces": [
-                {"shard": 7, "record": 0, "start": 0, "stop": 5},
-                {"shard": 7, "record": 2, "start": 0, "stop": 1},
+                {"shard": 7, "record": 0, "index": 0, "start": 0, "stop": 5},
+                {"shard": 7, "record": 2, "index": 2, "start": 0, "stop": 1},
             ],
         },
         {
             "component": None,
             "pieces": [
-                {"shard": 7, "record": 2, "start": 1, "stop": 3},
-                {"shard": 7, "record": 5, "start": 0, "stop": 4},
+                {"shard": 7, "record": 2, "index": 2, "start": 1, "stop": 3},
+                {"shard": 7, "record": 5, "index": 5, "start": 0, "stop": 4},
             ],
         },
     ]
@@ -130,8 +130,8 @@ def test_a_window_across_shards_names_both(tmp_path: Path) -> None:
     with StatefulDataLoader.from_storage(storage, device="cpu", local_batch_size=1, sequence_length=7) as loader:
         (batch,) = loader.explain()
     assert batch["samples"][0]["pieces"] == [
-        {"shard": 0, "record": 0, "start": 0, "stop": 5},
-        {"shard": 3, "record": 0, "start": 0, "stop": 2},
+        {"shard": 0, "record": 0, "index": 0, "start": 0, "stop": 5},
+        {"shard": 3, "record": 0, "index": 1, "start": 0, "stop": 2},
     ]
 
 

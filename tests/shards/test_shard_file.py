@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import mmap
 import os
 from pathlib import Path
@@ -32,3 +33,20 @@ def test_a_shard_truncated_between_its_size_check_and_its_mapping_is_corrupt(
         monkeypatch.setattr(mmap, "mmap", truncated_first)
         with pytest.raises(CorruptStorageError, match=r"shard 0 is truncated"):
             reader.read(0)
+
+
+def test_a_reader_dropped_without_closing_unmaps_its_shards(tmp_path: Path) -> None:
+    """The registry of mapped shards (which names a shard truncated under a worker) must not keep a mapping
+    alive: a reader that is only garbage-collected still gives its shards' mappings back."""
+    storage = make_document_storage(tmp_path / "documents", 6, 3)
+    reader = storage.sync_reader()
+    reader.read(0), reader.read(5)
+    assert _mapped_shard_files() > 0
+    del reader
+    gc.collect()
+    assert _mapped_shard_files() == 0
+
+
+def _mapped_shard_files() -> int:
+    with open("/proc/self/maps") as maps:
+        return sum(1 for line in maps if line.rstrip().endswith(".shard"))

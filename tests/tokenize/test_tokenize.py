@@ -128,8 +128,9 @@ def test_missing_field_names_file_and_line(tmp_path: Path, tokenizer_path: Path,
     if workers == 1:
         assert committed == [0]  # groups are done in order: the one before the failure is committed
     assert_nothing_in_progress(output)
-    with TokenStorage(output).sync_reader() as reader:  # what was committed is whole
-        assert len(reader) == len(DOCUMENTS) * len(committed)
+    if committed:  # with 2 workers the failing group may stop the run before the other created the storage
+        with TokenStorage(output).sync_reader() as reader:  # what was committed is whole
+            assert len(reader) == len(DOCUMENTS) * len(committed)
 
     # fix the input and finish the run: only the missing shards are written
     bad.write_text('{"text": "fine"}\n')

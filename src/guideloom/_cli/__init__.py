@@ -9,7 +9,9 @@ Every command is prepared, then run, and its exit status follows one convention:
 * 2: the command could not start: a usage error (an unknown option, a bad value), or a path that is not
   what the command needs (no storage there, a damaged header, a missing input or tokenizer, an output
   that already holds the shards); nothing was changed;
-* 130: interrupted (Ctrl-C); what a writer had not committed stays uncommitted.
+* 130: interrupted (Ctrl-C); what a writer had not committed stays uncommitted;
+* 141: its output went into a pipe whose reader had gone (``guideloom inspect PATH --shards | head -3``): it
+  stops quietly, with the status of a command that SIGPIPE stopped (128 + 13), as ``cat`` or ``seq`` would.
 
 Errors print as ``guideloom COMMAND: error: MESSAGE`` on stderr, like argparse's own usage errors.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import select
 import sys
 from collections.abc import Callable, Sequence
 
@@ -34,6 +37,7 @@ from guideloom._storage.storages import AnyFormatStorage, local_path
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report it
+EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE: what shells report for `cat` or `seq` writing into a closed `head`
 REPORTED_ERRORS = (GuideloomError, ValueError, TypeError, OSError, ImportError, RuntimeError)
 Run = Callable[[], int]
 
@@ -275,10 +279,34 @@ def main(argv: Sequence[str] | None = None) -> int:
             _report(arguments.command, error)
             return EXIT_USAGE
         try:
-            return run()
+            status = run()
+            sys.stdout.flush()  # a reader gone is found here, not in the interpreter's last flush
+            return status
+        except BrokenPipeError as error:
+            if not _stdout_reader_gone():
+                _report(arguments.command, error)
+                return EXIT_FAILED
+            _discard_stdout()
+            return EXIT_CLOSED_PIPE
         except REPORTED_ERRORS as error:
             _report(arguments.command, error)
             return EXIT_FAILED
     except KeyboardInterrupt:
         print(f"guideloom {arguments.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether standard output is a pipe whose reading end was closed (a broken pipe elsewhere is an error)."""
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poll.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll on this platform, or stdout is no file
+        return True
+
+
+def _discard_stdout() -> None:
+    """Point standard output at the null device, so that what is still buffered is dropped without a second error."""
+    with open(os.devnull, "wb") as devnull:
+        os.dup2(devnull.fileno(), sys.stdout.fileno())

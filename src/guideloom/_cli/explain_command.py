@@ -171,7 +171,7 @@ def _batches_of(state: dict[str, Any]) -> str:
 
 
 def _piece_text(piece: dict[str, Any]) -> str:
-    where = f"shard {piece['shard']}, record {piece['record']}"
+    where = f"shard {piece['shard']}, record {piece['record']} (index {piece['index']})"
     return where if piece["stop"] is None else f"{where} [{piece['start']}:{piece['stop']}]"
 
 

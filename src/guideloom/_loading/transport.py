@@ -5,7 +5,8 @@ One of three engines, chosen once per loader by :func:`make_transport`:
 - inline: in the loader's own thread (``num_workers=0``);
 - one background thread building groups of batches ahead, when a source's samples are plain copies
   and no user code runs (token windows with the default collate);
-- torch worker processes (``num_workers`` > 0), each batch sent back as NumPy arrays.
+- torch worker processes (``num_workers`` > 0), each batch's small arrays sent back through the pipe,
+  its large ones (``SHARED_MEMORY_BYTES`` and more) through shared memory.
 
 Every engine yields the batches in the order of the index arrays it is given, moved to the device
 (through pinned memory on CUDA), so which engine runs never changes what a batch holds.
@@ -35,6 +36,10 @@ from guideloom._sources.source import SampleSource
 
 THREAD_GROUP = 16  # batches built together, up to GROUP_BYTES of samples
 GROUP_BYTES = 8 * 1024 * 1024
+# From this size on a tensor or array leaves a worker through shared memory instead of the pipe: one copy
+# into a shared segment and its descriptor fetched from the worker (a fixed cost of about a millisecond on
+# a busy machine), against four copies through pickle and the pipe (benchmarks/bench_documents.py).
+SHARED_MEMORY_BYTES = 2**20
 
 
 class Batcher:
@@ -181,31 +186,61 @@ class ThreadTransport:
 
 
 class _WireArray:
-    """A CPU tensor crossing from a worker process as a NumPy array.
+    """A small CPU tensor crossing from a worker process as a NumPy array, pickled through the pipe.
 
-    torch sends tensors between processes through a new shared-memory file each, which costs far
-    more than pickling the bytes through the pipe for batch-sized tensors (benchmarks/README.md).
+    torch sends a tensor between processes as a shared-memory segment whose descriptor the receiver
+    fetches from the sender, a fixed cost of a few hundred microseconds that small tensors do not repay.
     """
 
     def __init__(self, array: np.ndarray) -> None:
         self.array = array
 
+    def received(self) -> torch.Tensor:
+        return torch.from_numpy(self.array)
 
-def _to_wire(tensor: Any) -> Any:
-    if type(tensor) is not torch.Tensor or tensor.device.type != "cpu" or tensor.requires_grad:
-        return tensor
+
+class _SharedArray:
+    """A large NumPy array crossing from a worker process in a shared-memory tensor; a NumPy array again on arrival."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        tensor = torch.from_numpy(array if array.flags.writeable else array.copy())
+        self.tensor: torch.Tensor = tensor.share_memory_()  # type: ignore[no-untyped-call]
+
+    def received(self) -> np.ndarray:
+        array: np.ndarray = self.tensor.numpy()
+        return array
+
+
+def _to_wire(value: Any) -> Any:
+    """A leaf of a built batch as it best crosses to the training process."""
+    if isinstance(value, np.ndarray):
+        if value.nbytes < SHARED_MEMORY_BYTES or value.dtype.hasobject or type(value) is not np.ndarray:
+            return value
+        try:
+            return _SharedArray(np.ascontiguousarray(value))
+        except TypeError:  # dtypes torch lacks (strings, datetimes, ...) go through the pipe
+            return value
+    if type(value) is not torch.Tensor or value.device.type != "cpu" or value.requires_grad:
+        return value
+    if value.nbytes >= SHARED_MEMORY_BYTES:
+        return value  # torch's own transport: the tensor's storage moves to shared memory
     try:
-        return _WireArray(tensor.numpy())
+        return _WireArray(value.numpy())
     except (TypeError, RuntimeError):  # dtypes NumPy lacks (bfloat16, ...) keep torch's own transport
-        return tensor
+        return value
 
 
-def _from_wire(wire: _WireArray) -> torch.Tensor:
-    return torch.from_numpy(wire.array)
+def _is_sent_leaf(value: object) -> bool:
+    """What `_to_wire` looks at: tensors and objects that move themselves (which cross whole), NumPy arrays."""
+    return moves_itself(value) or isinstance(value, np.ndarray)
+
+
+def _from_wire(wire: _WireArray | _SharedArray) -> Any:
+    return wire.received()
 
 
 def _is_wire(value: object) -> bool:
-    return isinstance(value, _WireArray)
+    return isinstance(value, _WireArray | _SharedArray)
 
 
 class _Message(str):
@@ -271,7 +306,7 @@ class _IndexDataset(torch.utils.data.Dataset[Any]):
         try:
             check_mapped()
             # objects that move themselves (PackedSequence) cross whole: their type checks its fields
-            return map_tensors(self.batcher(indices, epoch), _to_wire, moves_itself)
+            return map_tensors(self.batcher(indices, epoch), _to_wire, _is_sent_leaf)
         except Exception as error:
             return _WorkerError(error)
 

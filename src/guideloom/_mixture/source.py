@@ -168,7 +168,8 @@ class MixtureSource:
         components, samples = self._locate(indices, epoch)
         present = np.flatnonzero(np.bincount(components, minlength=len(self.components))).tolist()
         parts = {k: self.components[k].describe(samples[components == k], epoch).in_component(k) for k in present}
-        described: SamplePieces = _interleave(parts, components) if parts else SamplePieces.of([], [], [], [], [])
+        nothing = SamplePieces.of([], [], [], [], [], indices=[])
+        described: SamplePieces = _interleave(parts, components) if parts else nothing
         return described.named(self.mixture.names)
 
     def sample_lengths(self, indices: np.ndarray, epoch: int) -> np.ndarray:

@@ -270,6 +270,11 @@ class ShardFile:
     def info(self) -> ShardInfo:
         return ShardInfo(self.id, self.record_count, self.element_count, self.data_crc, len(self.view))
 
+    @property
+    def mapping(self) -> mmap.mmap | None:
+        """The shard's read-only mapping (None once closed)."""
+        return self._mapping
+
     def record_lengths(self) -> np.ndarray:
         """Every record's length (int64, read-only): stored ones mapped, else each record's size in elements."""
         return self.lengths if self.lengths is not None else sizes_as_lengths(self.offsets)

@@ -13,6 +13,7 @@ an exception: the process dies. So ``ShardFile`` records each mapping here while
 from __future__ import annotations
 
 import mmap
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
@@ -26,18 +27,24 @@ class MappedShard(NamedTuple):
     size: int  # bytes mapped: the file's size when it was opened
 
 
-_mapped: dict[int, tuple[MappedShard, mmap.mmap]] = {}  # by id() of the mapping
+# By id() of the mapping, held weakly: a shard file dropped without close() is still unmapped when collected.
+_mapped: dict[int, tuple[MappedShard, weakref.ref[mmap.mmap]]] = {}
 _listener: Callable[[list[MappedShard]], None] | None = None
 
 
 def track(shard: int, path: Path, mapping: mmap.mmap) -> None:
-    _mapped[id(mapping)] = (MappedShard(shard, path, len(mapping)), mapping)
+    key = id(mapping)
+    _mapped[key] = (MappedShard(shard, path, len(mapping)), weakref.ref(mapping, lambda _: _forget(key)))
     if _listener is not None:
         _listener(mapped_shards())
 
 
 def untrack(mapping: mmap.mmap) -> None:
-    if _mapped.pop(id(mapping), None) is not None and _listener is not None:
+    _forget(id(mapping))
+
+
+def _forget(key: int) -> None:
+    if _mapped.pop(key, None) is not None and _listener is not None:
         _listener(mapped_shards())
 
 
@@ -57,7 +64,10 @@ def listen(listener: Callable[[list[MappedShard]], None] | None) -> None:
 def check_mapped() -> None:
     """CorruptStorageError naming the mapped shards whose files are shorter now than when they were mapped."""
     truncated = []
-    for entry, mapping in list(_mapped.values()):
+    for entry, reference in list(_mapped.values()):
+        mapping = reference()
+        if mapping is None:
+            continue
         try:
             size = mapping.size()  # fstat of the mapped file itself, even if its name now names another
         except (OSError, ValueError):  # closed meanwhile

@@ -22,6 +22,7 @@ from guideloom._shards.formats import DocumentStorageFormat
 from guideloom._shards.header import StorageHeader
 from guideloom._shards.layout import ShardFile, verify_shards
 from guideloom._shards.loss_masks import unpack_bits
+from guideloom._shards.resident_pages import ResidentPages
 from guideloom._shards.shard_access import ShardSet, first_positions
 from guideloom._shards.shard_table import ShardTable
 
@@ -187,13 +188,16 @@ class DocumentReader(StorageReader[Out]):
     ) -> None:
         super().__init__(shard_set, header)
         self._format = document_format
+        self._pages = ResidentPages()  # the records' mapped pages, dropped as they add up (see resident_pages)
 
     def read_encoded(self, index: int) -> tuple[memoryview, int]:
         """The record's bytes (a read-only view into the mapping) and its shard id."""
         self.check_open()
+        self._pages.settle(self._opened.values())
         position, record = self.locate(index)
         shard = self.shard(position)
         start, stop = shard.record_bounds(record)
+        self._pages.add(stop - start)
         return shard.view[start:stop], shard.id
 
     def read(self, index: int) -> Out:
@@ -205,16 +209,19 @@ class DocumentReader(StorageReader[Out]):
         """Decode the records at ``indices`` (int64, each checked), locating them all at once."""
         self.check_open()
         shards = self._opened
+        self._pages.settle(shards.values())
         positions = np.searchsorted(self.record_starts, indices, side="right") - 1
         position_list = positions.tolist()
         if position_list and (min(position_list) < 0 or max(position_list) >= len(self.infos)):  # out of range
             check_index(int(indices.min()) if min(position_list) < 0 else int(indices.max()), len(self))
         records = (indices - self.record_starts[positions]).tolist()
-        encoded = []
+        encoded, read = [], 0
         for position, record in zip(position_list, records, strict=True):
             shard = shards.get(position) or self.shard(position)
             start, stop = shard.record_bounds(record)
             encoded.append(shard.view[start:stop])
+            read += stop - start
+        self._pages.add(read)
         decoded = self._format.unpack_many(encoded, self.infos.ids[positions].tolist())
         if not isinstance(decoded, list) or len(decoded) != len(encoded):
             got = f"{len(decoded)} records" if isinstance(decoded, list) else f"a {type(decoded).__name__}"

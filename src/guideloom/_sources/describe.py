@@ -34,13 +34,15 @@ class SamplePieces:
     """The pieces of ``n`` samples, sample after sample: sample ``i`` has ``piece_counts[i]`` of them.
 
     A piece is tokens ``starts:stops`` of record ``records`` (its index within its shard) of the shard
-    with id ``shards``; a stop of -1 is the whole record. ``components`` is each sample's mixture
-    component (its index; -1 outside a mixture). All arrays are int64.
+    with id ``shards``; ``indices`` is the same record's global index, the one ``reader.read()`` takes;
+    a stop of -1 is the whole record. ``components`` is each sample's mixture component (its index; -1
+    outside a mixture). All arrays are int64.
     """
 
     piece_counts: np.ndarray
     shards: np.ndarray
     records: np.ndarray
+    indices: np.ndarray
     starts: np.ndarray
     stops: np.ndarray
     components: np.ndarray
@@ -48,16 +50,24 @@ class SamplePieces:
 
     @classmethod
     def of(
-        cls, piece_counts: Any, shards: Any, records: Any, starts: Any, stops: Any, components: Any = None
+        cls,
+        piece_counts: Any,
+        shards: Any,
+        records: Any,
+        starts: Any,
+        stops: Any,
+        components: Any = None,
+        *,
+        indices: Any,
     ) -> SamplePieces:
         """From anything NumPy takes as int64 arrays; ``components`` None: outside a mixture."""
         counts = np.asarray(piece_counts, np.int64)
         if components is None:
             components = np.full(len(counts), NO_COMPONENT, np.int64)
-        shards, records, starts, stops, components = (
-            np.asarray(array, np.int64) for array in (shards, records, starts, stops, components)
+        shards, records, indices, starts, stops, components = (
+            np.asarray(array, np.int64) for array in (shards, records, indices, starts, stops, components)
         )
-        return cls(counts, shards, records, starts, stops, components)
+        return cls(counts, shards, records, indices, starts, stops, components)
 
     def __len__(self) -> int:
         return len(self.piece_counts)
@@ -70,8 +80,8 @@ class SamplePieces:
         """The same samples, their components called by these names."""
         return replace(self, names=names)
 
-    def _pieces(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        return self.shards, self.records, self.starts, self.stops
+    def _pieces(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        return self.shards, self.records, self.indices, self.starts, self.stops
 
     def split(self, sizes: list[int]) -> list[SamplePieces]:
         """Consecutive groups of ``sizes`` samples."""
@@ -81,29 +91,29 @@ class SamplePieces:
         for (start, stop), (first, last) in zip(
             pairwise(sample_bounds.tolist()), pairwise(piece_bounds.tolist()), strict=True
         ):
-            shards, records, starts, stops = (array[first:last] for array in self._pieces())
-            parts.append(
-                SamplePieces(self.piece_counts[start:stop], shards, records, starts, stops, self.components[start:stop])
-            )
+            shards, records, indices, starts, stops = (array[first:last] for array in self._pieces())
+            counts, components = self.piece_counts[start:stop], self.components[start:stop]
+            parts.append(SamplePieces(counts, shards, records, indices, starts, stops, components))
         return parts
 
     @staticmethod
     def concatenate(parts: list[SamplePieces]) -> SamplePieces:
         """The samples of ``parts``, one after another."""
-        shards, records, starts, stops = (
-            np.concatenate([part._pieces()[column] for part in parts]) for column in range(4)
+        shards, records, indices, starts, stops = (
+            np.concatenate([part._pieces()[column] for part in parts]) for column in range(5)
         )
-        counts = np.concatenate([part.piece_counts for part in parts])
-        return SamplePieces(counts, shards, records, starts, stops, np.concatenate([part.components for part in parts]))
+        counts, components = (
+            np.concatenate([getattr(part, name) for part in parts]) for name in ("piece_counts", "components")
+        )
+        return SamplePieces(counts, shards, records, indices, starts, stops, components)
 
     def samples(self) -> list[dict[str, Any]]:
-        """One dict per sample: ``{"component", "pieces": [{"shard", "record", "start", "stop"}, ...]}``."""
+        """One dict per sample: ``{"component", "pieces": [{"shard", "record", "index", "start", "stop"}, ...]}``."""
         stops = [None if stop == WHOLE_RECORD else stop for stop in self.stops.tolist()]
+        columns = (self.shards.tolist(), self.records.tolist(), self.indices.tolist(), self.starts.tolist(), stops)
         pieces = [
-            {"shard": shard, "record": record, "start": start, "stop": stop}
-            for shard, record, start, stop in zip(
-                self.shards.tolist(), self.records.tolist(), self.starts.tolist(), stops, strict=True
-            )
+            {"shard": shard, "record": record, "index": index, "start": start, "stop": stop}
+            for shard, record, index, start, stop in zip(*columns, strict=True)
         ]
         bounds = np.concatenate([[0], np.cumsum(self.piece_counts)]).tolist()
         return [
@@ -122,7 +132,8 @@ def record_pieces(reader: Any, indices: np.ndarray) -> SamplePieces:
     shards = [reader.infos[position].id for position in positions.tolist()]
     records = indices - reader.record_starts[positions]
     count = len(indices)
-    return SamplePieces.of(np.ones(count), shards, records, np.zeros(count), np.full(count, WHOLE_RECORD))
+    whole = np.full(count, WHOLE_RECORD)
+    return SamplePieces.of(np.ones(count), shards, records, np.zeros(count), whole, indices=indices)
 
 
 def window_pieces(reader: Any, window_starts: np.ndarray, length: int) -> SamplePieces:
@@ -130,9 +141,9 @@ def window_pieces(reader: Any, window_starts: np.ndarray, length: int) -> Sample
 
     A window may cross into the next shards; empty documents overlap nothing and are left out.
     """
-    token_starts = reader.token_starts
+    token_starts, record_starts = reader.token_starts, reader.record_starts
     counts: list[int] = []
-    columns: list[list[np.ndarray]] = [[], [], [], []]
+    columns: list[list[np.ndarray]] = [[], [], [], [], []]
     for start in np.asarray(window_starts, np.int64).tolist():
         stop = start + length
         first = int(np.searchsorted(token_starts, start, side="right")) - 1
@@ -142,13 +153,13 @@ def window_pieces(reader: Any, window_starts: np.ndarray, length: int) -> Sample
             base = int(token_starts[position])
             low, high = max(start, base) - base, min(stop, int(token_starts[position + 1])) - base
             records, starts, stops = _overlapped(reader.shard(position).offsets, low, high)
-            for column, values in zip(
-                columns, (np.full(len(records), reader.infos[position].id), records, starts, stops), strict=True
-            ):
-                column.append(values)
+            shard = np.full(len(records), reader.infos[position].id)
+            values = (shard, records, starts, stops, records + record_starts[position])
+            for column, value in zip(columns, values, strict=True):
+                column.append(value)
             pieces += len(records)
         counts.append(pieces)
-    return SamplePieces.of(counts, *(_joined(column) for column in columns))
+    return _pieces_of(counts, columns)
 
 
 def _overlapped(offsets: np.ndarray, low: int, high: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -168,13 +179,19 @@ def _joined(parts: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.empty(0, np.int64)
 
 
+def _pieces_of(counts: list[int], columns: list[list[np.ndarray]]) -> SamplePieces:
+    """Pieces gathered as columns of shard ids, records, starts, stops and global indices."""
+    shards, records, starts, stops, indices = (_joined(column) for column in columns)
+    return SamplePieces.of(counts, shards, records, starts, stops, indices=indices)
+
+
 def packed_pieces(packed: Any, reader: Any, indices: np.ndarray) -> SamplePieces:
     """The pieces of packed rows ``indices`` (see `PackedShards`), in placement order, as records and offsets."""
     indices = np.asarray(indices, np.int64)
     positions = np.searchsorted(packed.row_bases, indices, side="right") - 1
     local_rows = (indices - packed.row_bases[positions]).tolist()
     counts: list[int] = []
-    columns: list[list[np.ndarray]] = [[], [], [], []]
+    columns: list[list[np.ndarray]] = [[], [], [], [], []]
     for position, row in zip(positions.tolist(), local_rows, strict=True):
         packing = packed.packing(reader, position)
         first, last = int(packing.row_starts[row]), int(packing.row_starts[row + 1])
@@ -183,11 +200,12 @@ def packed_pieces(packed: Any, reader: Any, indices: np.ndarray) -> SamplePieces
         records = np.searchsorted(offsets, starts, side="right").astype(np.int64) - 1
         within = starts - offsets[records].astype(np.int64)
         lengths = np.asarray(packing.piece_lengths[first:last], np.int64)
-        values = (np.full(len(records), reader.infos[position].id), records, within, within + lengths)
+        shard = np.full(len(records), reader.infos[position].id)
+        values = (shard, records, within, within + lengths, records + reader.record_starts[position])
         for column, value in zip(columns, values, strict=True):
             column.append(value)
         counts.append(last - first)
-    return SamplePieces.of(counts, *(_joined(column) for column in columns))
+    return _pieces_of(counts, columns)
 
 
 # --- keys: what a state's next-batch digest hashes, from what a source knows without opening a shard ---------
