@@ -20,9 +20,9 @@ from ray.data import Datasink
 from ray.data.block import Block, BlockAccessor
 
 from guideloom._core.errors import ShardExistsError, UnfinishedWriteError
-from guideloom._shards.layout import check_shard_id
 from guideloom._shards.loss_masks import MaskBits, loss_mask_array
 from guideloom._shards.record_lengths import checked_length, lengths_bytes
+from guideloom._shards.shard_names import check_shard_id
 from guideloom._shards.writer import SyncWriter
 from guideloom._storage.resumable_write import (
     ShardContents,

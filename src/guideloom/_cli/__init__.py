@@ -33,7 +33,6 @@ from guideloom._core.text import plural
 from guideloom._remote.object_store import is_url, parse_storage_options
 from guideloom._shards.loss_masks import counted_tokens, describe_counted
 from guideloom._shards.reader import StorageReader
-from guideloom._shards.snapshot import local_index_problem
 from guideloom._storage.storages import AnyFormatStorage, local_path
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -78,7 +77,7 @@ def _prepare_inspect(arguments: argparse.Namespace) -> Run:
         raise ValueError("--plot draws the histogram of --lengths: add --lengths")
     storage = _open(arguments.path, arguments.storage_options)
     header = storage.header
-    damage_before_opening = None if is_url(arguments.path) else local_index_problem(storage.path)
+    damage_before_opening = storage.home.index_damage()
     unit = "documents" if header.kind == "tokens" else "records"
     with storage.open_reader() as reader:
         shards = reader.infos  # from the shard index, or a remote storage's listing: nothing is downloaded
@@ -92,7 +91,7 @@ def _prepare_inspect(arguments: argparse.Namespace) -> Run:
         if header.kind == "tokens":
             fields.append(("tokens", f"{int(shards.rows['element_count'].sum()):,}"))
         if header.loss_mask:
-            fields.append(("loss mask", _loss_mask_summary(reader, remote=is_url(arguments.path))))
+            fields.append(("loss mask", _loss_mask_summary(reader, remote=storage.is_remote)))
         if header.record_lengths:
             fields.append(("measured", "by the format's length(), stored per record"))
         fields.append(("bytes", f"{int(shards.rows['size'].sum()):,}"))
@@ -100,7 +99,7 @@ def _prepare_inspect(arguments: argparse.Namespace) -> Run:
             fields.append(("index", f"not used, the storage was listed whole: {storage.index_problem}"))
         if damage_before_opening is not None:
             fields.append(("index", f"{damage_before_opening}; readers bypass it and rebuild it from the shards"))
-        files, size = (0, 0) if is_url(arguments.path) else _leftovers(storage)
+        files, size = (0, 0) if storage.is_remote else _leftovers(storage)
         if files:
             fields.append(
                 (
@@ -146,7 +145,7 @@ def _loss_mask_summary(reader: StorageReader[object], remote: bool) -> str:
 
 def _prepare_verify(arguments: argparse.Namespace) -> Run:
     storage = _open(arguments.path, arguments.storage_options)
-    damage = None if is_url(arguments.path) else local_index_problem(storage.path)  # before a reader rebuilds it
+    damage = storage.home.index_damage()  # before a reader rebuilds it
 
     def run() -> int:
         shard_sizes = storage.committed_shard_sizes()

@@ -24,10 +24,10 @@ from guideloom._loading.batching import EpochSteps, check_measured, check_some_b
 from guideloom._loading.devices import check_device
 from guideloom._loading.epoch_iterator import EpochIterator
 from guideloom._loading.explain import DigestCache, Place, check_next_batch, explain_batches, skipped
-from guideloom._loading.job_snapshot import in_job
 from guideloom._loading.make_source import make_source
 from guideloom._loading.orders import epoch_order
 from guideloom._loading.ranks import check_process_group, resolve_ranks
+from guideloom._loading.snapshot_broadcast import in_job
 from guideloom._loading.state import OrderSettings, build_state, check_state
 from guideloom._loading.streaming import check_windowed, in_machine_shares, local_world_size_of, prepare_streaming
 from guideloom._loading.transport import Batcher, Transport, make_transport

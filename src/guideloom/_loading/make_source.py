@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from guideloom._core.checks import check_sequence_length
-from guideloom._loading.job_snapshot import job_snapshot
+from guideloom._loading.snapshot_broadcast import job_snapshot
 from guideloom._mixture.mixture import Mixture
 from guideloom._mixture.source import MixtureSource
 from guideloom._sources.source import SampleSource

@@ -16,8 +16,9 @@ from typing import IO, Any
 import numpy as np
 
 from guideloom._core.errors import FormatMismatchError
+from guideloom._shards.footer import FOOTER
 from guideloom._shards.header import COMPRESSIONS, StorageHeader
-from guideloom._shards.layout import FOOTER, ShardInfo, padded
+from guideloom._shards.layout import ShardInfo, padded
 
 DEFAULT_LEVEL = 3
 _CHUNK = 4 << 20

@@ -23,7 +23,6 @@ import queue
 import re
 import threading
 import uuid
-import zlib
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -36,12 +35,13 @@ from guideloom._remote.indexed_listing import problem_of_index, read_index_objec
 from guideloom._remote.object_store import ObjectStore
 from guideloom._remote.shard_cache import CacheLease, ShardCache
 from guideloom._remote.store_pages import overwrite
-from guideloom._shards.files import clean_incomplete
+from guideloom._shards.footer import FOOTER, decode_footer
 from guideloom._shards.header import HEADER_NAME, StorageHeader, parse_header
-from guideloom._shards.layout import FOOTER, FOOTER_MAGIC, SHARDS_DIR, ShardFile, ShardInfo, shard_file_name, shard_size
+from guideloom._shards.layout import SHARDS_DIR, ShardFile, ShardInfo, shard_file_name, shard_size
+from guideloom._shards.shard_names import shard_id_of
 from guideloom._shards.shard_table import ShardTable
+from guideloom._shards.upkeep import clean_incomplete
 
-_SHARD = re.compile(r"([0-9]{12})\.shard")
 PREFETCH_THREADS = 4  # downloads in flight at once, in the order the loader needs the shards
 _MARKER = re.compile(r"([0-9]{12})\.r([0-9]+)\.e([0-9]+)\.c([0-9a-f]{8})\.meta")
 
@@ -121,7 +121,7 @@ class RemoteFiles:
         self, names: dict[str, int], header: StorageHeader, read_footers: bool = True
     ) -> dict[int, ShardInfo]:
         """The shards among listed ``names`` (with sizes): from their markers, else (``read_footers``) their footers."""
-        sizes = {int(match.group(1)): size for name, size in names.items() if (match := _SHARD.fullmatch(name))}
+        sizes = {shard: size for name, size in names.items() if (shard := shard_id_of(name)) is not None}
         infos: dict[int, ShardInfo] = {}
         for name in names:
             match = _MARKER.fullmatch(name)
@@ -145,9 +145,10 @@ class RemoteFiles:
         raw = self.store.read(f"{SHARDS_DIR}/{shard_file_name(shard)}", size - FOOTER.size, size)
         if raw is None:
             raise CorruptStorageError(f"shard {shard} vanished while the storage was listed: {name}")
-        magic, _, _, footer_shard, records, data_size, data_crc, _, _, footer_crc = FOOTER.unpack(raw)
-        if magic != FOOTER_MAGIC or zlib.crc32(raw[: FOOTER.size - 12]) != footer_crc or footer_shard != shard:
+        footer = decode_footer(raw)
+        if footer is None or footer.shard != shard:
             raise CorruptStorageError(f"shard {shard} has a damaged footer ({name})")
+        records, data_size, data_crc = footer.record_count, footer.data_size, footer.data_crc
         plain_size = shard_size(records, data_size, header)
         if (header.compression is None and plain_size != size) or data_size % header.element_size:
             raise CorruptStorageError(f"shard {shard} has inconsistent sizes ({name}): object truncated?")
@@ -162,10 +163,10 @@ class RemoteFiles:
         removed += [str(path) for path in self.cache.clean(older_than)]
         removed += self.store.abort_uploads(SHARDS_DIR, older_than)
         names = self.store.listing(SHARDS_DIR)
-        shards = {match.group(1) for name in names if (match := _SHARD.fullmatch(name))}
+        shards = {shard for name in names if (shard := shard_id_of(name)) is not None}
         for name in names:
             match = _MARKER.fullmatch(name)
-            if match is not None and match.group(1) not in shards:
+            if match is not None and int(match.group(1)) not in shards:
                 self.store.delete(f"{SHARDS_DIR}/{name}")
                 removed.append(f"{self.url}/{SHARDS_DIR}/{name}")
         return removed
@@ -266,6 +267,8 @@ def check_download(part: Path, info: ShardInfo, header: StorageHeader, name: str
 
 class RemoteShards:
     """A reader's snapshot of a remote storage: shards downloaded on first use, prefetched in the background."""
+
+    mapped_in_place = False  # downloaded into the cache first: prefetching overlaps the downloads
 
     def __init__(self, files: RemoteFiles, header: StorageHeader, infos: ShardTable, max_open: int) -> None:
         self.files = files

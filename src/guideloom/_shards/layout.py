@@ -18,9 +18,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
-import re
 import stat
-import struct
 import sys
 import zlib
 from collections.abc import Callable, Iterable
@@ -29,8 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from guideloom._core.checks import check_int
 from guideloom._core.errors import CorruptStorageError, FormatMismatchError, StorageNotFoundError
+from guideloom._shards.footer import FOOTER as FOOTER  # also imported from here
+from guideloom._shards.footer import decode_footer, shard_footer
 from guideloom._shards.header import HEADER_NAME, LAYOUT_VERSION, why_not_a_directory
 from guideloom._shards.header import StorageHeader as StorageHeader  # also imported from here (snapshots, upkeep)
 from guideloom._shards.index_check import index_problem
@@ -38,18 +37,15 @@ from guideloom._shards.limits import RESOURCE_ERRNOS, out_of_resources
 from guideloom._shards.loss_masks import LOSS_MASK_FLAG, mask_size, padded_mask_size
 from guideloom._shards.mapped_shards import track, untrack
 from guideloom._shards.record_lengths import RECORD_LENGTHS_FLAG, lengths_problem, sizes_as_lengths
+from guideloom._shards.shard_names import MAX_SHARD_ID as MAX_SHARD_ID  # also imported from here
+from guideloom._shards.shard_names import check_shard_id as check_shard_id
+from guideloom._shards.shard_names import shard_file_name as shard_file_name
+from guideloom._shards.shard_names import shard_id_of
 
 INDEX_NAME = "shards.index"  # the record of commits (see _shards.index)
 SHARDS_DIR = "shards"
 INCOMPLETE_DIR = "incomplete"
-SHARD_SUFFIX = ".shard"
-MAX_SHARD_ID = 10**12 - 1
 
-FOOTER = struct.Struct("<8sIIQQQIIII8x")
-FOOTER_MAGIC = b"GLOOMSH1"
-# fullmatch, ASCII digits only: "\d" would take other scripts' digits and "$" a trailing newline,
-# so one shard could be listed twice under two names.
-_SHARD_NAME = re.compile(r"([0-9]{12})\.shard")
 KNOWN_FLAGS = LOSS_MASK_FLAG | RECORD_LENGTHS_FLAG
 
 
@@ -70,15 +66,6 @@ def shard_size(record_count: int, data_size: int, header: StorageHeader | None =
     mask = padded_mask_size(data_size // header.element_size) if header is not None and header.loss_mask else 0
     lengths = 8 * record_count if header is not None and header.record_lengths else 0
     return padded(data_size) + 8 * (record_count + 1) + lengths + mask + FOOTER.size
-
-
-def shard_file_name(shard: int) -> str:
-    return f"{shard:012d}{SHARD_SUFFIX}"
-
-
-def check_shard_id(shard: object) -> int:
-    """Validate a caller's shard id: a non-negative int below 10**12."""
-    return check_int("shard", shard, minimum=0, maximum=MAX_SHARD_ID)
 
 
 def fsync_directory(path: Path) -> None:
@@ -143,7 +130,7 @@ def committed_shard_ids(path: Path) -> list[int]:
         raise CorruptStorageError(f"{path / SHARDS_DIR} cannot be listed: it is not a directory") from None
     except OSError as error:  # a symlink loop, no permission, ...
         raise CorruptStorageError(f"{path / SHARDS_DIR} cannot be listed: {error.strerror or error}") from None
-    return sorted(int(match.group(1)) for name in names if (match := _SHARD_NAME.fullmatch(name)))
+    return sorted(shard for name in names if (shard := shard_id_of(name)) is not None)
 
 
 def shard_trailer(
@@ -165,26 +152,6 @@ def shard_trailer(
     footer = shard_footer(shard, len(offsets) - 1, data_size, data_crc, zlib.crc32(index), header)
     mask = loss_mask + bytes(padded(len(loss_mask)) - len(loss_mask))
     return bytes(padded(data_size) - data_size) + index + lengths + mask + footer
-
-
-def shard_footer(
-    shard: int, record_count: int, data_size: int, data_crc: int, index_crc: int, header: StorageHeader
-) -> bytes:
-    """A shard's last 64 bytes: its id, counts, checksums and flags (see docs/format.md)."""
-    body = FOOTER.pack(
-        FOOTER_MAGIC,
-        LAYOUT_VERSION,
-        header.footer_flags,
-        shard,
-        record_count,
-        data_size,
-        data_crc,
-        index_crc,
-        header.checksum,
-        0,
-    )
-    footer_crc = zlib.crc32(body[: FOOTER.size - 12])
-    return body[: FOOTER.size - 12] + struct.pack("<I", footer_crc) + bytes(8)
 
 
 def padded(size: int) -> int:
@@ -240,13 +207,11 @@ class ShardFile:
         finally:
             os.close(descriptor)
         footer = self._mapping[size - FOOTER.size :]
-        (magic, version, flags, footer_shard, record_count, data_size, data_crc, index_crc, header_crc, footer_crc) = (
-            FOOTER.unpack(footer)
-        )
-        damaged = zlib.crc32(footer[: FOOTER.size - 12]) != footer_crc or any(footer[FOOTER.size - 8 :])
-        if magic != FOOTER_MAGIC or damaged:
+        decoded = decode_footer(footer)
+        if decoded is None:
             self.close()
             raise CorruptStorageError(f"shard {shard} has a damaged footer ({self.path}); is it truncated?")
+        version, flags, footer_shard, record_count, data_size, data_crc, index_crc, header_crc = decoded
         if version != LAYOUT_VERSION:
             self.close()
             raise FormatMismatchError(f"shard {shard} has layout version {version}, expected {LAYOUT_VERSION}")

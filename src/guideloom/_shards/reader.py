@@ -11,20 +11,19 @@ import asyncio
 import functools
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 import numpy as np
 
 from guideloom._core.checks import check_int, check_sequence_length
-from guideloom._shards.files import LocalShards, ShardSet, first_positions
 from guideloom._shards.fingerprints import earlier_fingerprint, snapshot_fingerprint
 from guideloom._shards.formats import DocumentStorageFormat
 from guideloom._shards.header import StorageHeader
 from guideloom._shards.layout import ShardFile, verify_shards
 from guideloom._shards.loss_masks import unpack_bits
 from guideloom._shards.resident_pages import ResidentPages
+from guideloom._shards.shard_access import ShardSet, first_positions
 from guideloom._shards.shard_table import ShardTable
 
 Out = TypeVar("Out")
@@ -58,7 +57,6 @@ class StorageReader(Generic[Out]):
     def __init__(self, shard_set: ShardSet, header: StorageHeader) -> None:
         self.shard_set = shard_set
         self.location = self.shard_set.location
-        self.path = Path(self.location) if isinstance(shard_set, LocalShards) else shard_set
         self.header = header
         self.infos: ShardTable = self.shard_set.infos
         self._opened: OrderedDict[int, ShardFile] = OrderedDict()  # least recently used first
@@ -104,7 +102,7 @@ class StorageReader(Generic[Out]):
 
     def prefetch_records(self, indices: np.ndarray) -> None:
         """A hint: the records at these global indices are read soon, in this order."""
-        if not isinstance(self.shard_set, LocalShards):  # local shards are mapped in place when read
+        if not self.shard_set.mapped_in_place:  # those are read where they lie: nothing to fetch ahead
             positions = np.searchsorted(self.record_starts, indices, side="right") - 1
             self.shard_set.prefetch(first_positions(positions, len(self.infos)))
 
@@ -295,7 +293,7 @@ class TokenReader(StorageReader[np.ndarray]):
 
     def prefetch_tokens(self, starts: np.ndarray) -> None:
         """A hint: the tokens at these stream positions are read soon, in this order."""
-        if not isinstance(self.shard_set, LocalShards):
+        if not self.shard_set.mapped_in_place:
             positions = np.searchsorted(self.token_starts, starts, side="right") - 1
             self.shard_set.prefetch(first_positions(positions, len(self.infos)))
 

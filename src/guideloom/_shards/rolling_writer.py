@@ -22,11 +22,12 @@ from types import TracebackType
 from typing import Generic, TypeVar
 
 from guideloom._core.errors import ShardExistsError
-from guideloom._shards.files import CommitTarget, LocalTarget
 from guideloom._shards.header import StorageHeader
-from guideloom._shards.layout import MAX_SHARD_ID
+from guideloom._shards.local_shards import LocalTarget
 from guideloom._shards.loss_masks import loss_mask_array
 from guideloom._shards.record_encoder import RecordEncoder
+from guideloom._shards.shard_access import CommitTarget
+from guideloom._shards.shard_names import MAX_SHARD_ID
 from guideloom._shards.writer import Background, ShardInProgress
 
 In = TypeVar("In")

@@ -12,7 +12,9 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from guideloom._shards.layout import MAX_SHARD_ID, ShardInfo
+from guideloom._core.errors import CorruptStorageError
+from guideloom._shards.layout import ShardInfo
+from guideloom._shards.shard_names import MAX_SHARD_ID
 
 RECORD = np.dtype(
     [
@@ -148,3 +150,13 @@ class ShardTable:
 
     def __repr__(self) -> str:
         return f"ShardTable({len(self)} shards)"
+
+
+def selected(table: ShardTable, shard_ids: list[int] | None, location: str) -> ShardTable:
+    """The rows of ``table`` for these ids (all of them if None); a missing one is named as vanished."""
+    if shard_ids is None:
+        return table
+    chosen, missing = table.select(shard_ids)
+    if missing:
+        raise CorruptStorageError(f"shard {missing[0]} vanished: it is no longer listed at {location}")
+    return chosen

@@ -11,7 +11,6 @@ lists nothing. A damaged index, or one made for another directory, gives no fact
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 import numpy as np
@@ -19,10 +18,8 @@ import numpy as np
 from guideloom._shards.freshness import begin_index, is_current, stamp_directory
 from guideloom._shards.index import EMPTY, IndexContents, read_index
 from guideloom._shards.layout import INDEX_NAME, SHARDS_DIR, ShardFile, ShardInfo, StorageHeader, committed_shard_ids
+from guideloom._shards.shard_names import shard_ids_among
 from guideloom._shards.shard_table import ShardTable
-
-_DIGITS = 10 ** np.arange(11, -1, -1, dtype=np.int64)
-_SHARD_NAME = re.compile(r"[0-9]{12}\.shard")
 
 
 def local_snapshot(path: Path, header: StorageHeader) -> ShardTable:
@@ -105,18 +102,7 @@ def listed_shard_ids(path: Path) -> np.ndarray:
         names = os.listdir(path / SHARDS_DIR)
     except OSError:  # let the one listing function say precisely what is wrong
         return np.asarray(committed_shard_ids(path), np.int64)
-    joined = "".join(names)
-    candidates = names if len(joined) == 18 * len(names) else [name for name in names if len(name) == 18]
-    encoded = (joined if candidates is names else "".join(candidates)).encode("utf-8", "surrogateescape")
-    if len(encoded) != 18 * len(candidates):  # a name with non-ASCII characters: the careful way
-        return np.asarray(sorted(int(name[:12]) for name in candidates if _SHARD_NAME.fullmatch(name)), np.int64)
-    characters = np.frombuffer(encoded, np.uint8).reshape(-1, 18)
-    digits = characters[:, :12]
-    valid = ((digits >= ord("0")) & (digits <= ord("9"))).all(axis=1)
-    valid &= (characters[:, 12:] == np.frombuffer(b".shard", np.uint8)).all(axis=1)
-    ids: np.ndarray = (digits[valid].astype(np.int64) - ord("0")) @ _DIGITS
-    ids.sort()
-    return ids
+    return shard_ids_among(names)
 
 
 def footer_facts(path: Path, shard: int, header: StorageHeader) -> ShardInfo:

@@ -8,13 +8,16 @@ index anew from the footers it read. ``clean`` deletes only unfinished files in 
 
 from __future__ import annotations
 
+import contextlib
+import os
+import stat
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 
 from guideloom._core.errors import CorruptStorageError, FormatMismatchError
-from guideloom._shards.files import clean_incomplete
 from guideloom._shards.freshness import begin_index, is_current
 from guideloom._shards.index import IndexContents, read_index
 from guideloom._shards.layout import INCOMPLETE_DIR, INDEX_NAME, ShardFile, ShardInfo, StorageHeader, verify_shards
@@ -94,3 +97,31 @@ def _index_problems(
 def clean_local(path: Path, older_than: float) -> list[Path]:
     """Delete what dead writers left in ``incomplete/``, untouched for ``older_than`` seconds; never a shard."""
     return clean_incomplete(path / INCOMPLETE_DIR, older_than)
+
+
+def clean_incomplete(incomplete: Path, older_than: float) -> list[Path]:
+    """Delete the files in ``incomplete`` untouched for ``older_than`` seconds (what dead writers left).
+
+    Never through a symlink: a crafted storage must not make clean delete files elsewhere.
+    """
+    removed: list[Path] = []
+    now = time.time()
+    try:
+        directory = os.open(incomplete, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return removed
+    except OSError as error:
+        reason = error.strerror or error
+        raise CorruptStorageError(f"{incomplete} is not a directory ({reason}): nothing cleaned") from None
+    try:
+        for entry in os.scandir(directory):
+            with contextlib.suppress(FileNotFoundError):
+                status = entry.stat(follow_symlinks=False)
+                if stat.S_ISDIR(status.st_mode):  # writers make files only: not theirs, left alone
+                    continue
+                if now - status.st_mtime >= older_than:
+                    os.unlink(entry.name, dir_fd=directory)  # a symlink goes, not its target
+                    removed.append(incomplete / entry.name)
+    finally:
+        os.close(directory)
+    return removed

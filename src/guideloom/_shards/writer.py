@@ -28,12 +28,15 @@ from typing import IO, Any, Generic, TypeVar
 import numpy as np
 
 from guideloom._core.errors import ShardExistsError
-from guideloom._shards.files import CommitTarget, LocalTarget
+from guideloom._shards.footer import shard_footer
 from guideloom._shards.header import StorageHeader
-from guideloom._shards.layout import ShardInfo, check_shard_id, shard_file_name, shard_footer, shard_size, shard_trailer
+from guideloom._shards.layout import ShardInfo, shard_size, shard_trailer
+from guideloom._shards.local_shards import LocalTarget
 from guideloom._shards.loss_masks import MaskBits, loss_mask_array
 from guideloom._shards.record_encoder import RecordEncoder
 from guideloom._shards.record_lengths import checked_length, lengths_bytes
+from guideloom._shards.shard_access import CommitTarget
+from guideloom._shards.shard_names import check_shard_id, shard_file_name
 
 In = TypeVar("In")
 MAX_OPEN_FILES = 64

@@ -13,23 +13,20 @@ import contextlib
 import json
 import os
 import re
-import uuid
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from guideloom._core.errors import CorruptStorageError, ShardExistsError, UnfinishedWriteError
-from guideloom._shards.header import MAX_HEADER_BYTES, StorageHeader
-from guideloom._shards.layout import INCOMPLETE_DIR, ShardFile, publish
-from guideloom._shards.local_commit import is_committed
+from guideloom._shards.header import StorageHeader
+from guideloom._shards.shard_names import unfinished_shard_id
 
 if TYPE_CHECKING:
     from guideloom._storage.storages import StorageBase
 
 WRITES_DIR = "writes"
 _WRITE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-_LEFTOVER = re.compile(r"([0-9]{12})\.shard\..+")
 
 
 def check_write_id(write_id: object) -> str | None:
@@ -92,36 +89,14 @@ class WriteRecords:
         return f"{self._storage.location}/{WRITES_DIR}/{name}"
 
     def _read(self, name: str) -> bytes | None:
-        remote = self._storage._remote
-        if remote is not None:
-            return remote.store.read(f"{WRITES_DIR}/{name}")
-        try:
-            with open(self._storage.path / WRITES_DIR / name, "rb") as file:
-                return file.read(MAX_HEADER_BYTES)
-        except FileNotFoundError:
-            return None
+        return self._storage.home.read_small(f"{WRITES_DIR}/{name}")
 
     def _names(self) -> set[str]:
-        remote = self._storage._remote
-        if remote is not None:
-            return set(remote.store.listing(WRITES_DIR))
-        try:
-            return set(os.listdir(self._storage.path / WRITES_DIR))
-        except FileNotFoundError:
-            return set()
+        return self._storage.home.names_in(WRITES_DIR)
 
     def _create(self, name: str, data: bytes) -> bool:
         """Create the record unless it exists; True if this call created it."""
-        remote = self._storage._remote
-        if remote is not None:
-            return remote.store.create(f"{WRITES_DIR}/{name}", data)
-        (self._storage.path / WRITES_DIR).mkdir(exist_ok=True)
-        temporary = self._storage.path / INCOMPLETE_DIR / f"write-{name}.{uuid.uuid4().hex}"
-        with open(temporary, "xb") as file:
-            file.write(data + b"\n")
-            file.flush()
-            os.fsync(file.fileno())
-        return publish(temporary, self._storage.path / WRITES_DIR / name)
+        return self._storage.home.create_once(f"{WRITES_DIR}/{name}", data)
 
 
 def start_write(storage: StorageBase, write_id: str | None) -> int:
@@ -168,20 +143,10 @@ class ShardContents:
 
 def committed_digest(storage: StorageBase, header: StorageHeader, shard: int) -> ShardContents | None:
     """The digest of a committed shard, from its footer or the store's listing; None if not committed."""
-    if storage.is_remote:
-        info = storage.listed_shard(shard)
-        return (
-            None
-            if info is None
-            else ShardContents(info.record_count, info.element_count * header.element_size, info.data_crc)
-        )
-    if not is_committed(storage.path, shard):
+    info = storage.home.committed_facts(header, shard)
+    if info is None:
         return None
-    committed = ShardFile(storage.path, shard, header)
-    try:
-        return ShardContents(committed.record_count, committed.data_size, committed.data_crc)
-    finally:
-        committed.close()
+    return ShardContents(info.record_count, info.element_count * header.element_size, info.data_crc)
 
 
 def check_same_shard(storage: StorageBase, header: StorageHeader, shard: int, digest: ShardContents) -> None:
@@ -202,8 +167,8 @@ def remove_leftovers(incomplete: Path, first_shard: int, stop_shard: int | None)
     except FileNotFoundError:
         return 0
     for name in names:
-        match = _LEFTOVER.fullmatch(name)
-        if match and first_shard <= int(match.group(1)) and (stop_shard is None or int(match.group(1)) < stop_shard):
+        shard = unfinished_shard_id(name)
+        if shard is not None and first_shard <= shard and (stop_shard is None or shard < stop_shard):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(incomplete / name)
                 removed += 1

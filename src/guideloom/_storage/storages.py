@@ -4,68 +4,42 @@ from __future__ import annotations
 
 import contextlib
 import os
-import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import Any, Generic, TypeVar, overload
 
 import numpy as np
 
-from guideloom._core.checks import check_bool, check_int, check_number, check_path
+from guideloom._core.checks import check_bool, check_int, check_number
 from guideloom._core.errors import FormatMismatchError, StorageNotFoundError
 from guideloom._remote.compression import DEFAULT_LEVEL, check_compression, recorded_compression
-from guideloom._remote.object_store import is_url
 from guideloom._remote.shard_cache import check_cache_arguments
-from guideloom._shards.files import CommitTarget, ShardSet
 from guideloom._shards.formats import DocumentPickleFormat, DocumentStorageFormat, format_identity
-from guideloom._shards.header import HEADER_NAME, StorageHeader, read_header
-from guideloom._shards.layout import (
-    INCOMPLETE_DIR,
-    SHARDS_DIR,
-    ShardInfo,
-    committed_shard_ids,
-    fsync_directory,
-    holds_storage,
-    incomplete_dir,
-    publish,
-)
+from guideloom._shards.header import StorageHeader
+from guideloom._shards.layout import ShardInfo
 from guideloom._shards.reader import AsyncReader, DocumentReader, StorageReader, TokenReader
 from guideloom._shards.record_lengths import defines_length
 from guideloom._shards.rolling_writer import RollingWriter
+from guideloom._shards.shard_access import CommitTarget, ShardSet
 from guideloom._shards.shard_table import ShardTable
-from guideloom._shards.snapshot import local_snapshot
 from guideloom._shards.token_ids import TokenEncoder, TokenInput
-from guideloom._shards.upkeep import clean_local, verify_local
 from guideloom._shards.writer import AsyncWriter, SyncWriter
-from guideloom._storage.snapshots import DEFAULT_MAX_OPEN_SHARDS, local_shard_set, rewrite_local_index, selected
+from guideloom._storage.locations import DEFAULT_MAX_OPEN_SHARDS, Location, local_path, locate
 from guideloom._storage.trust import warn_untrusted
 from guideloom._storage.writers import open_writer, record_measure
 
-if TYPE_CHECKING:
-    from guideloom._remote.remote_files import RemoteFiles
+__all__ = ["AnyFormatStorage", "DocumentStorage", "StorageBase", "TokenStorage", "local_path"]
 
 In = TypeVar("In")
 Out = TypeVar("Out")
 
 
-def local_path(path: object, name: str = "path") -> Path:
-    """A local storage's directory: ``path`` itself, or the path of a ``file://`` URL (``name``: the argument's)."""
-    if isinstance(path, str) and path.startswith("file://"):
-        path = path[len("file://") :]
-    return check_path(name, path)
-
-
 class StorageBase:
-    """What both storages share: where its files live, its header, verification and clean-up.
+    """What both storages share: where its files live (``home``, a :class:`Location`), its header, verification
+    and clean-up. ``location`` names the place (a path or a URL) in messages and states."""
 
-    A local storage is a directory (``path``); a storage opened by URL keeps its objects on a
-    store and reads them through a local cache (``_remote``, imported only for URLs). ``location`` names either.
-    """
-
-    path: Path
+    home: Location
     location: str
-    _remote: RemoteFiles | None = None
-    _listed: ShardTable | None  # a remote storage's last snapshot
     compression: str | None = None  # of the shard objects on a store: requested, else as recorded
     _requested_compression: str | None = None
 
@@ -80,78 +54,59 @@ class StorageBase:
         """Set where the storage lives: a local directory, or an object store URL and its cache."""
         cache_path, limit = check_cache_arguments(cache_dir, cache_limit_bytes)
         self.max_open_shards = check_int("max_open_shards", max_open_shards, minimum=1)
-        self._listed = None
-        if storage_options is not None and not isinstance(storage_options, dict):
-            raise TypeError(f"storage_options must be a dict, got {type(storage_options).__name__}")
-        if is_url(path):
-            assert isinstance(path, str)
-            from guideloom._remote.remote_files import RemoteFiles  # fsspec is imported only for URLs
-
-            self._remote = RemoteFiles(path, storage_options, cache_path, limit)
-            self.location = self._remote.url
-            return
-        if storage_options:
-            raise ValueError(f"storage_options apply to URLs only, but path is a local path: {path!r}")
-        self.path = local_path(path)  # cache_dir and cache_limit_bytes mean nothing here: read in place
-        self.location = str(self.path)
+        self.home = locate(path, storage_options, cache_path, limit)
+        self.location = self.home.name
 
     def _choose_compression(self, compression: object, level: object) -> None:
-        self._requested_compression, level = check_compression(compression, level, self.location, self._remote)
+        remote = self.home if self.home.is_remote else None
+        self._requested_compression, level = check_compression(compression, level, self.location, remote)
         self._use_compression(self._requested_compression, level)
 
     def _use_compression(self, compression: str | None, level: int | None = None) -> None:
         self.compression = compression
-        if self._remote is not None:
-            self._remote.compression = compression
-            self._remote.compression_level = self._remote.compression_level if level is None else level
+        self.home.use_compression(compression, level)
+
+    @property
+    def path(self) -> Path:
+        """A local storage's directory (a storage on an object store has none: AttributeError)."""
+        return self.home.path
 
     @property
     def retry_count(self) -> int:
         """Requests to the object store that this process retried for this storage (each also logged)."""
-        return 0 if self._remote is None else self._remote.store.retrying.count
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "path" and self.__dict__.get("_remote") is not None:
-            raise AttributeError(f"{self.location} is a storage on an object store: it has no local path")
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return self.home.retry_count
 
     def _read_header(self) -> StorageHeader:
-        return read_header(self.path) if self._remote is None else self._remote.read_header()
+        return self.home.read_header()
 
     def committed_shards(self) -> list[int]:
         """Ids of the shards committed now, ascending (for a remote storage: its index object and one listing)."""
-        if self._remote is None and not holds_storage(self.path):
-            return committed_shard_ids(self.path)  # [], or the precise error of a path that holds no storage
-        return self.snapshot().ids.tolist()  # type: ignore[no-any-return]
+        return self.home.committed_shards(self.snapshot)
 
     @property
     def index_problem(self) -> str | None:
         """Why the last snapshot of a remote storage could not use its index object (None: it did, or had none)."""
-        return None if self._remote is None else self._remote.index_problem
+        return self.home.index_problem
 
     @property
     def is_remote(self) -> bool:
         """Whether the storage lives on an object store (read through a local cache)."""
-        return self._remote is not None
+        return self.home.is_remote
 
     @property
     def cache_limit(self) -> int | None:
         """A remote storage's ``cache_limit_bytes`` (None: no limit, or a local storage)."""
-        return None if self._remote is None else self._remote.cache.limit_bytes
+        return self.home.cache_limit
 
     def listed_shard(self, shard: int) -> ShardInfo | None:
-        """A remote storage's listing entry of ``shard``, listed now; None if it is not committed."""
+        """The facts of committed ``shard`` now (a remote storage's from a listing); None if it is not committed."""
         found, _ = self.snapshot().select([shard])
         return found[0] if len(found) else None
 
     def snapshot(self) -> ShardTable:
         """The shards committed now and their facts: locally from the shard index, remotely from the index
         object and a listing of what it cannot know (see docs/object-storage.md)."""
-        header = self.header_for_reading()
-        if self._remote is None:
-            return local_snapshot(self.path, header)
-        self._listed = self._remote.list_shards(header)
-        return self._listed
+        return self.home.snapshot(self.header_for_reading())
 
     def write_index(self) -> int:
         """Write the storage's index from a listing of its committed shards; the number of shards it names.
@@ -160,43 +115,23 @@ class StorageBase:
         after it (run it after a large write: ``guideloom tokenize`` and the Ray datasink do); on a local
         storage it rewrites the shard index. Either is derived data: it never decides what is committed.
         """
-        header = self.header_for_reading()
-        if self._remote is not None:
-            return self._remote.write_index(header)
-        return rewrite_local_index(self.path, header)
+        return self.home.write_index(self.header_for_reading())
 
     def _shard_set(self, header: StorageHeader, shards: list[int] | ShardTable | None) -> ShardSet:
         """What a reader of these shards (a snapshot, ids, or all committed now) reads through."""
-        if self._remote is None:
-            return local_shard_set(self.path, header, shards, self.max_open_shards)
-        if not isinstance(shards, ShardTable):
-            listed = self._listed
-            if shards is None or listed is None or len(listed.lacking(np.asarray(sorted(shards), np.int64))):
-                listed = self.snapshot()
-            shards = selected(listed, shards, self.location)
-        return self._remote.shard_set(header, shards, self.max_open_shards)
+        return self.home.shard_set(header, shards, self.max_open_shards)
 
     def incomplete_files_dir(self) -> Path:
         """Where this machine's writers build shards before committing them (an object store's: in its cache)."""
-        target = self.commit_target()
-        return incomplete_dir(target) if isinstance(target, Path) else target.incomplete
+        return self.home.incomplete_dir()
 
     def committed_shard_sizes(self) -> list[int]:
         """The file size of every committed shard, from the listing or the index (nothing is opened)."""
-        if self._remote is not None:
-            with self.open_reader() as reader:  # one listing: the sizes, nothing downloaded
-                return [info.size for info in reader.infos]
-        if not holds_storage(self.path):
-            return []
-        return local_snapshot(self.path, read_header(self.path)).rows["size"].tolist()  # type: ignore[no-any-return]
+        return self.home.committed_shard_sizes(self.header_for_reading)
 
-    def commit_target(self) -> Path | CommitTarget:
+    def commit_target(self) -> CommitTarget:
         """Where a writer commits its shards: the local directory, or the object store."""
-        if self._remote is None:
-            return self.path
-        from guideloom._remote.remote_files import RemoteTarget
-
-        return RemoteTarget(self._remote)
+        return self.home.commit_target()
 
     def _expected_header(self) -> StorageHeader:
         raise NotImplementedError
@@ -206,7 +141,7 @@ class StorageBase:
 
     def trust_key(self) -> str:
         """Names this storage in the process's record of the shards it committed (see ``_storage.trust``)."""
-        return self.location if self._remote is not None else str(self.path.resolve())
+        return self.home.trust_key()
 
     def highest_committed(self) -> int:
         """The highest committed shard id, -1 if none: where writers that pick ids start looking."""
@@ -219,7 +154,8 @@ class StorageBase:
         except StorageNotFoundError:
             return None
         if self._requested_compression is None:  # compression=None opens a storage as recorded
-            self._use_compression(recorded_compression(found, self.location, self._remote))
+            remote = self.home if self.home.is_remote else None
+            self._use_compression(recorded_compression(found, self.location, remote))
         self._adopt_recorded(found)
         expected = self._expected_header()
         if found != expected:
@@ -231,28 +167,7 @@ class StorageBase:
     def create(self) -> StorageHeader:
         """Create the directory and header if needed; safe when writers race to do it."""
         header = self._expected_header()
-        if self._remote is not None:
-            if self._existing_header() is None:
-                self._remote.create_header(header)
-                self._existing_header()  # if another writer created it first, it must match
-            return header
-        try:
-            for directory in (self.path, self.path / SHARDS_DIR, self.path / INCOMPLETE_DIR):
-                directory.mkdir(parents=True, exist_ok=True)
-        except (FileExistsError, NotADirectoryError):
-            files = [part for part in (self.path, *self.path.parents) if part.exists() and not part.is_dir()]
-            if not files:
-                raise
-            raise NotADirectoryError(f"cannot create a storage at {self.path}: {files[-1]} is a file") from None
-        if self._existing_header() is None:
-            temporary = self.path / INCOMPLETE_DIR / f"{HEADER_NAME}.{uuid.uuid4().hex}"
-            with open(temporary, "xb") as file:
-                file.write(header.to_json())
-                file.flush()
-                os.fsync(file.fileno())
-            if not publish(temporary, self.path / HEADER_NAME):
-                self._existing_header()  # another writer created it first: it must match
-            fsync_directory(self.path.parent)
+        self.home.create(header, self._existing_header)
         return header
 
     def open_reader(self, shard_ids: list[int] | ShardTable | None = None) -> StorageReader[Any]:
@@ -272,10 +187,7 @@ class StorageBase:
 
         Each problem names its shard. ``progress`` is called with the bytes checked per shard.
         """
-        header = self.header_for_reading()
-        if self._remote is not None:
-            return self._remote.verify(header, progress)
-        return verify_local(self.path, header, progress)
+        return self.home.verify(self.header_for_reading(), progress)
 
     def clean_leftovers(self, older_than: float = 3600.0) -> list[Path | str]:
         """Delete files that dead writers left in ``incomplete/``, untouched for ``older_than`` seconds; never a
@@ -284,10 +196,7 @@ class StorageBase:
         Files of live writers are younger than that as long as they keep appending. For a remote
         storage also its unfinished uploads, stray markers and the cache's abandoned downloads.
         """
-        older_than = check_number("older_than", older_than, minimum=0)
-        if self._remote is not None:
-            return list(self._remote.clean(older_than))
-        return list(clean_local(self.path, older_than))
+        return self.home.clean(check_number("older_than", older_than, minimum=0))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.location!r})"

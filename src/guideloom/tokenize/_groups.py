@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from guideloom._shards.header import StorageHeader
-from guideloom._shards.layout import MAX_SHARD_ID
+from guideloom._shards.shard_names import MAX_SHARD_ID
 from guideloom._storage.resumable_write import ShardContents
 from guideloom._storage.storages import StorageBase
 from guideloom.tokenize._inputs import InputFile

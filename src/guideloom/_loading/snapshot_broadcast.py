@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 
 from guideloom._core.errors import GuideloomError, StorageNotFoundError
 from guideloom._shards.shard_table import ShardTable
-from guideloom._shards.snapshot import visible_shard_ids
 from guideloom._storage.storages import StorageBase
 
 
@@ -49,14 +47,14 @@ def job_snapshot(storage: StorageBase) -> ShardTable:
         kind, text = received
         raise kind(f"rank 0 could not list the storage: {text}")
     assert isinstance(received, ShardTable)
-    if distributed.get_rank() != 0 and not storage.is_remote:
+    if distributed.get_rank() != 0:
         _check_visible(storage, received, distributed.get_rank())
     return received
 
 
 def _check_visible(storage: StorageBase, snapshot: ShardTable, rank: int) -> None:
     """StorageNotFoundError naming the first shard of rank 0's snapshot that this rank's directory lacks."""
-    lacking = np.setdiff1d(snapshot.ids, visible_shard_ids(storage.path), assume_unique=True)  # ascending
+    lacking = storage.home.unseen_shards(snapshot)  # ascending; none on an object store, which every rank sees
     if len(lacking):
         missing = int(lacking[0])
         raise StorageNotFoundError(

@@ -1,21 +1,9 @@
-"""Where a storage's bytes live, as readers and writers see it: shard sets to read, targets to commit to.
-
-Readers index shards by their :class:`ShardInfo` and open them through a :class:`ShardSet`; writers
-build shards in a local directory and hand them to a :class:`CommitTarget`. The local implementations
-here map the storage's own files and commit by hard link; the remote ones (``_remote.remote_files``) download
-into a cache and commit by upload. Neither readers nor writers know which they have.
-"""
+"""A local storage's shards: a reader's snapshot mapped in place, and the hard-link commit of a writer's shard."""
 
 from __future__ import annotations
 
 import contextlib
-import os
-import stat
-import time
 from pathlib import Path
-from typing import Protocol
-
-import numpy as np
 
 from guideloom._core.errors import CorruptStorageError
 from guideloom._shards.header import StorageHeader
@@ -25,36 +13,10 @@ from guideloom._shards.shard_table import ShardTable
 from guideloom._shards.snapshot import refresh_snapshot
 
 
-class ShardSet(Protocol):
-    """The shards a reader reads, in order: their facts up front, each shard opened on demand."""
-
-    infos: ShardTable
-    location: str
-    max_open: int  # how many shards a reader keeps open at once
-
-    def open(self, position: int) -> ShardFile: ...
-
-    def release(self, position: int, shard: ShardFile) -> None: ...
-
-    def prefetch(self, positions: list[int]) -> None: ...
-
-    def close(self) -> None: ...
-
-
-class CommitTarget(Protocol):
-    """Where a writer's finished shards go: ``publish`` is the commit, atomic and at most once per shard id."""
-
-    incomplete: Path  # a local directory for shards being built
-
-    def committed(self, shard: int) -> bool: ...
-
-    def publish(self, temporary: Path, info: ShardInfo) -> bool: ...
-
-    def describe(self, shard: int) -> str: ...
-
-
 class LocalShards:
     """The shards of a local storage's snapshot, each mapped when first read; a reader keeps ``max_open`` mapped."""
+
+    mapped_in_place = True
 
     def __init__(self, path: Path, header: StorageHeader, infos: ShardTable, max_open: int) -> None:
         self.location = str(path)
@@ -115,42 +77,3 @@ class LocalTarget:
 
     def describe(self, shard: int) -> str:
         return str(self.path / SHARDS_DIR / shard_file_name(shard))
-
-
-def clean_incomplete(incomplete: Path, older_than: float) -> list[Path]:
-    """Delete the files in ``incomplete`` untouched for ``older_than`` seconds (what dead writers left).
-
-    Never through a symlink: a crafted storage must not make clean delete files elsewhere.
-    """
-    removed: list[Path] = []
-    now = time.time()
-    try:
-        directory = os.open(incomplete, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return removed
-    except OSError as error:
-        reason = error.strerror or error
-        raise CorruptStorageError(f"{incomplete} is not a directory ({reason}): nothing cleaned") from None
-    try:
-        for entry in os.scandir(directory):
-            with contextlib.suppress(FileNotFoundError):
-                status = entry.stat(follow_symlinks=False)
-                if stat.S_ISDIR(status.st_mode):  # writers make files only: not theirs, left alone
-                    continue
-                if now - status.st_mtime >= older_than:
-                    os.unlink(entry.name, dir_fd=directory)  # a symlink goes, not its target
-                    removed.append(incomplete / entry.name)
-    finally:
-        os.close(directory)
-    return removed
-
-
-def first_positions(positions: np.ndarray, limit: int) -> list[int]:
-    """The first ``limit`` distinct values of ``positions``, in order of first appearance."""
-    seen: dict[int, None] = {}
-    for position in positions.tolist():
-        if position not in seen:
-            seen[position] = None
-            if len(seen) >= limit:
-                break
-    return list(seen)
