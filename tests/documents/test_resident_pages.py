@@ -70,3 +70,14 @@ def test_a_loader_epoch_in_the_main_process_leaves_at_most_the_limit_resident(
         sums = sorted(int(batch[:, 0].astype(np.int64).sum()) for batch in loader)
         assert sum(sums) == sum(range(RECORDS))
         assert resident_bytes(shard_path(storage)) <= SLACK
+
+
+def test_shards_mapping_no_more_than_the_limit_keep_their_pages(
+    storage: DocumentStorage[bytes, bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(resident_pages, "RELEASE_BYTES", RECORD * (RECORDS + 16))  # a little more than the shard maps
+    with storage.sync_reader() as reader:
+        for _ in range(3):  # twice the limit read: a release would leave the records before it unmapped
+            for index in range(RECORDS):
+                assert reader.read(index)[:1] == bytes([index])
+        assert resident_bytes(shard_path(storage)) >= RECORD * RECORDS  # nothing refaulted: every page stays mapped

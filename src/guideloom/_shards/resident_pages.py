@@ -6,7 +6,12 @@ mapping lives, so a loader reading a storage larger than its memory seems to hol
 pages belong to the page cache, which reclaims them under pressure; dropping a process's mapping of
 them (``madvise(MADV_DONTNEED)``) changes nothing a view reads, since a later access maps the same
 page of the file again. So after every ``RELEASE_BYTES`` of records read, a document reader drops
-its open shards' pages.
+its open shards' pages, if those shards map more than that in all.
+
+Every page dropped is mapped again (a page fault) when a shuffled epoch comes back to it, and the kernel
+maps up to 64 KiB around each page it faults in, so a bound much smaller than the storage makes an epoch
+of small records fault in most of the storage again after every release: the bound is large (256 MiB)
+so an epoch pays few such rounds.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import mmap
 from collections.abc import Iterable
 from typing import Protocol
 
-RELEASE_BYTES = 32 * 2**20  # records read between two releases: the resident pages a reader leaves at most
+RELEASE_BYTES = 256 * 2**20  # records read between two releases, and the mapped total below which none is needed
 _DONTNEED: int | None = getattr(mmap, "MADV_DONTNEED", None)
 
 
@@ -32,8 +37,18 @@ def release_pages(mapping: mmap.mmap | None) -> None:
             mapping.madvise(_DONTNEED)
 
 
+def mapped_size(mapping: mmap.mmap | None) -> int:
+    """The bytes a mapping spans (0 once closed)."""
+    if mapping is None or mapping.closed:
+        return 0
+    return len(mapping)
+
+
 class ResidentPages:
-    """Counts the bytes of records read, and drops the shards' mapped pages after every ``limit`` of them."""
+    """Counts the bytes of records read, and drops the shards' mapped pages after every ``limit`` of them.
+
+    Shards that map at most ``limit`` bytes in all are left as they are: their pages cannot add up to more.
+    """
 
     def __init__(self, limit: int | None = None) -> None:
         self.limit = RELEASE_BYTES if limit is None else limit
@@ -46,5 +61,7 @@ class ResidentPages:
         """Drop the mapped pages of ``shards`` (the reader's open ones) once ``limit`` bytes were read since last."""
         if self.read >= self.limit:
             self.read = 0
-            for shard in shards:
-                release_pages(shard.mapping)
+            mappings = [shard.mapping for shard in shards]
+            if sum(map(mapped_size, mappings)) > self.limit:
+                for mapping in mappings:
+                    release_pages(mapping)
