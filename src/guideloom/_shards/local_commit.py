@@ -29,7 +29,9 @@ def commit_shard(path: Path, temporary: Path, info: ShardInfo) -> bool:
         try:
             os.link(temporary, final)
         except FileExistsError:
-            return False
+            if not _is_same_file(temporary, final):
+                return False
+            # An NFS client whose link reply was lost retries the call and gets EEXIST for its own link.
         except FileNotFoundError:
             if os.path.lexists(temporary):
                 raise
@@ -51,6 +53,15 @@ def commit_shard(path: Path, temporary: Path, info: ShardInfo) -> bool:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
+
+
+def _is_same_file(temporary: Path, final: Path) -> bool:
+    """Whether ``final`` is ``temporary`` under another name (the link was made, and its success not heard)."""
+    try:
+        ours, theirs = os.stat(temporary), os.stat(final)
+    except FileNotFoundError:
+        return False
+    return (ours.st_dev, ours.st_ino) == (theirs.st_dev, theirs.st_ino)
 
 
 def is_committed(path: Path, shard: int) -> bool:
