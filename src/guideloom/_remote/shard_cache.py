@@ -5,7 +5,9 @@ replaced, so a stale copy is never served). Downloads go to a unique ``.part`` f
 then renamed into place, under an exclusive ``flock`` on ``<dir>/locks/<name>.lock``: one download in
 flight per shard however many ranks and workers ask. A reader holds a shared ``flock`` on the cached
 file while it maps it; eviction (least recently used first, by modification time, which every use
-touches) takes a non-blocking exclusive lock, so a shard being read is never evicted.
+touches) takes a non-blocking exclusive lock, so a shard being read is never evicted. A prefetch holds
+the shared lock too, from its download until its reader has it: a shard fetched ahead is never evicted
+unread, and a prefetch downloads only what fits next to the shards held.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from guideloom._core.checks import check_path
@@ -39,6 +42,9 @@ def check_cache_arguments(cache_dir: object, cache_limit_bytes: object) -> tuple
     return cache_path, cache_limit_bytes
 
 
+UNREAD_AGE_NS = 1_000_000_000  # a prefetched download's modification time lies this far back: see Prefetched
+
+
 class CacheLease:
     """A cached shard held for reading: the shared lock lives as long as this descriptor."""
 
@@ -50,6 +56,26 @@ class CacheLease:
         if self._descriptor is not None:
             os.close(self._descriptor)
             self._descriptor = None
+
+
+@dataclass(frozen=True)
+class Prefetched:
+    """A shard held for a reader that has not asked for it yet.
+
+    A download made for a prefetch gets a modification time in the past, which it keeps until a reader
+    acquires it (every acquisition sets the time to now): so ``mtime_ns`` changing says that some process
+    has read the shard since, and, released unread, it is the first evicted.
+    """
+
+    lease: CacheLease
+    downloaded: bool  # by this prefetch (False: it was cached already)
+    mtime_ns: int
+
+    def read_since(self) -> bool:
+        try:
+            return os.stat(self.lease.path).st_mtime_ns != self.mtime_ns
+        except FileNotFoundError:
+            return True
 
 
 def _locked(path: Path, flags: int) -> int | None:
@@ -103,8 +129,30 @@ class ShardCache:
                 return CacheLease(final, descriptor)
             self.fetch(info, download, check)
 
+    def prefetch(
+        self, info: ShardInfo, download: Callable[[Path], None], check: Callable[[Path], str | None]
+    ) -> Prefetched | None:
+        """The shard held ahead of its reader, downloaded first if it fits the limit next to the shards held; None
+        when it does not fit now (every cached shard is held). A download is marked unread (see `Prefetched`)."""
+        final = self.path_for(info)
+        downloaded = False
+        while True:
+            descriptor = _locked(final, fcntl.LOCK_SH)
+            if descriptor is not None:
+                return Prefetched(CacheLease(final, descriptor), downloaded, os.fstat(descriptor).st_mtime_ns)
+            outcome = self._fetch(info, download, check, prefetching=True)
+            if outcome is None:
+                return None
+            downloaded = outcome
+
     def fetch(self, info: ShardInfo, download: Callable[[Path], None], check: Callable[[Path], str | None]) -> None:
         """Make sure the shard is cached (one process downloads it, the others wait for it)."""
+        self._fetch(info, download, check, prefetching=False)
+
+    def _fetch(
+        self, info: ShardInfo, download: Callable[[Path], None], check: Callable[[Path], str | None], prefetching: bool
+    ) -> bool | None:
+        """Whether this call downloaded the shard (False: it was there); None when ``prefetching`` and no room."""
         final = self.path_for(info)
         locks = self.directory / "locks"
         locks.mkdir(parents=True, exist_ok=True)
@@ -112,8 +160,9 @@ class ShardCache:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if final.exists():
-                return
-            self.make_room(info.size)
+                return False
+            if not self.make_room(info.size) and prefetching:
+                return None  # a reader asking for it downloads it anyway; a prefetch waits for room
             problem = ""
             for _ in range(DOWNLOAD_ATTEMPTS):
                 part = self.directory / f"{final.name}.{self._token}.part"
@@ -121,8 +170,11 @@ class ShardCache:
                     download(part)
                     problem = check(part) or ""
                     if not problem:
+                        if prefetching:
+                            marked = time.time_ns() - UNREAD_AGE_NS
+                            os.utime(part, ns=(marked, marked))
                         os.rename(part, final)
-                        return
+                        return True
                 except DamagedDownload as error:  # an object that cannot be decoded: as a failed check
                     problem = f"shard {info.id} cannot be decompressed: {error}"
                 except OSError as error:
@@ -158,19 +210,19 @@ class ShardCache:
                     entries.append((Path(entry.path), status.st_size, status.st_mtime))
         return entries
 
-    def make_room(self, size: int) -> None:
-        """Evict least recently used shards nobody holds until ``size`` more bytes fit the limit.
+    def make_room(self, size: int) -> bool:
+        """Evict least recently used shards nobody holds until ``size`` more bytes fit the limit; whether they do.
 
-        Shards in use are never evicted: if they alone exceed the limit, the cache exceeds it until
-        they are released.
+        Shards in use (held by a reader or a prefetch) are never evicted: if they alone exceed the limit,
+        the cache exceeds it until they are released.
         """
         if self.limit_bytes is None:
-            return
+            return True
         entries = sorted(self._entries(), key=lambda entry: entry[2])
         total = sum(entry[1] for entry in entries)
         for path, file_size, _ in entries:
             if total + size <= self.limit_bytes:
-                return
+                return True
             descriptor = _locked(path, fcntl.LOCK_EX | fcntl.LOCK_NB)
             if descriptor is None:
                 continue  # held by a reader (or already gone)
@@ -179,6 +231,7 @@ class ShardCache:
                 total -= file_size
             finally:
                 os.close(descriptor)
+        return total + size <= self.limit_bytes
 
     def clean(self, older_than: float) -> list[Path]:
         """Delete downloads of dead processes (``.part`` files untouched for ``older_than`` seconds)."""

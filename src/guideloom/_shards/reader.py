@@ -264,11 +264,13 @@ class TokenReader(StorageReader[np.ndarray]):
         positions = np.searchsorted(self.token_starts, starts, side="right") - 1
         offsets = (starts - self.token_starts[positions]).tolist()
         targets = range(len(starts)) if rows is None else rows.tolist()
-        token_arrays = self._tokens
+        token_arrays, opened = self._tokens, self._opened
         for number, (row, position, offset) in enumerate(zip(targets, positions.tolist(), offsets, strict=True)):
             tokens = token_arrays.get(position)
             if tokens is None:
                 tokens = self.shard_tokens(position)
+            else:  # most recently used: the shard closed for room is the one the order left longest ago
+                opened.move_to_end(position)
             if offset + length <= len(tokens):
                 out[row] = tokens[offset : offset + length]
             else:  # the window crosses into the next shard(s)
