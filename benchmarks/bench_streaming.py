@@ -126,7 +126,7 @@ def _mix(loader: Any) -> dict[str, float]:
     """Distinct shards in each batch of 8 and in each 128 consecutive samples of this rank, from its order."""
     from guideloom._loading.orders import epoch_order
 
-    source, plan = loader._source, loader._plan(0)
+    source, plan = loader._source, loader._steps(0).fixed
     order = epoch_order(source, loader._settings(), loader.epoch, 0)  # the loader's order, without its prefetching
     positions = plan.full_rank_positions(0, plan.full_batch_count, loader.rank).reshape(-1)
     indices = order.sample_at(positions)

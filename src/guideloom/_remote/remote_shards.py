@@ -8,9 +8,9 @@ held (`shard_cache.Prefetched`) until its reader opens it, so the cache never ev
 shard is downloaded twice for want of room; a download that would not fit next to what every process of
 the machine holds waits for a slot instead of evicting.
 
-Where worker processes read and the loader's process only hints, the hinting process learns that a
-shard it fetched ahead was read from the shard's modification time (`Prefetched.read_since`), and counts
-the readers' open shards as ``max_open``.
+Where worker processes read and the loader's process only hints, the hinting process holds the shards
+it fetched until the readers have left them: it learns how far they read from the shards' modification
+times (`Prefetched.read_since`).
 """
 
 from __future__ import annotations
@@ -56,10 +56,10 @@ class RemoteShards:
         """The prefetch state of a new process (a forked worker starts afresh: its parent's threads are not here)."""
         self._pid = os.getpid()
         self._lock = threading.Condition()
-        self._wanted: list[int] = []  # the last hint's shard positions, in the order they are needed
+        self._wanted: list[int] = []  # the hinted shard positions, in the order they are needed
         self._where: dict[int, int] = {}  # a wanted position's place in `_wanted`
         self._next = 0  # `_wanted` before this place is read, held, fetched ahead or being fetched
-        self._done: set[int] = set()  # wanted positions read or fetched ahead since the hint
+        self._done: set[int] = set()  # hinted positions read or fetched ahead since they were hinted
         self._ahead: dict[int, Prefetched] = {}  # fetched ahead, not opened yet
         self._fetching: set[int] = set()  # queued or downloading
         self._blocked = False  # a prefetch found no room: wait for a release
@@ -76,7 +76,10 @@ class RemoteShards:
         self._in_this_process()
         info = self.infos[position]
         with self._lock:
-            self._reads_here = True
+            first_read, self._reads_here = not self._reads_here, True
+        if first_read:  # the slots counted for readers elsewhere are this reader's
+            self._top_up()
+        with self._lock:
             while position in self._fetching:  # fetched ahead this moment: wait rather than download it too
                 self._lock.wait()
         lease = self.files.download_checked(info, self.header)
@@ -107,20 +110,24 @@ class RemoteShards:
 
     def prefetch(self, positions: list[int]) -> None:
         """Download these shards in the background, in this order, a few at once, and the rest of them as slots free
-        (a hint: failures surface when read). A new hint replaces the last one."""
+        (a hint: failures surface when read). Hints follow each other: each names the shards needed after those
+        named before; one named again after it was read and released is needed again."""
         self._in_this_process()
         if self._prefetcher is None:
             self._prefetcher = _Prefetcher(self._prefetch_one, PREFETCH_THREADS, self._top_up)
-        # A hint may reach past the last shard (packed rows counted as windows): those are no shard's.
-        wanted = [position for position in positions if 0 <= position < len(self.infos)]
-        dropped: list[Prefetched] = []
         with self._lock:
-            self._wanted, self._next, self._done, self._blocked = wanted, 0, set(), False
+            wanted = self._wanted[self._next :]
+            known = set(wanted)
+            # A hint may reach past the last shard (packed rows counted as windows): those are no shard's.
+            for position in positions:
+                if position in known or not 0 <= position < len(self.infos):
+                    continue
+                if position not in self._leases and position not in self._ahead:
+                    self._done.discard(position)
+                wanted.append(position)
+                known.add(position)
+            self._wanted, self._next, self._blocked = wanted, 0, False
             self._where = {position: place for place, position in enumerate(wanted)}
-            if not self._reads_here:  # fetched ahead for a window the readers have left
-                dropped = [self._ahead.pop(position) for position in list(self._ahead) if position not in self._where]
-        for prefetched in dropped:
-            prefetched.lease.release()
         self._top_up()
 
     def _top_up(self, unblock: bool = False) -> None:
@@ -129,8 +136,8 @@ class RemoteShards:
         with self._lock:
             if self._prefetcher is None:
                 return
-            if not self._reads_here:  # only worker processes read: a shard read since it was fetched is theirs now
-                read = [self._ahead.pop(at) for at in list(self._ahead) if self._ahead[at].read_since()]
+            if not self._reads_here:
+                read = self._left_by_readers_elsewhere()
             self._blocked = self._blocked and not (unblock or read)
             if self._blocked:
                 return
@@ -149,6 +156,20 @@ class RemoteShards:
         for prefetched in read:
             prefetched.lease.release()
 
+    def _left_by_readers_elsewhere(self) -> list[Prefetched]:
+        """In a process that only hints, the shards fetched ahead that the readers (worker processes) have left.
+
+        They read the shards in the hinted order, at most ``max_open`` at a time: a shard is left once one
+        ``max_open`` places after it has been read. Until then this process holds it, so that the cache keeps
+        every shard of the readers' window, even one a worker closed for a while.
+        """
+        entries = list(self._ahead.items())
+        last_read = next((place for place in reversed(range(len(entries))) if entries[place][1].read_since()), -1)
+        left = entries[: max(0, last_read - self.max_open + 1)]
+        for position, _ in left:
+            del self._ahead[position]
+        return [prefetched for _, prefetched in left]
+
     def _accounted(self, position: int) -> bool:
         return any(position in known for known in (self._done, self._leases, self._ahead, self._fetching))
 
@@ -156,7 +177,7 @@ class RemoteShards:
         in_flight = len(self._fetching)
         if self._slots is None:  # no limit: everything hinted, a few at a time
             return 2 * PREFETCH_THREADS - in_flight
-        held = len(self._leases) if self._reads_here else self.max_open  # the readers' elsewhere, at most
+        held = len(self._leases)  # (where readers are elsewhere, what they hold is among `_ahead`)
         return min(self._slots - held - len(self._ahead) - in_flight, 2 * PREFETCH_THREADS - in_flight)
 
     def _prefetch_one(self, position: int) -> None:
@@ -173,10 +194,8 @@ class RemoteShards:
                 self._blocked = True
                 self._next = min(self._next, self._where.get(position, self._next))
             if prefetched is not None:
-                # Held until read where the cache may evict it: not if its reader has it already, nor where workers
-                # read a shard this process did not download (it cannot tell whether they have it already).
-                keep = self._slots is not None and not self._accounted(position)
-                if keep and (self._reads_here or prefetched.downloaded):
+                # Held until read where the cache may evict it (not if its reader has it already).
+                if self._slots is not None and not self._accounted(position):
                     self._ahead[position] = prefetched
                 else:
                     prefetched.lease.release()

@@ -42,7 +42,7 @@ def check_cache_arguments(cache_dir: object, cache_limit_bytes: object) -> tuple
     return cache_path, cache_limit_bytes
 
 
-UNREAD_AGE_NS = 1_000_000_000  # a prefetched download's modification time lies this far back: see Prefetched
+UNREAD_AHEAD_NS = 1_000_000_000  # a prefetched download's modification time lies this far ahead: see Prefetched
 
 
 class CacheLease:
@@ -62,13 +62,13 @@ class CacheLease:
 class Prefetched:
     """A shard held for a reader that has not asked for it yet.
 
-    A download made for a prefetch gets a modification time in the past, which it keeps until a reader
+    A download made for a prefetch gets a modification time a little ahead, which it keeps until a reader
     acquires it (every acquisition sets the time to now): so ``mtime_ns`` changing says that some process
-    has read the shard since, and, released unread, it is the first evicted.
+    has read the shard since; and, released unread (a loader closed mid-epoch), it is the last evicted, as
+    the shard that a resumed epoch needs first.
     """
 
     lease: CacheLease
-    downloaded: bool  # by this prefetch (False: it was cached already)
     mtime_ns: int
 
     def read_since(self) -> bool:
@@ -135,15 +135,12 @@ class ShardCache:
         """The shard held ahead of its reader, downloaded first if it fits the limit next to the shards held; None
         when it does not fit now (every cached shard is held). A download is marked unread (see `Prefetched`)."""
         final = self.path_for(info)
-        downloaded = False
         while True:
             descriptor = _locked(final, fcntl.LOCK_SH)
             if descriptor is not None:
-                return Prefetched(CacheLease(final, descriptor), downloaded, os.fstat(descriptor).st_mtime_ns)
-            outcome = self._fetch(info, download, check, prefetching=True)
-            if outcome is None:
+                return Prefetched(CacheLease(final, descriptor), os.fstat(descriptor).st_mtime_ns)
+            if not self._fetch(info, download, check, prefetching=True):
                 return None
-            downloaded = outcome
 
     def fetch(self, info: ShardInfo, download: Callable[[Path], None], check: Callable[[Path], str | None]) -> None:
         """Make sure the shard is cached (one process downloads it, the others wait for it)."""
@@ -151,8 +148,8 @@ class ShardCache:
 
     def _fetch(
         self, info: ShardInfo, download: Callable[[Path], None], check: Callable[[Path], str | None], prefetching: bool
-    ) -> bool | None:
-        """Whether this call downloaded the shard (False: it was there); None when ``prefetching`` and no room."""
+    ) -> bool:
+        """Whether the shard is cached now: False only when ``prefetching`` and it does not fit."""
         final = self.path_for(info)
         locks = self.directory / "locks"
         locks.mkdir(parents=True, exist_ok=True)
@@ -160,9 +157,9 @@ class ShardCache:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if final.exists():
-                return False
+                return True
             if not self.make_room(info.size) and prefetching:
-                return None  # a reader asking for it downloads it anyway; a prefetch waits for room
+                return False  # a reader asking for it downloads it anyway; a prefetch waits for room
             problem = ""
             for _ in range(DOWNLOAD_ATTEMPTS):
                 part = self.directory / f"{final.name}.{self._token}.part"
@@ -171,7 +168,7 @@ class ShardCache:
                     problem = check(part) or ""
                     if not problem:
                         if prefetching:
-                            marked = time.time_ns() - UNREAD_AGE_NS
+                            marked = time.time_ns() + UNREAD_AHEAD_NS
                             os.utime(part, ns=(marked, marked))
                         os.rename(part, final)
                         return True
