@@ -200,9 +200,10 @@ class RemoteFiles:
         """The shard from the cache, downloaded and verified first if needed."""
         return self.cache.acquire(info, *self._download_and_check(info, header))
 
-    def prefetch_checked(self, info: ShardInfo, header: StorageHeader) -> Prefetched | None:
-        """The shard held ahead of its reader (downloaded and verified first if it fits the cache), else None."""
-        return self.cache.prefetch(info, *self._download_and_check(info, header))
+    def prefetch_checked(self, info: ShardInfo, header: StorageHeader, keep: set[str]) -> Prefetched | None:
+        """The shard held ahead of its reader (downloaded and verified first if it fits the cache next to the
+        cached shards named in ``keep``), else None."""
+        return self.cache.prefetch(info, *self._download_and_check(info, header), keep)
 
     def _download_and_check(
         self, info: ShardInfo, header: StorageHeader

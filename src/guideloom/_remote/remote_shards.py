@@ -183,8 +183,11 @@ class RemoteShards:
     def _prefetch_one(self, position: int) -> None:
         prefetched: Prefetched | None = None
         failed = False
+        with self._lock:  # the hinted shards read before this one, maybe cached already: not evicted for it
+            before = self._wanted[self._next : self._where.get(position, self._next)]
+        keep = {self.files.cache.name_for(self.infos[at]) for at in before}
         try:
-            prefetched = self.files.prefetch_checked(self.infos[position], self.header)
+            prefetched = self.files.prefetch_checked(self.infos[position], self.header, keep)
         except Exception:
             failed = True  # the reader meets the failure when it reads the shard
         with self._lock:

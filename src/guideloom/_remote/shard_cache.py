@@ -19,7 +19,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,7 +106,11 @@ class ShardCache:
         self._token = f"{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
 
     def path_for(self, info: ShardInfo) -> Path:
-        return self.directory / f"{info.id:012d}.{info.data_crc:08x}.{info.size}.shard"
+        return self.directory / self.name_for(info)
+
+    @staticmethod
+    def name_for(info: ShardInfo) -> str:
+        return f"{info.id:012d}.{info.data_crc:08x}.{info.size}.shard"
 
     def acquire(
         self,
@@ -130,26 +134,36 @@ class ShardCache:
             self.fetch(info, download, check)
 
     def prefetch(
-        self, info: ShardInfo, download: Callable[[Path], None], check: Callable[[Path], str | None]
+        self,
+        info: ShardInfo,
+        download: Callable[[Path], None],
+        check: Callable[[Path], str | None],
+        keep: Collection[str] = (),
     ) -> Prefetched | None:
-        """The shard held ahead of its reader, downloaded first if it fits the limit next to the shards held; None
-        when it does not fit now (every cached shard is held). A download is marked unread (see `Prefetched`)."""
+        """The shard held ahead of its reader, downloaded first if it fits the limit next to the shards held and
+        those named in ``keep`` (needed soon); None when it does not fit now. A download is marked unread (see
+        `Prefetched`)."""
         final = self.path_for(info)
         while True:
             descriptor = _locked(final, fcntl.LOCK_SH)
             if descriptor is not None:
                 return Prefetched(CacheLease(final, descriptor), os.fstat(descriptor).st_mtime_ns)
-            if not self._fetch(info, download, check, prefetching=True):
+            if not self._fetch(info, download, check, keep):
                 return None
 
     def fetch(self, info: ShardInfo, download: Callable[[Path], None], check: Callable[[Path], str | None]) -> None:
         """Make sure the shard is cached (one process downloads it, the others wait for it)."""
-        self._fetch(info, download, check, prefetching=False)
+        self._fetch(info, download, check, None)
 
     def _fetch(
-        self, info: ShardInfo, download: Callable[[Path], None], check: Callable[[Path], str | None], prefetching: bool
+        self,
+        info: ShardInfo,
+        download: Callable[[Path], None],
+        check: Callable[[Path], str | None],
+        keep: Collection[str] | None,
     ) -> bool:
-        """Whether the shard is cached now: False only when ``prefetching`` and it does not fit."""
+        """Whether the shard is cached now: False only for a prefetch (``keep`` given) that does not fit."""
+        prefetching = keep is not None
         final = self.path_for(info)
         locks = self.directory / "locks"
         locks.mkdir(parents=True, exist_ok=True)
@@ -158,7 +172,7 @@ class ShardCache:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if final.exists():
                 return True
-            if not self.make_room(info.size) and prefetching:
+            if not self.make_room(info.size, keep or ()) and prefetching:
                 return False  # a reader asking for it downloads it anyway; a prefetch waits for room
             problem = ""
             for _ in range(DOWNLOAD_ATTEMPTS):
@@ -207,8 +221,9 @@ class ShardCache:
                     entries.append((Path(entry.path), status.st_size, status.st_mtime))
         return entries
 
-    def make_room(self, size: int) -> bool:
-        """Evict least recently used shards nobody holds until ``size`` more bytes fit the limit; whether they do.
+    def make_room(self, size: int, keep: Collection[str] = ()) -> bool:
+        """Evict least recently used shards nobody holds, but those named in ``keep``, until ``size`` more bytes
+        fit the limit; whether they do.
 
         Shards in use (held by a reader or a prefetch) are never evicted: if they alone exceed the limit,
         the cache exceeds it until they are released.
@@ -220,6 +235,8 @@ class ShardCache:
         for path, file_size, _ in entries:
             if total + size <= self.limit_bytes:
                 return True
+            if path.name in keep:
+                continue
             descriptor = _locked(path, fcntl.LOCK_EX | fcntl.LOCK_NB)
             if descriptor is None:
                 continue  # held by a reader (or already gone)
