@@ -151,6 +151,28 @@ def test_a_window_larger_than_the_cache_warns_with_one_that_fits(
         StatefulDataLoader.from_storage(storage, **options, shuffle_window=9).close()
 
 
+def test_an_epoch_resumed_on_the_same_cache_downloads_each_shard_once(
+    s3_server: S3Server, tmp_path: Path, corpus: tuple[str, int]
+) -> None:
+    """The shards fetched ahead when the first loader closed stay cached for the resumed one, and its window too."""
+    url, largest = corpus
+    bucket = url.removeprefix("s3://").split("/")[0]
+    before = len(s3_server.gets(bucket, ".shard"))
+    options: dict[str, Any] = {"device": "cpu", "local_batch_size": 4, "sequence_length": SEQUENCE, "shuffle": True}
+    options |= {"seed": 7, "shuffle_window": SHARDS // 4 - 3}
+    cache = tmp_path / "machine"
+    with StatefulDataLoader.from_storage(_storage(url, s3_server, cache, SHARDS // 4 * largest), **options) as loader:
+        batches = iter(loader)
+        for _ in range(len(loader) // 2):
+            next(batches)
+        state = loader.state_dict()
+    with StatefulDataLoader.from_storage(_storage(url, s3_server, cache, SHARDS // 4 * largest), **options) as loader:
+        loader.load_state_dict(state)
+        assert len(list(loader)) == len(loader) - len(loader) // 2
+    downloads = _downloads(s3_server, url, before)
+    assert len(downloads) == SHARDS and set(downloads.values()) == {1}, downloads
+
+
 def test_worker_processes_reading_documents_download_each_shard_once(
     s3_url: str, s3_server: S3Server, tmp_path: Path
 ) -> None:

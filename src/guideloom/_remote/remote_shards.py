@@ -19,6 +19,7 @@ import contextlib
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 
 PREFETCH_THREADS = 4  # downloads in flight at once, in the order the loader needs the shards
 IDLE_CHECK_S = 0.05  # how often idle prefetch threads look for room freed by other processes
+CLOSE_WAIT_S = 10.0  # how long closing waits for the downloads in flight
 
 
 class RemoteShards:
@@ -183,8 +185,9 @@ class RemoteShards:
     def _prefetch_one(self, position: int) -> None:
         prefetched: Prefetched | None = None
         failed = False
-        with self._lock:  # the hinted shards read before this one, maybe cached already: not evicted for it
+        with self._lock:  # the hinted shards read before this one and not held yet, maybe cached: not evicted for it
             before = self._wanted[self._next : self._where.get(position, self._next)]
+            before = [at for at in before if not self._accounted(at)]
         keep = {self.files.cache.name_for(self.infos[at]) for at in before}
         try:
             prefetched = self.files.prefetch_checked(self.infos[position], self.header, keep)
@@ -263,7 +266,12 @@ class _Prefetcher:
                 self._skip(position)
 
     def stop(self, skip: Callable[[int], None]) -> None:
-        """Skip what is queued (``skip`` hears of each); downloads in flight finish in the background."""
+        """Skip what is queued (``skip`` hears of each), and let the downloads in flight finish: a run resumed from
+        this cache finds them there. A download that takes longer than CLOSE_WAIT_S goes on in the background."""
         self._skip = skip
         for _ in self._threads:
             self._queue.put(None)
+        deadline = time.monotonic() + CLOSE_WAIT_S
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
