@@ -105,9 +105,9 @@ def test_every_shard_is_downloaded_ahead_of_its_reader_as_slots_free(
     downloaders: list[str] = []
     download = ObjectStore.download
 
-    def recorded(store: ObjectStore, name: str, *arguments: Any) -> None:
+    def recorded(store: ObjectStore, name: str, *arguments: Any, **options: Any) -> None:
         downloaders.append(threading.current_thread().name)
-        download(store, name, *arguments)
+        download(store, name, *arguments, **options)
 
     monkeypatch.setattr(ObjectStore, "download", recorded)
     cache_shards = SHARDS // 4
