@@ -216,21 +216,29 @@ def window_pieces(window_starts: np.ndarray, length: int, document_starts: np.nd
     a window's own start always begins a piece.
     """
     window_starts = np.asarray(window_starts, np.int64)
-    rows = len(window_starts)
-    document_starts = np.asarray(document_starts)
+    document_starts = np.asarray(document_starts, np.int64)
     first = document_starts.searchsorted(window_starts, side="right")
-    inner = document_starts.searchsorted(window_starts + length, side="left") - first
-    cuts_before = inner.cumsum() - inner
-    row_points = np.arange(rows, dtype=np.int64) + cuts_before  # where each row's own start goes
-    points = np.empty(rows + int(inner.sum()) + 1, np.int64)
-    is_inner = np.ones(len(points) - 1, bool)
-    is_inner[row_points] = False
-    points[row_points] = np.arange(rows, dtype=np.int64) * length
-    which = (first - cuts_before).repeat(inner) + np.arange(int(inner.sum()), dtype=np.int64)
-    shift = (np.arange(rows, dtype=np.int64) * length - window_starts).repeat(inner)
-    points[:-1][is_inner] = document_starts[which] + shift
-    points[-1] = rows * length
-    return inner + 1, points[1:] - points[:-1]
+    inside = document_starts.searchsorted(window_starts + length, side="left") - first
+    shift = np.arange(0, len(window_starts) * length, length, dtype=np.int64) - window_starts
+    cuts = document_starts[flat_indices(first, inside)] + shift.repeat(inside)
+    return pieces_at_cuts(cuts, len(window_starts), length)
+
+
+def pieces_at_cuts(cuts: np.ndarray, rows: int, length: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pieces of ``rows`` rows of ``length`` tokens cut at ``cuts``: how many each row has, and their lengths.
+
+    ``cuts`` are flat positions (``row * length + column``) where pieces begin, int64, in any order and
+    possibly repeated; every row's own start begins a piece too.
+    """
+    points = np.empty(len(cuts) + rows + 1, np.int64)
+    points[: len(cuts)] = cuts
+    points[len(cuts) :] = np.arange(0, (rows + 1) * length, length, dtype=np.int64)
+    points.sort()
+    distinct = np.empty(len(points), np.bool_)  # the last of each run of equal points
+    np.not_equal(points[:-1], points[1:], out=distinct[:-1])
+    distinct[-1] = True
+    points = points[distinct]
+    return np.bincount(points[:-1] // length, minlength=rows), points[1:] - points[:-1]
 
 
 def split_batch(batch: dict[str, Any], sizes: list[int]) -> list[dict[str, Any]]:

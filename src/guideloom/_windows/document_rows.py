@@ -14,18 +14,26 @@ import numpy as np
 
 from guideloom._core.errors import CorruptStorageError
 from guideloom._shards.reader import TokenReader
-from guideloom._windows.boundaries import PieceRows, flat_indices, window_pieces
+from guideloom._windows.boundaries import PieceRows, flat_indices, pieces_at_cuts
 from guideloom._windows.labels import fill_piece_masks
 from guideloom._windows.packing import ShardPacking
 from guideloom._windows.packing_cache import load_or_build, load_or_count_rows, row_counts_directory
 
 
-def document_starts_near(reader: TokenReader, window_starts: np.ndarray, length: int) -> np.ndarray:
-    """Stream positions where non-empty documents begin inside the windows ``[s, s + length)`` (sorted, unique).
+def stream_rows(reader: TokenReader, windows: np.ndarray, window_starts: np.ndarray) -> PieceRows:
+    """Stream windows (rows of ``windows``, starting at ``window_starts``) with their pieces; no padding."""
+    length = windows.shape[1]
+    counts, lengths = pieces_at_cuts(document_cuts(reader, window_starts, length), len(windows), length)
+    return PieceRows(windows, lengths, counts, np.zeros(len(windows), np.int64))
+
+
+def document_cuts(reader: TokenReader, window_starts: np.ndarray, length: int) -> np.ndarray:
+    """Where non-empty documents begin inside the windows ``[s, s + length)``, as flat positions of their rows
+    (``row * length + column``; unsorted, a row's own start and a start found twice may be among them).
 
     Read from the mapped offsets of the shards the windows touch, by bisection: nothing per document
     is copied, whatever the storage's size. This runs for every group of batches, so the work per shard
-    is one search; the rest is a few whole-array operations over all windows.
+    is one search and one gather; the rest is a few whole-array operations over all windows.
     """
     window_starts = np.asarray(window_starts, np.int64)
     if not len(window_starts):
@@ -33,6 +41,7 @@ def document_starts_near(reader: TokenReader, window_starts: np.ndarray, length:
     token_starts = reader.token_starts
     first = token_starts.searchsorted(window_starts, side="right") - 1
     last = token_starts.searchsorted(window_starts + (length - 1), side="right") - 1
+    shifts = np.arange(0, len(window_starts) * length, length, dtype=np.int64) - window_starts
     if (first == last).all():  # no window crosses a shard's end: one span of each shard per window
         positions, bases = first, token_starts[first]
         begins = window_starts - bases
@@ -43,6 +52,7 @@ def document_starts_near(reader: TokenReader, window_starts: np.ndarray, length:
         bases = token_starts[positions]
         begins = np.maximum(np.repeat(window_starts, spans), bases) - bases
         ends = np.minimum(np.repeat(window_starts + length, spans), token_starts[positions + 1]) - bases
+        shifts = shifts.repeat(spans)
     by_shard = positions.argsort(kind="stable")
     positions = positions[by_shard]
     queries = np.empty((2, len(positions)), np.uint64)
@@ -54,25 +64,15 @@ def document_starts_near(reader: TokenReader, window_starts: np.ndarray, length:
         offsets = reader.shard(int(positions[start])).offsets  # mapped uint64: searched in place, never converted
         bounds[:, start:stop] = offsets.searchsorted(queries[:, start:stop], side="left")
         shard_offsets.append(offsets)
-    # A position in the offsets below the shard's end starts a non-empty document (empty ones share it).
+    # A position in the offsets below the span's end starts a non-empty document (empty ones share it).
     counts = bounds[1] - bounds[0]
     found = flat_indices(bounds[0], counts)
     found_cuts = counts.cumsum()[np.array(cuts[1:], np.int64) - 1].tolist()
-    starts = np.empty(len(found), np.int64)
+    flat = np.empty(len(found), np.int64)
     for offsets, (start, stop) in zip(shard_offsets, pairwise([0, *found_cuts]), strict=True):
-        starts[start:stop] = offsets[found[start:stop]]
-    starts += bases[by_shard].repeat(counts)
-    starts.sort()
-    return np.concatenate((starts[:1], starts[1:][starts[1:] != starts[:-1]]))
-
-
-def boundary_rows(windows: np.ndarray, window_starts: np.ndarray, document_starts: np.ndarray) -> PieceRows:
-    """Stream windows (rows of ``windows``, starting at ``window_starts``) with their pieces; no padding.
-
-    ``document_starts`` must hold every non-empty document start inside the windows (more is fine).
-    """
-    counts, lengths = window_pieces(window_starts, windows.shape[1], document_starts)
-    return PieceRows(windows, lengths, counts, np.zeros(len(windows), np.int64))
+        flat[start:stop] = offsets[found[start:stop]]
+    flat += (bases + shifts)[by_shard].repeat(counts)
+    return flat
 
 
 class PackedShards:
