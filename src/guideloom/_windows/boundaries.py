@@ -247,23 +247,25 @@ def split_batch(batch: dict[str, Any], sizes: list[int]) -> list[dict[str, Any]]
     Every part's ``cu_seqlens`` and ``max_seqlen`` are computed for all parts at once: this runs for
     every group of batches, and per-part array calls would cost more than the parts' own rows.
     """
-    length = batch["input_ids"].shape[1]
     cu_seqlens = batch["cu_seqlens"].numpy().astype(np.int64)
-    row_bounds = np.fromiter(accumulate(sizes, initial=0), np.int64, len(sizes) + 1)
-    cuts = cu_seqlens.searchsorted(row_bounds * length)
+    row_ends = np.fromiter(accumulate(sizes, initial=0), np.int64, len(sizes) + 1)
+    row_ends *= batch["input_ids"].shape[1]  # where each part starts in the flat batch, and the end
+    cuts = cu_seqlens.searchsorted(row_ends)  # each part's first piece, and the end
     piece_counts = cuts[1:] - cuts[:-1]
     piece_lengths = cu_seqlens[1:] - cu_seqlens[:-1]
-    if len(piece_lengths) and piece_counts.all():  # every part has rows, hence pieces
+    if piece_counts.all():  # every part has rows, hence pieces
         longest = np.maximum.reduceat(piece_lengths, cuts[:-1])
     else:  # a part of no rows has no piece: its max_seqlen is 0
         longest = np.zeros(len(sizes), np.int64)
         if len(piece_lengths):
             longest[piece_counts > 0] = np.maximum.reduceat(piece_lengths, cuts[:-1][piece_counts > 0])
-    # Part i's cu_seqlens: entries cuts[i] .. cuts[i + 1] (its end is the next part's start), less its offset.
+    # Part i's cu_seqlens: entries cuts[i] .. cuts[i + 1] (its end is the next part's start), less its start.
     counts = piece_counts + 1
-    rebased = cu_seqlens[flat_indices(cuts[:-1], counts)] - (row_bounds[:-1] * length).repeat(counts)
-    part_cu_seqlens = torch.split(torch.from_numpy(rebased.astype(np.int32)), counts.tolist())
-    columns = [torch.split(batch[key], sizes) for key in ("input_ids", "position_ids", "labels")]
+    ends = counts.cumsum()
+    entries = (cuts[:-1] - ends + counts).repeat(counts) + np.arange(ends[-1], dtype=np.int64)
+    rebased = (cu_seqlens[entries] - row_ends[:-1].repeat(counts)).astype(np.int32)
+    part_cu_seqlens = torch.from_numpy(rebased).split_with_sizes(counts.tolist())
+    columns = [batch[key].split_with_sizes(sizes) for key in ("input_ids", "position_ids", "labels")]
     return [
         {"input_ids": ids, "position_ids": positions, "labels": labels, "cu_seqlens": cu, "max_seqlen": top}
         for ids, positions, labels, cu, top in zip(*columns, part_cu_seqlens, longest.tolist(), strict=True)
