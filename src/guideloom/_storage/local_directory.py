@@ -23,9 +23,9 @@ from guideloom._shards.layout import (
     publish,
 )
 from guideloom._shards.local_commit import is_committed
+from guideloom._shards.local_listing import local_index_problem, local_snapshot, reindex, visible_shard_ids
 from guideloom._shards.local_shards import LocalShards, LocalTarget
 from guideloom._shards.shard_table import ShardTable, selected
-from guideloom._shards.snapshot import local_index_problem, local_snapshot, refresh_snapshot, visible_shard_ids
 from guideloom._shards.upkeep import clean_local, verify_local
 
 
@@ -80,7 +80,7 @@ class LocalDirectory:
         return local_snapshot(self.path, read_header(self.path)).rows["size"].tolist()  # type: ignore[no-any-return]
 
     def snapshot(self, header: StorageHeader) -> ShardTable:
-        """The shards committed now, from the shard index where it is current (see ``_shards.snapshot``)."""
+        """The shards committed now, from the shard index where it is current (see ``_shards.local_listing``)."""
         return local_snapshot(self.path, header)
 
     def unseen_shards(self, snapshot: ShardTable) -> np.ndarray:
@@ -108,7 +108,7 @@ class LocalDirectory:
 
     def write_index(self, header: StorageHeader) -> int:
         """Write the shard index afresh from one listing (the old index's sound records spare footer reads)."""
-        return len(refresh_snapshot(self.path, header, EMPTY))
+        return len(reindex(self.path, header, EMPTY))
 
     def verify(self, header: StorageHeader, progress: Callable[[int], None] | None) -> list[str]:
         return verify_local(self.path, header, progress)

@@ -1,4 +1,7 @@
-"""A local storage's snapshot: the shards committed now and their facts, from its index alone where it can.
+"""How a local directory finds its committed shards and their facts: from its index alone where it can.
+
+What a local storage's snapshot is made from (``local_snapshot``), and how its index is rewritten
+(``reindex``: after a writer's commits, by ``storage.write_index()``, by a reader that found it stale).
 
 The listing of ``shards/`` is the truth (a shard file under its name is committed, see
 ``_shards.local_commit``). A current index (``_shards.freshness``: one ``stat`` says nothing changed
@@ -27,12 +30,10 @@ def local_snapshot(path: Path, header: StorageHeader) -> ShardTable:
     contents = read_index(path)
     if is_current(contents, path):
         return contents.table
-    return refresh_snapshot(path, header, EMPTY, contents)
+    return reindex(path, header, EMPTY, contents)
 
 
-def refresh_snapshot(
-    path: Path, header: StorageHeader, known: ShardTable, contents: IndexContents | None = None
-) -> ShardTable:
+def reindex(path: Path, header: StorageHeader, known: ShardTable, contents: IndexContents | None = None) -> ShardTable:
     """The shards listed at ``path`` now, their facts from ``known``, the index (if usable) or their footers; the
     index is written anew from them where the storage is writable."""
     contents = read_index(path) if contents is None else contents
