@@ -25,9 +25,12 @@ from guideloom._shards.shard_names import shard_ids_among
 from guideloom._shards.shard_table import ShardTable
 
 
-def local_snapshot(path: Path, header: StorageHeader) -> ShardTable:
-    """The shards committed now at ``path``: a current index alone, else one listing and the footers it lacks."""
-    contents = read_index(path)
+def local_snapshot(path: Path, header: StorageHeader, contents: IndexContents | None = None) -> ShardTable:
+    """The shards committed now at ``path``: a current index alone, else one listing and the footers it lacks.
+
+    ``contents``: the index as the caller just read it (to ask ``index_problem`` of the same reading).
+    """
+    contents = read_index(path) if contents is None else contents
     if is_current(contents, path):
         return contents.table
     return reindex(path, header, EMPTY, contents)
@@ -64,11 +67,6 @@ def index_problem(contents: IndexContents, path: Path) -> str | None:
     """What is wrong with the index read at ``path`` (naming the file), or None; a stale one is not wrong."""
     reason = contents.problem or _other_directory(contents, path)
     return None if reason is None else f"the shard index {path / INDEX_NAME} is damaged: {reason}"
-
-
-def local_index_problem(path: Path) -> str | None:
-    """What is wrong with the index of the storage at ``path`` now (``guideloom inspect``), or None."""
-    return index_problem(read_index(path), path)
 
 
 def _other_directory(contents: IndexContents, path: Path) -> str | None:

@@ -46,10 +46,9 @@ class Location(Protocol):
     def retry_count(self) -> int: ...
 
     @property
-    def index_problem(self) -> str | None: ...
-
-    def index_damage(self) -> str | None:
-        """What is wrong with a local shard index now, before a reader rebuilds it (an object store's: None)."""
+    def index_problem(self) -> str | None:
+        """Why the last snapshot could not use the storage's index and listed its shards instead (a damaged local
+        ``shards.index``, which it rebuilt; an object store's index object, which it listed past), or None."""
         ...
 
     def use_compression(self, compression: str | None, level: int | None) -> None: ...

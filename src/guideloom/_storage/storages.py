@@ -85,7 +85,8 @@ class StorageBase:
 
     @property
     def index_problem(self) -> str | None:
-        """Why the last snapshot of a remote storage could not use its index object (None: it did, or had none)."""
+        """Why the last snapshot could not use the storage's index and listed its shards instead (None: it used it,
+        or there is none): a damaged local ``shards.index`` (rebuilt), an object store's unusable index object."""
         return self.home.index_problem
 
     @property
