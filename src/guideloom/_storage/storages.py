@@ -58,8 +58,7 @@ class StorageBase:
         self.location = self.home.name
 
     def _choose_compression(self, compression: object, level: object) -> None:
-        remote = self.home if self.home.is_remote else None
-        self._requested_compression, level = check_compression(compression, level, self.location, remote)
+        self._requested_compression, level = check_compression(compression, level, self.home)
         self._use_compression(self._requested_compression, level)
 
     def _use_compression(self, compression: str | None, level: int | None = None) -> None:
@@ -155,8 +154,7 @@ class StorageBase:
         except StorageNotFoundError:
             return None
         if self._requested_compression is None:  # compression=None opens a storage as recorded
-            remote = self.home if self.home.is_remote else None
-            self._use_compression(recorded_compression(found, self.location, remote))
+            self._use_compression(recorded_compression(found, self.home))
         self._adopt_recorded(found)
         expected = self._expected_header()
         if found != expected:
