@@ -25,15 +25,13 @@ from guideloom._shards.shard_names import shard_ids_among
 from guideloom._shards.shard_table import ShardTable
 
 
-def local_snapshot(path: Path, header: StorageHeader, contents: IndexContents | None = None) -> ShardTable:
-    """The shards committed now at ``path``: a current index alone, else one listing and the footers it lacks.
-
-    ``contents``: the index as the caller just read it (to ask ``index_problem`` of the same reading).
-    """
-    contents = read_index(path) if contents is None else contents
+def local_snapshot(path: Path, header: StorageHeader) -> tuple[ShardTable, str | None]:
+    """The shards committed now at ``path`` (a current index alone, else one listing and the footers it lacks),
+    and why the index could not be used, or None (a current index, a stale one, none at all)."""
+    contents = read_index(path)
     if is_current(contents, path):
-        return contents.table
-    return reindex(path, header, EMPTY, contents)
+        return contents.table, None
+    return reindex(path, header, EMPTY, contents), index_problem(contents, path)
 
 
 def reindex(path: Path, header: StorageHeader, known: ShardTable, contents: IndexContents | None = None) -> ShardTable:

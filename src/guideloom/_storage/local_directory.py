@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from guideloom._shards.header import HEADER_NAME, MAX_HEADER_BYTES, StorageHeader, read_header
-from guideloom._shards.index import EMPTY, read_index
+from guideloom._shards.index import EMPTY
 from guideloom._shards.layout import (
     INCOMPLETE_DIR,
     SHARDS_DIR,
@@ -23,7 +23,7 @@ from guideloom._shards.layout import (
     publish,
 )
 from guideloom._shards.local_commit import is_committed
-from guideloom._shards.local_listing import index_problem, local_snapshot, reindex, visible_shard_ids
+from guideloom._shards.local_listing import local_snapshot, reindex, visible_shard_ids
 from guideloom._shards.local_shards import LocalShards, LocalTarget
 from guideloom._shards.shard_table import ShardTable, selected
 from guideloom._shards.upkeep import clean_local, verify_local
@@ -79,9 +79,8 @@ class LocalDirectory:
     def snapshot(self, header: StorageHeader) -> ShardTable:
         """The shards committed now, from the shard index where it is current (see ``_shards.local_listing``); a
         damaged index is bypassed (and rebuilt), and ``index_problem`` says why."""
-        contents = read_index(self.path)
-        self.index_problem = index_problem(contents, self.path)
-        return local_snapshot(self.path, header, contents)
+        table, self.index_problem = local_snapshot(self.path, header)
+        return table
 
     def unseen_shards(self, snapshot: ShardTable) -> np.ndarray:
         return np.setdiff1d(snapshot.ids, visible_shard_ids(self.path), assume_unique=True)
