@@ -18,6 +18,7 @@ from guideloom._loading.orders import epoch_order
 from guideloom._loading.state import OrderSettings
 from guideloom._sampling.epoch_order import BatchPlan
 from guideloom._sampling.token_budget import LengthsAt, Step, TokenBudgetPlan
+from guideloom._sampling.windowed_budget import StreamStep, WindowedBudgetPlan
 from guideloom._sources.source import SampleSource
 
 __all__ = ["EpochSteps", "OrderedRuns", "check_measured", "check_some_batch"]
@@ -30,15 +31,18 @@ class OrderedRuns:
     vectorised, and batches by budget ask for one short run after another)."""
 
     def __init__(self, source: SampleSource, settings: OrderSettings, epoch: int) -> None:
-        self._order = None if source.orders_itself else epoch_order(source, settings, epoch, 0)  # (the global order)
+        windowed = settings.shuffle_window is not None and settings.shuffle  # (a windowed mixture's too)
+        self._order = None if source.orders_itself and not windowed else epoch_order(source, settings, epoch, 0)
         self._base = 0
         self._indices = np.empty(0, np.int64)
 
     def __call__(self, positions: np.ndarray) -> np.ndarray:
-        """``positions`` (consecutive, ascending; past the end: wrapping around) as the source takes them."""
+        """``positions`` (ascending; past the end: wrapping around) as the source takes them."""
         if self._order is None or not len(positions):
             return positions
         first, count = int(positions[0]), len(positions)
+        if int(positions[-1]) - first != count - 1:  # (a stream's positions in the windowed order: one at a time)
+            return self._order.sample_at(positions)
         if not self._base <= first <= first + count <= self._base + len(self._indices):
             self._base = first
             self._indices = self._order.sample_at(np.arange(first, first + max(count, ORDER_CHUNK), dtype=np.int64))
@@ -95,9 +99,19 @@ class EpochSteps:
         else:
             self.fixed = None
 
-    def budget_plan(self, start: int | None = None) -> TokenBudgetPlan:
+    def budget_plan(self, start: int | None = None) -> TokenBudgetPlan | WindowedBudgetPlan:
         settings = self.settings
         assert settings.batch_tokens is not None
+        if settings.shuffle_window is not None and settings.shuffle:
+            return WindowedBudgetPlan(
+                self.source.sample_count,
+                settings.streams,
+                settings.batch_tokens,
+                settings.world_size,
+                settings.drop_last,
+                lengths_in_order(self.source, settings, self.epoch),
+                self.start if start is None else start,
+            )
         return TokenBudgetPlan(
             self.source.sample_count,
             settings.batch_tokens,
@@ -107,7 +121,7 @@ class EpochSteps:
             self.start if start is None else start,
         )
 
-    def steps(self) -> Iterator[Step]:
+    def steps(self) -> Iterator[Step | StreamStep]:
         """The steps left, in order."""
         if self.fixed is None:
             yield from self.budget_plan().steps()

@@ -192,8 +192,6 @@ class StatefulDataLoader:
         rank, world_size, ranks_from_environment = resolve_ranks(rank, world_size)
         shuffle_window = check_windowed(storage, shuffle_window, shuffle)
         local_world_size = local_world_size_of(local_world_size, world_size, shuffle_window)
-        if batch_tokens is not None and shuffle_window is not None:
-            raise ValueError("batch_tokens and shuffle_window do not combine yet: batch by budget in the global order")
         mode = window_mode(
             {
                 "document_boundaries": document_boundaries,
