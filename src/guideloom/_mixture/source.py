@@ -174,9 +174,8 @@ class MixtureSource:
 
     def sample_lengths(self, indices: np.ndarray, epoch: int) -> np.ndarray:
         """The lengths of the samples at these positions, each from its component (all must measure samples)."""
-        positions = np.asarray(indices, np.int64) % self._sample_count
-        components, samples = self.order.locate(epoch * self._sample_count + positions)
-        lengths = np.empty(len(positions), np.int64)
+        components, samples = self._locate(indices, epoch)  # (a windowed mixture's: its machines' draws)
+        lengths = np.empty(len(components), np.int64)
         for k in np.flatnonzero(np.bincount(components, minlength=len(self.components))).tolist():
             chosen, source = components == k, self.components[k]
             if not isinstance(source, DocumentSource):
