@@ -36,16 +36,17 @@ def loaders(storage: Any, world_size: int, local_world_size: int = 1, **options:
     ]
 
 
-def lockstep(ranks: list[StatefulDataLoader], steps: int | None = None) -> list[list[list[int]]]:
+def lockstep(ranks: list[StatefulDataLoader], steps: int | None = None) -> list[list[Any]]:
     """Each rank's batches, the ranks stepping together; strict: a rank with another count fails here."""
-    batches: list[list[list[int]]] = [[] for _ in ranks]
+    batches: list[list[Any]] = [[] for _ in ranks]
     for together in itertools.islice(zip(*(iter(loader) for loader in ranks), strict=True), steps):
         for rank, batch in enumerate(together):
             batches[rank].append(batch)
     return batches
 
 
-def flat(batches: list[list[list[int]]]) -> list[int]:
+def flat(batches: list[list[Any]]) -> list[Any]:
+    """What the ranks read, step by step, rank after rank."""
     return [record for step in zip(*batches, strict=True) for batch in step for record in batch]
 
 

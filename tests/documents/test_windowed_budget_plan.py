@@ -61,6 +61,7 @@ def test_resuming_at_a_step_end_continues_bit_for_bit_or_elastically_exactly_onc
     cut = data.draw(st.integers(0, len(steps) - 1))
     start = steps[cut - 1].end if cut else 0
     rest = list(plan(lengths, streams, world_size, budget, start).steps())
+
     def laid_out(some: list[Any]) -> list[Any]:
         return [([s.rank_positions(rank).tolist() for rank in range(world_size)], s.end) for s in some]
 

@@ -45,12 +45,13 @@ class Step:
 class Lengths:
     """The lengths of a run of positions, read ahead in growing chunks as the planner walks forward."""
 
-    def __init__(self, lengths_at: LengthsAt, sample_count: int, start: int) -> None:
+    def __init__(self, lengths_at: LengthsAt, sample_count: int, start: int, max_chunk: int = MAX_CHUNK) -> None:
         self._lengths_at = lengths_at
         self._sample_count = sample_count
         self.base = start
         self.sums = np.zeros(1, np.int64)  # running sums from base: sums[i] is the total of base .. base + i - 1
-        self._chunk = FIRST_CHUNK
+        self._chunk = min(FIRST_CHUNK, max_chunk)
+        self._max_chunk = max_chunk
 
     @property
     def stop(self) -> int:
@@ -63,7 +64,7 @@ class Lengths:
         positions = np.arange(self.stop, min(limit, self.stop + self._chunk), dtype=np.int64)
         lengths = np.asarray(self._lengths_at(positions % self._sample_count), np.int64)
         self.sums = np.concatenate([self.sums, self.sums[-1] + np.cumsum(lengths)])
-        self._chunk = min(2 * self._chunk, MAX_CHUNK)
+        self._chunk = min(2 * self._chunk, self._max_chunk)
         return True
 
     def forget_before(self, position: int) -> None:

@@ -34,6 +34,8 @@ from guideloom._sampling.windowed_order import taken_from_stream
 
 __all__ = ["StreamStep", "WindowedBudgetPlan"]
 
+STREAM_CHUNK = 256  # a stream's lengths read at a time: no further ahead than its window (their shards are its)
+
 
 @dataclass(frozen=True)
 class StreamStep:
@@ -87,7 +89,7 @@ class WindowedBudgetPlan:
         stream_sizes = taken_from_stream(self.sample_count, streams, self.streams).tolist()
         taken = taken_from_stream(self.start, streams, self.streams).tolist()
         readers = [
-            Lengths(self._stream_lengths(stream), max(size, 1), first)
+            Lengths(self._stream_lengths(stream), max(size, 1), first, STREAM_CHUNK)
             for stream, (size, first) in enumerate(zip(stream_sizes, taken, strict=True))
         ]
         position = self.start
