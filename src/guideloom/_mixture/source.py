@@ -81,7 +81,7 @@ class MixtureSource:
         )
 
     def _draws_by_machine(self, window: int, machines: int) -> MachineDraws:
-        counts = [source.shard_sample_counts() for source in self.components]  # type: ignore[union-attr]
+        counts = [source.shard_sample_counts() for source in self.components]
         cuts = [source.clean_cuts() if hasattr(source, "clean_cuts") else None for source in self.components]
         return MachineDraws(self.order, counts, cuts, self._sample_count, window=window, machines=machines)
 
