@@ -62,7 +62,7 @@ def machine_loaders(
     ]
 
 
-@pytest.mark.parametrize(("machines", "ranks"), [(1, 1), (2, 1), (4, 1)])
+@pytest.mark.parametrize(("machines", "ranks"), [(1, 1), (2, 2), (4, 1)])
 def test_each_machine_downloads_its_share_about_once_an_epoch(
     s3_server: S3Server, tmp_path: Path, corpus: tuple[str, int], machines: int, ranks: int
 ) -> None:

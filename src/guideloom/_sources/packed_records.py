@@ -118,6 +118,10 @@ class PackedRecordSource(PinnedShards[DocumentReader[Any]]):
         bounds = np.concatenate([[0], np.cumsum(counts)]).tolist()
         return [decoded[start:stop] for start, stop in pairwise(bounds)]
 
+    def prefetch(self, indices: np.ndarray, epoch: int) -> None:
+        """Shards of a remote storage that these rows' records need are downloaded in the background."""
+        self.reader.prefetch_records(self.rows.of_rows(np.asarray(indices, np.int64))[0])
+
     def describe(self, indices: np.ndarray, epoch: int) -> SamplePieces:
         records, counts = self.rows.of_rows(np.asarray(indices, np.int64))
         keys = record_keys(self.reader, records).reshape(-1, 2)
