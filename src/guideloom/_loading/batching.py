@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from guideloom._core.checks import check_int
 from guideloom._loading.orders import epoch_order
 from guideloom._loading.state import OrderSettings
 from guideloom._sampling.epoch_order import BatchPlan
@@ -21,7 +22,7 @@ from guideloom._sampling.token_budget import LengthsAt, Step, TokenBudgetPlan
 from guideloom._sampling.windowed_budget import StreamStep, WindowedBudgetPlan
 from guideloom._sources.source import SampleSource
 
-__all__ = ["EpochSteps", "OrderedRuns", "check_measured", "check_some_batch"]
+__all__ = ["EpochSteps", "OrderedRuns", "check_batch_sizes", "check_measured", "check_some_batch"]
 
 ORDER_CHUNK = 4096  # positions whose sample indices are computed at once when batches by budget ask for runs
 
@@ -49,10 +50,21 @@ class OrderedRuns:
         return self._indices[first - self._base : first - self._base + count]
 
 
+def check_batch_sizes(local_batch_size: object, batch_tokens: object) -> tuple[int | None, int | None]:
+    """``from_storage``'s batch size: exactly one of ``local_batch_size`` and ``batch_tokens``, a positive int."""
+    if (local_batch_size is None) == (batch_tokens is None):
+        raise TypeError("from_storage() takes exactly one of local_batch_size and batch_tokens")
+    if local_batch_size is not None:
+        return check_int("local_batch_size", local_batch_size, minimum=1), None
+    return None, check_int("batch_tokens", batch_tokens, minimum=1)
+
+
 def check_measured(source: SampleSource) -> None:
-    """ValueError unless ``source`` knows its samples' lengths, as ``batch_tokens`` needs."""
+    """ValueError unless ``source`` knows its samples' lengths, as ``batch_tokens`` needs (the source is then
+    closed)."""
     measured = getattr(source, "measures_samples", getattr(source, "sample_lengths", None) is not None)
     if not measured:
+        source.close()
         raise ValueError(
             f"batch_tokens applies to the records of a DocumentStorage (or a mixture of them), not to {source}: "
             "token windows and packed rows have a fixed length, so batch them with local_batch_size"
