@@ -111,7 +111,9 @@ def test_elastic_resume_across_world_sizes_skips_and_repeats_nothing(storage: Do
         for loader in ranks:
             loader.load_state_dict(state)
         predicted = [described(loader, 3) for loader in ranks]
+    in_epoch = [[b for b in loader.explain(len(LENGTHS)) if b["epoch"] == 0] for loader in ranks]
     rest = lockstep(ranks)
+    assert rest == [[[s["pieces"][0]["index"] for s in b["samples"]] for b in rank] for rank in in_epoch]
     read += flat(rest)
     assert sorted(set(read)) == list(range(len(LENGTHS))) and len(read) - len(LENGTHS) < 6
     assert all(len(batch) == 1 or sum(LENGTHS[i] for i in batch) <= 90 for rank in rest for batch in rank)
