@@ -206,7 +206,8 @@ class StatefulDataLoader:
         )
         if batch_tokens is not None:
             check_measured(source)
-        source = prepare_streaming(storage, source, shuffle, shuffle_window, world_size // local_world_size)
+        by_budget = batch_tokens is not None
+        source = prepare_streaming(storage, source, shuffle, shuffle_window, world_size // local_world_size, by_budget)
         return cls(
             source,
             collate,
