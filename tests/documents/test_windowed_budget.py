@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from guideloom import DocumentStorage, Mixture, StatefulDataLoader
+from guideloom._loading.reopen import loader_from_state
 from tests.documents.records import ids, make_sized_records, record_lengths
 
 LENGTHS = record_lengths(241, seed=5)
@@ -67,6 +68,27 @@ def test_every_record_once_within_the_budget_and_as_many_batches_on_every_rank(
     read = flat(batches)
     assert sorted(set(read)) == list(range(len(LENGTHS))) and len(read) - len(LENGTHS) < world_size
     assert all(len(batch) == 1 or sum(LENGTHS[i] for i in batch) <= BUDGET for rank in batches for batch in rank)
+
+
+@pytest.mark.parametrize(("world_size", "local_world_size"), [(1, 1), (4, 2), (3, 1)])
+def test_drop_last_leaves_out_the_last_step_and_repeats_nothing(
+    storage: DocumentStorage[Any, Any], world_size: int, local_world_size: int
+) -> None:
+    every = flat(lockstep(loaders(storage, world_size, local_world_size)))
+    ranks = loaders(storage, world_size, local_world_size, drop_last=True)
+    batches = lockstep(ranks)
+    assert {len(rank) for rank in batches} == {len(ranks[0])}
+    read = flat(batches)
+    assert len(read) == len(set(read)) and read == every[: len(read)] and len(read) < len(LENGTHS)
+
+
+def test_a_state_reopens_the_loader_of_its_rank(storage: DocumentStorage[Any, Any]) -> None:
+    ranks = loaders(storage, 4, local_world_size=2)
+    lockstep(ranks, 5)
+    state = json.loads(json.dumps(ranks[1].state_dict()))
+    with loader_from_state(state) as reopened:
+        assert reopened.explain(3, rank=1) == ranks[1].explain(3)
+        assert (reopened.batch_tokens, reopened.shuffle_window, reopened.local_world_size) == (BUDGET, 3, 2)
 
 
 def test_each_machine_reads_its_own_share_of_the_shards(storage: DocumentStorage[Any, Any]) -> None:
