@@ -27,6 +27,7 @@ def check_steps(lengths: list[int], streams: int, world_size: int, budget: int, 
         assert all(batches), f"an empty batch in {batches}"
         for batch in batches:
             assert len(batch) == 1 or sum(lengths[p % count] for p in batch) <= budget
+        assert step.end == count or all(p < count for batch in batches for p in batch), "padding before the end"
         read = sorted(p for batch in batches for p in batch if p < count)
         assert read == list(range(position, step.end)), "a step reads exactly the positions up to its end"
         if world_size % streams == 0:  # each stream's ranks read that stream alone
