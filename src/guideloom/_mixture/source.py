@@ -75,7 +75,7 @@ class MixtureSource:
         )
 
     def _draws_by_machine(self, window: int, machines: int) -> MachineDraws:
-        counts = [source.shard_sample_counts() for source in self.components]  # type: ignore[union-attr]
+        counts = [source.shard_sample_counts() for source in self.components]
         cuts = [source.clean_cuts() if hasattr(source, "clean_cuts") else None for source in self.components]
         return MachineDraws(self.order, counts, cuts, self._sample_count, window=window, machines=machines)
 
@@ -168,9 +168,8 @@ class MixtureSource:
 
     def sample_lengths(self, indices: np.ndarray, epoch: int) -> np.ndarray:
         """The lengths of the samples at these positions, each from its component (all must measure samples)."""
-        positions = np.asarray(indices, np.int64) % self._sample_count
-        components, samples = self.order.locate(epoch * self._sample_count + positions)
-        lengths = np.empty(len(positions), np.int64)
+        components, samples = self._locate(indices, epoch)  # (a windowed mixture's: its machines' draws)
+        lengths = np.empty(len(components), np.int64)
         for k in np.flatnonzero(np.bincount(components, minlength=len(self.components))).tolist():
             chosen, source = components == k, self.components[k]
             if not isinstance(source, DocumentSource):
