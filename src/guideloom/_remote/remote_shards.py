@@ -10,7 +10,7 @@ the machine holds waits for a slot instead of evicting.
 
 Where worker processes read and the loader's process only hints, the hinting process holds the shards
 it fetched until the readers have left them: it learns how far they read from the shards' modification
-times (`Prefetched.read_since`).
+times (`Prefetched.read`).
 """
 
 from __future__ import annotations
@@ -60,6 +60,8 @@ class RemoteShards:
         self._lock = threading.Condition()
         self._wanted: list[int] = []  # the hinted shard positions, in the order they are needed
         self._where: dict[int, int] = {}  # a wanted position's place in `_wanted`
+        self._hinted: dict[int, int] = {}  # when each position was last hinted (a count of hinted positions)
+        self._hints = 0
         self._next = 0  # `_wanted` before this place is read, held, fetched ahead or being fetched
         self._done: set[int] = set()  # hinted positions read or fetched ahead since they were hinted
         self._ahead: dict[int, Prefetched] = {}  # fetched ahead, not opened yet
@@ -128,6 +130,8 @@ class RemoteShards:
                     self._done.discard(position)
                 wanted.append(position)
                 known.add(position)
+                self._hints += 1
+                self._hinted[position] = self._hints
             self._wanted, self._next, self._blocked = wanted, 0, False
             self._where = {position: place for place, position in enumerate(wanted)}
         self._top_up()
@@ -165,8 +169,8 @@ class RemoteShards:
         ``max_open`` places after it has been read. Until then this process holds it, so that the cache keeps
         every shard of the readers' window, even one a worker closed for a while.
         """
-        entries = list(self._ahead.items())
-        last_read = next((place for place in reversed(range(len(entries))) if entries[place][1].read_since()), -1)
+        entries = sorted(self._ahead.items(), key=lambda entry: self._hinted.get(entry[0], 0))
+        last_read = next((place for place in reversed(range(len(entries))) if entries[place][1].read()), -1)
         left = entries[: max(0, last_read - self.max_open + 1)]
         for position, _ in left:
             del self._ahead[position]

@@ -51,6 +51,7 @@ class CacheLease:
     def __init__(self, path: Path, descriptor: int) -> None:
         self.path = path
         self._descriptor: int | None = descriptor
+        self.taken_ns = time.time_ns()
 
     def release(self) -> None:
         if self._descriptor is not None:
@@ -63,15 +64,23 @@ class Prefetched:
     """A shard held for a reader that has not asked for it yet.
 
     A download made for a prefetch gets a modification time a little ahead, which it keeps until a reader
-    acquires it (every acquisition sets the time to now): so ``mtime_ns`` changing says that some process
-    has read the shard since; and, released unread (a loader closed mid-epoch), it is the last evicted, as
-    the shard that a resumed epoch needs first.
+    acquires it (every acquisition sets the time to now): so a time that changed, or is not ahead, says that
+    some process has read the shard; and, released unread (a loader closed mid-epoch), it is the last
+    evicted, as the shard that a resumed epoch needs first.
     """
 
     lease: CacheLease
-    mtime_ns: int
+    mtime_ns: int  # when the prefetch took it
 
-    def read_since(self) -> bool:
+    @classmethod
+    def of(cls, path: Path, descriptor: int) -> Prefetched:
+        return cls(CacheLease(path, descriptor), os.fstat(descriptor).st_mtime_ns)
+
+    def read(self) -> bool:
+        """Whether a reader has acquired the shard: since its download for this prefetch, or before, when the
+        prefetch found it cached with a time not ahead (a reader's download, or one a reader is mapping)."""
+        if self.mtime_ns <= self.lease.taken_ns:
+            return True
         try:
             return os.stat(self.lease.path).st_mtime_ns != self.mtime_ns
         except FileNotFoundError:
@@ -127,11 +136,12 @@ class ShardCache:
         final = self.path_for(info)
         while True:
             descriptor = _locked(final, fcntl.LOCK_SH)
+            if descriptor is None:
+                descriptor = self._fetch(info, download, check, None)[1]
             if descriptor is not None:
                 with contextlib.suppress(OSError):
                     os.utime(descriptor)  # most recently used
                 return CacheLease(final, descriptor)
-            self.fetch(info, download, check)
 
     def prefetch(
         self,
@@ -146,14 +156,18 @@ class ShardCache:
         final = self.path_for(info)
         while True:
             descriptor = _locked(final, fcntl.LOCK_SH)
+            if descriptor is None:
+                cached, descriptor = self._fetch(info, download, check, keep)
+                if not cached:
+                    return None
             if descriptor is not None:
-                return Prefetched(CacheLease(final, descriptor), os.fstat(descriptor).st_mtime_ns)
-            if not self._fetch(info, download, check, keep):
-                return None
+                return Prefetched.of(final, descriptor)
 
     def fetch(self, info: ShardInfo, download: Callable[[Path], None], check: Callable[[Path], str | None]) -> None:
         """Make sure the shard is cached (one process downloads it, the others wait for it)."""
-        self._fetch(info, download, check, None)
+        descriptor = self._fetch(info, download, check, None)[1]
+        if descriptor is not None:
+            os.close(descriptor)
 
     def _fetch(
         self,
@@ -161,8 +175,10 @@ class ShardCache:
         download: Callable[[Path], None],
         check: Callable[[Path], str | None],
         keep: Collection[str] | None,
-    ) -> bool:
-        """Whether the shard is cached now: False only for a prefetch (``keep`` given) that does not fit."""
+    ) -> tuple[bool, int | None]:
+        """Whether the shard is cached now (False only for a prefetch, ``keep`` given, that does not fit), and a
+        descriptor holding it when this call downloaded it: held from before it appears, so that no eviction
+        takes it before its reader has it."""
         prefetching = keep is not None
         final = self.path_for(info)
         locks = self.directory / "locks"
@@ -171,9 +187,9 @@ class ShardCache:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if final.exists():
-                return True
+                return True, None
             if not self.make_room(info.size, keep or ()) and prefetching:
-                return False  # a reader asking for it downloads it anyway; a prefetch waits for room
+                return False, None  # a reader asking for it downloads it anyway; a prefetch waits for room
             problem = ""
             for _ in range(DOWNLOAD_ATTEMPTS):
                 part = self.directory / f"{final.name}.{self._token}.part"
@@ -181,11 +197,17 @@ class ShardCache:
                     download(part)
                     problem = check(part) or ""
                     if not problem:
-                        if prefetching:
-                            marked = time.time_ns() + UNREAD_AHEAD_NS
-                            os.utime(part, ns=(marked, marked))
-                        os.rename(part, final)
-                        return True
+                        held = os.open(part, os.O_RDONLY | os.O_NOFOLLOW)
+                        try:
+                            fcntl.flock(held, fcntl.LOCK_SH)
+                            if prefetching:
+                                marked = time.time_ns() + UNREAD_AHEAD_NS
+                                os.utime(held, ns=(marked, marked))
+                            os.rename(part, final)
+                        except BaseException:
+                            os.close(held)
+                            raise
+                        return True, held
                 except DamagedDownload as error:  # an object that cannot be decoded: as a failed check
                     problem = f"shard {info.id} cannot be decompressed: {error}"
                 except OSError as error:
