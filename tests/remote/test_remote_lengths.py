@@ -142,7 +142,9 @@ def test_a_damaged_tail_is_named(s3_server: S3Server, s3_url: str, tmp_path: Pat
     overwrite_object(s3_server, s3_url, "000000000002.shard", damage)
     with remote(s3_url, s3_server, tmp_path / "reader").sync_reader() as reader:
         assert reader.shard_lengths(1).tolist() == expected()[PER_SHARD : 2 * PER_SHARD]
-        with pytest.raises(CorruptStorageError, match=rf"shard 2 has a damaged tail \(s3://.*000000000002\.shard.*{message}"):
+        with pytest.raises(
+            CorruptStorageError, match=rf"shard 2 has a damaged tail \(s3://.*000000000002\.shard.*{message}"
+        ):
             reader.shard_lengths(2)
     assert not list((tmp_path / "reader").rglob("000000000002.*.lengths"))  # nothing kept of it
 
@@ -173,9 +175,7 @@ def rows(samples: list[Any]) -> list[list[int]]:
     return [[identifier(data) for data in row] for row in samples]
 
 
-def test_packed_records_are_packed_without_downloading_shards(
-    s3_server: S3Server, s3_url: str, tmp_path: Path
-) -> None:
+def test_packed_records_are_packed_without_downloading_shards(s3_server: S3Server, s3_url: str, tmp_path: Path) -> None:
     write(remote(s3_url, s3_server, tmp_path / "writer"))
     storage = remote(s3_url, s3_server, tmp_path / "machine")
     options: dict[str, Any] = {"device": "cpu", "pack_documents": True, "sequence_length": 400, "local_batch_size": 2}
