@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-import numpy as np
 import pytest
 
 from guideloom import CorruptStorageError, DocumentStorage, StatefulDataLoader
@@ -29,12 +28,14 @@ class CountedFormat(RawFormat):
         return len(data) - 4
 
 
-def remote(url: str, s3_server: S3Server, cache: Path, measured: bool = True, **options: Any) -> DocumentStorage:
+def remote(
+    url: str, s3_server: S3Server, cache: Path, measured: bool = True, **options: Any
+) -> DocumentStorage[Any, Any]:
     document_format = CountedFormat() if measured else RawFormat()
     return DocumentStorage(url, document_format, storage_options=s3_server.options, cache_dir=cache, **options)
 
 
-def write(storage: DocumentStorage, lengths: list[int] = LENGTHS) -> None:
+def write(storage: DocumentStorage[Any, Any], lengths: list[int] = LENGTHS) -> None:
     with storage.sync_writer() as writer:
         for index, length in enumerate(lengths):
             writer.append(index // PER_SHARD, record(index, length))
@@ -48,7 +49,7 @@ def expected(measured: bool = True) -> list[int]:
     return [length - 4 if measured else length for length in LENGTHS]
 
 
-def all_lengths(storage: DocumentStorage) -> list[int]:
+def all_lengths(storage: DocumentStorage[Any, Any]) -> list[int]:
     with storage.sync_reader() as reader:
         return [length for position in range(len(reader.infos)) for length in reader.shard_lengths(position).tolist()]
 

@@ -129,7 +129,8 @@ def test_by_budget_each_machine_downloads_its_share_and_the_lengths_tails(
     url, largest = large_shards
     rows = DocumentStorage(url, RawFormat(), storage_options=s3_server.options, cache_dir=tmp_path).snapshot().rows
     sizes = dict(zip(rows["id"].tolist(), rows["size"].tolist(), strict=True))
-    tail_sizes = dict(zip(rows["id"].tolist(), (rows["size"] - (rows["element_count"] + 7) // 8 * 8).tolist()))
+    tails = rows["size"] - (rows["element_count"] + 7) // 8 * 8  # offsets and footer (no lengths recorded)
+    tail_sizes = dict(zip(rows["id"].tolist(), tails.tolist(), strict=True))
     window = 2
     cache_shards = window + 2 + ranks  # its own window, a shard prefetched by each rank, one downloading
     read: list[int] = []

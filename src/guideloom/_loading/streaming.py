@@ -116,8 +116,9 @@ def warn_if_thrashing(
             _warned.add(source.storage.location)
             warnings.warn(
                 f"batch_tokens with shuffle_window={shuffle_window} over {windows} machines reads the record lengths "
-                f"of every machine's window from its compressed shards, so each machine downloads every shard of {source.storage.location} "
-                f"once an epoch, through a cache of {windows} windows and the shards after them; this cache "
+                f"of every machine's window from its compressed shards, so each machine downloads every shard of "
+                f"{source.storage.location} once an epoch, through a cache of {windows} windows and the shards "
+                "after them; this cache "
                 f"({limit:,} bytes, {cached} of its largest shards) is smaller and will download shards again: "
                 f"shuffle_window={max(1, (cached - 1) // windows - 2)} fits (see docs/object-storage.md)",
                 stacklevel=3,

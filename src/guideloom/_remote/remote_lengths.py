@@ -139,9 +139,8 @@ class RemoteLengths:
             if isinstance(found, np.ndarray):
                 return found
             problem = found
-        raise CorruptStorageError(
-            f"shard {info.id} has a damaged tail ({self.store.name_of(name)}, read {DOWNLOAD_ATTEMPTS} times): {problem}"
-        )
+        where = f"{self.store.name_of(name)}, read {DOWNLOAD_ATTEMPTS} times"
+        raise CorruptStorageError(f"shard {info.id} has a damaged tail ({where}): {problem}")
 
     def _keep(self, final: Path, lengths: np.ndarray) -> None:
         """Write the side file: a unique part file renamed into place (a torn one fails its checksum)."""
@@ -159,9 +158,9 @@ def tail_lengths(raw: bytes, info: ShardInfo, header: StorageHeader) -> np.ndarr
     """The record lengths in a shard's tail (its bytes from the offsets on), checked as opening the shard
     checks them, or what is wrong with it."""
     records = info.record_count
-    lengths_size = 8 * records if header.record_lengths else 0
-    if len(raw) != 8 * (records + 1) + lengths_size + FOOTER.size:
-        return f"its tail is {len(raw)} bytes, not the {8 * (records + 1) + lengths_size + FOOTER.size} the listing gives"
+    tail_size = 8 * (records + 1) + (8 * records if header.record_lengths else 0) + FOOTER.size
+    if len(raw) != tail_size:
+        return f"its tail is {len(raw)} bytes, not the {tail_size} the listing gives"
     footer = decode_footer(raw[-FOOTER.size :])
     if footer is None:
         return "its footer is damaged"
