@@ -188,3 +188,16 @@ def test_packed_records_are_packed_without_downloading_shards(s3_server: S3Serve
     with StatefulDataLoader.from_storage(storage, rows, shuffle=True, seed=1, **options) as loader:
         assert len(s3_server.ranged_gets(bucket_of(s3_url), ".shard")) == SHARDS  # the machine kept the tails
         assert [index for batch in loader for row in batch for index in row] == read
+
+
+def test_clean_removes_lengths_a_dead_process_left_half_written(
+    s3_server: S3Server, s3_url: str, tmp_path: Path
+) -> None:
+    write(remote(s3_url, s3_server, tmp_path / "writer"))
+    storage = remote(s3_url, s3_server, tmp_path / "machine")
+    assert all_lengths(storage) == expected()
+    (kept,) = list((tmp_path / "machine").rglob("000000000000.*.lengths"))
+    left = kept.with_name(f"{kept.name}.4242.deadbeef.part")
+    left.write_bytes(b"half")
+    assert str(left) in storage.clean_leftovers(older_than=0)
+    assert not left.exists() and kept.exists()

@@ -154,6 +154,11 @@ class RemoteLengths:
                 os.unlink(part)
 
 
+def clean_lengths(directory: Path, older_than: float) -> list[Path]:
+    """Delete side files that dead processes left half written (``.part`` files untouched for ``older_than``)."""
+    return ShardCache(directory, None).clean(older_than)
+
+
 def tail_lengths(raw: bytes, info: ShardInfo, header: StorageHeader) -> np.ndarray | str:
     """The record lengths in a shard's tail (its bytes from the offsets on), checked as opening the shard
     checks them, or what is wrong with it."""
