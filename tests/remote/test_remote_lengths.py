@@ -72,6 +72,14 @@ def test_lengths_are_read_from_each_shards_tail_without_its_data(
     assert int(tails_bytes.sum()) < 0.25 * int(rows["size"].sum())
 
 
+def test_a_shard_position_out_of_range_is_an_index_error(s3_server: S3Server, s3_url: str, tmp_path: Path) -> None:
+    write(remote(s3_url, s3_server, tmp_path / "writer"))
+    with remote(s3_url, s3_server, tmp_path / "reader").sync_reader() as reader:
+        for position in (-1, SHARDS):
+            with pytest.raises(IndexError, match=f"shard position {position} is out of range for {SHARDS} shards"):
+                reader.shard_lengths(position)
+
+
 def test_a_machine_reads_each_tail_once_ever(s3_server: S3Server, s3_url: str, tmp_path: Path) -> None:
     write(remote(s3_url, s3_server, tmp_path / "writer"))
     assert all_lengths(remote(s3_url, s3_server, tmp_path / "machine")) == expected()

@@ -306,7 +306,7 @@ class RemoteShards:
 
     def record_lengths(self, position: int) -> np.ndarray | None:
         """A shard's record lengths from its object's tail, without its data (None for compressed objects)."""
-        return self.lengths.of(self.infos[position])
+        return self.lengths.of(self.infos[position]) if 0 <= position < len(self.infos) else None
 
     def release(self, position: int, shard: ShardFile) -> None:
         shard.close()
