@@ -158,6 +158,14 @@ def test_a_damaged_tail_is_named(s3_server: S3Server, s3_url: str, tmp_path: Pat
     assert not list((tmp_path / "reader").rglob("000000000002.*.lengths"))  # nothing kept of it
 
 
+def test_a_shard_cut_short_after_the_listing_is_named(s3_server: S3Server, s3_url: str, tmp_path: Path) -> None:
+    write(remote(s3_url, s3_server, tmp_path / "writer"))
+    with remote(s3_url, s3_server, tmp_path / "reader").sync_reader() as reader:
+        overwrite_object(s3_server, s3_url, "000000000001.shard", lambda raw: raw.__delitem__(slice(100, None)))
+        with pytest.raises(CorruptStorageError, match=r"shard 1 has a damaged tail .*the object ends before its tail"):
+            reader.shard_lengths(1)
+
+
 def test_a_replaced_shard_is_not_served_stale_lengths(s3_server: S3Server, s3_url: str, tmp_path: Path) -> None:
     write(remote(s3_url, s3_server, tmp_path / "writer"))
     assert all_lengths(remote(s3_url, s3_server, tmp_path / "machine")) == expected()

@@ -21,6 +21,7 @@ storages, whose tails hold the loss mask) the shard is opened as before.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import struct
@@ -129,7 +130,13 @@ class RemoteLengths:
         start = padded(info.element_count * self.header.element_size)
         problem = ""
         for _ in range(DOWNLOAD_ATTEMPTS):
-            raw = self.store.read(name, start, info.size)
+            try:
+                raw = self.store.read(name, start, info.size)
+            except OSError as error:
+                if error.errno != errno.EINVAL:
+                    raise
+                problem = "the object ends before its tail begins: it was truncated or replaced since it was listed"
+                continue  # the range is not satisfiable (416)
             if raw is None:
                 raise CorruptStorageError(
                     f"shard {info.id} vanished: {self.store.name_of(name)} was deleted from the store after this "
