@@ -31,6 +31,7 @@ from guideloom._remote.compression import DEFAULT_LEVEL, DamagedDownload, ShardD
 from guideloom._remote.index_object import INDEX_OBJECT, index_object_bytes
 from guideloom._remote.indexed_listing import problem_of_index, read_index_object, snapshot_after_index
 from guideloom._remote.object_store import ObjectStore
+from guideloom._remote.remote_lengths import clean_lengths
 from guideloom._remote.remote_shards import RemoteShards
 from guideloom._remote.shard_cache import CacheLease, Prefetched, ShardCache
 from guideloom._remote.store_pages import overwrite
@@ -159,6 +160,7 @@ class RemoteFiles:
         """Remove what dead writers left: local files being built or downloaded, unfinished uploads, stray markers."""
         removed = [str(path) for path in clean_incomplete(self.incomplete, older_than)]
         removed += [str(path) for path in self.cache.clean(older_than)]
+        removed += [str(path) for path in clean_lengths(self.directory / "lengths", older_than)]
         removed += self.store.abort_uploads(SHARDS_DIR, older_than)
         names = self.store.listing(SHARDS_DIR)
         shards = {shard for name in names if (shard := shard_id_of(name)) is not None}

@@ -23,6 +23,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from guideloom._remote.remote_lengths import RemoteLengths
 from guideloom._remote.shard_cache import CacheLease, Prefetched
 from guideloom._shards.header import StorageHeader
 from guideloom._shards.layout import ShardFile
@@ -52,6 +55,7 @@ class RemoteShards:
         self._slots: int | None = None if limit is None else max(1, limit // max(largest, 1))
         self.max_open = max_open if self._slots is None else min(max_open, max(1, self._slots - 1))
         self._leases: dict[int, CacheLease] = {}
+        self.lengths = RemoteLengths(files.store, header, files.cache, files.directory / "lengths")
         self._start_in_this_process()
 
     def _start_in_this_process(self) -> None:
@@ -102,6 +106,10 @@ class RemoteShards:
         if prefetched is not None:
             prefetched.lease.release()
         return shard
+
+    def record_lengths(self, position: int) -> np.ndarray | None:
+        """A shard's record lengths from its object's tail, without its data (None for compressed objects)."""
+        return self.lengths.of(self.infos[position]) if 0 <= position < len(self.infos) else None
 
     def release(self, position: int, shard: ShardFile) -> None:
         shard.close()
