@@ -188,6 +188,7 @@ class DocumentReader(StorageReader[Out]):
         super().__init__(shard_set, header)
         self._format = document_format
         self._pages = ResidentPages()  # the records' mapped pages, dropped as they add up (see resident_pages)
+        self._spans: dict[int, tuple[memoryview, memoryview, int]] = {}  # an open shard's bytes, offsets and size
 
     def read_encoded(self, index: int) -> tuple[memoryview, int]:
         """The record's bytes (a read-only view into the mapping) and its shard id."""
@@ -207,27 +208,48 @@ class DocumentReader(StorageReader[Out]):
     def read_many(self, indices: np.ndarray) -> list[Out]:
         """Decode the records at ``indices`` (int64, each checked), locating them all at once."""
         self.check_open()
-        shards = self._opened
-        self._pages.settle(shards.values())
-        positions = np.searchsorted(self.record_starts, indices, side="right") - 1
+        self._pages.settle(self._opened.values())
+        starts = self.record_starts
+        positions = starts.searchsorted(indices, "right") - 1
         position_list = positions.tolist()
         if position_list and (min(position_list) < 0 or max(position_list) >= len(self.infos)):  # out of range
             check_index(int(indices.min()) if min(position_list) < 0 else int(indices.max()), len(self))
-        records = (indices - self.record_starts[positions]).tolist()
-        encoded, read = [], 0
-        for position, record in zip(position_list, records, strict=True):
-            shard = shards.get(position) or self.shard(position)
-            start, stop = shard.record_bounds(record)
-            encoded.append(shard.view[start:stop])
-            read += stop - start
-        self._pages.add(read)
-        decoded = self._format.unpack_many(encoded, self.infos.ids[positions].tolist())
+        encoded = self._record_views(position_list, (indices - starts[positions]).tolist())
+        self._pages.add(sum(map(len, encoded)))
+        decoded = self._format.unpack_many(encoded, list(map(self._shard_ids.__getitem__, position_list)))
         if not isinstance(decoded, list) or len(decoded) != len(encoded):
             got = f"{len(decoded)} records" if isinstance(decoded, list) else f"a {type(decoded).__name__}"
             raise TypeError(
                 f"{type(self._format).__name__}.unpack_many must return a list of {len(encoded)} records, got {got}"
             )
         return decoded
+
+    def _record_views(self, positions: list[int], records: list[int]) -> list[memoryview]:
+        """The bytes of record ``records[i]`` of the shard at ``positions[i]``, for each ``i``: views of the mappings.
+
+        This runs for every record a loader reads, so each open shard's view, offsets and size are kept at hand.
+        """
+        spans, views = self._spans, []
+        for position, record in zip(positions, records, strict=True):
+            view, offsets, size = spans.get(position) or self._span(position)
+            start, stop = offsets[record], offsets[record + 1]
+            if not start <= stop <= size:  # a damaged index: the shard's own check names it
+                start, stop = self.shard(position).record_bounds(record)
+            views.append(view[start:stop])
+        return views
+
+    @functools.cached_property
+    def _shard_ids(self) -> list[int]:
+        return self.infos.ids.tolist()  # type: ignore[no-any-return]
+
+    def _span(self, position: int) -> tuple[memoryview, memoryview, int]:
+        shard = self.shard(position)
+        span = self._spans[position] = (shard.view, shard.record_offsets, shard.element_count)
+        return span
+
+    def _forget(self, position: int) -> None:
+        self._spans.pop(position, None)
+        super()._forget(position)
 
 
 class TokenReader(StorageReader[np.ndarray]):
