@@ -212,8 +212,6 @@ class DocumentReader(StorageReader[Out]):
         starts = self.record_starts
         positions = starts.searchsorted(indices, "right") - 1
         position_list = positions.tolist()
-        if position_list and (min(position_list) < 0 or max(position_list) >= len(self.infos)):  # out of range
-            check_index(int(indices.min()) if min(position_list) < 0 else int(indices.max()), len(self))
         encoded = self._record_views(position_list, (indices - starts[positions]).tolist())
         self._pages.add(sum(map(len, encoded)))
         decoded = self._format.unpack_many(encoded, list(map(self._shard_ids.__getitem__, position_list)))
@@ -229,20 +227,25 @@ class DocumentReader(StorageReader[Out]):
 
         This runs for every record a loader reads, so each open shard's view, offsets and size are kept at hand.
         """
-        spans, views = self._spans, []
+        views: list[memoryview] = []
+        span_of, append = self._spans.get, views.append
         for position, record in zip(positions, records, strict=True):
-            view, offsets, size = spans.get(position) or self._span(position)
+            view, offsets, size = span_of(position) or self._span(position, record)
             start, stop = offsets[record], offsets[record + 1]
-            if not start <= stop <= size:  # a damaged index: the shard's own check names it
+            if stop > size or start > stop:  # a damaged index: the shard's own check names it
                 start, stop = self.shard(position).record_bounds(record)
-            views.append(view[start:stop])
+            append(view[start:stop])
         return views
 
     @functools.cached_property
     def _shard_ids(self) -> list[int]:
         return self.infos.ids.tolist()  # type: ignore[no-any-return]
 
-    def _span(self, position: int) -> tuple[memoryview, memoryview, int]:
+    def _span(self, position: int, record: int) -> tuple[memoryview, memoryview, int]:
+        """The view, record offsets and size of the shard at ``position``, opened now; an IndexError naming the
+        global index if ``position`` is before the first shard or after the last (``record`` counted from there)."""
+        if not 0 <= position < len(self.infos):
+            check_index(record + int(self.record_starts[position]), len(self))
         shard = self.shard(position)
         span = self._spans[position] = (shard.view, shard.record_offsets, shard.element_count)
         return span
