@@ -79,9 +79,10 @@ def stack_features(records: list[tuple[int, np.ndarray]]) -> dict[str, torch.Ten
     }
 
 
-def write_records(root: Path, count: int) -> DocumentStorage[Any, Any]:
+def write_records(root: Path, count: int, per_shard: int = RECORDS_PER_SHARD) -> DocumentStorage[Any, Any]:
     """``count`` preference records of 20-600 tokens a field, as a guideloom storage (with each record's
-    length) and as the flat files of the baseline (one token file, each field's bounds)."""
+    length, ``per_shard`` records a shard) and as the flat files of the baseline (one token file, each
+    field's bounds)."""
     rng = np.random.default_rng(0)
     lengths = rng.integers(20, 601, (count, 3))
     tokens = rng.integers(0, 32_000, int(lengths.sum()), dtype=np.int32)
@@ -91,7 +92,7 @@ def write_records(root: Path, count: int) -> DocumentStorage[Any, Any]:
     with storage.sync_writer() as writer:
         for index in range(count):
             fields = [tokens[starts[3 * index + k] : ends[3 * index + k]] for k in range(3)]
-            writer.append(index // RECORDS_PER_SHARD, {"id": index, **dict(zip(FIELDS, fields, strict=True))})
+            writer.append(index // per_shard, {"id": index, **dict(zip(FIELDS, fields, strict=True))})
     flat = root / "flat-records"
     flat.mkdir()
     tokens.tofile(flat / "tokens.bin")

@@ -8,7 +8,11 @@ token slots of the batches that hold no record token:
 - ``batch_tokens=N`` through the same TRL collator (a budget alone does not even out lengths);
 - ``batch_tokens=N`` laid out padding-free (the records' sequences one after another in a row of N
   slots, as varlen attention takes them): the padding is the budget left unused;
-- ``pack_documents=True, sequence_length=L``: rows of whole records best-fit decreasing, each row L slots.
+- ``pack_documents=True, sequence_length=L``: rows of whole records best-fit decreasing, each row L slots;
+- the padding-free budget and the packed rows again with ``shuffle_window`` over 1, 4 and 8 machines (one
+  rank each, every rank's epoch counted), the records written in 64 shards (packed rows beside the same 64
+  shards in the global order: rows are packed shard by shard). Every step by budget takes as many records
+  from each machine's share, so a step is as long as the machine with the longest records allows.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from benchmarks.documents_data import FIELDS, preference_tokens, write_records
 from guideloom import StatefulDataLoader
 
 PAD_ID = 0
+WINDOW = 4  # shards a machine mixes at a time in the windowed rows
+WINDOWED_SHARDS = 64
 TRL_KEYS = ("prompt_ids", "chosen_ids", "rejected_ids")
 
 
@@ -47,6 +53,37 @@ def epoch_share(storage: Any, count: Callable[[Any], tuple[int, int]], **options
     return {"batches": batches, "record_tokens": tokens, "slots": slots, "padding_share": 1 - tokens / slots}
 
 
+def machines_share(
+    storage: Any, count: Callable[[Any], tuple[int, int]], machines: int, **options: Any
+) -> dict[str, Any]:
+    """`epoch_share` over every rank of ``machines`` machines of one rank each, read with ``shuffle_window``."""
+    ranks = [
+        StatefulDataLoader.from_storage(
+            storage,
+            lambda samples: samples,
+            device="cpu",
+            shuffle=True,
+            shuffle_window=WINDOW,
+            rank=rank,
+            world_size=machines,
+            local_world_size=1,
+            **options,
+        )
+        for rank in range(machines)
+    ]
+    tokens = slots = 0
+    try:
+        for step in zip(*ranks, strict=True):
+            for batch in step:
+                used, room = count(batch)
+                tokens, slots = tokens + used, slots + room
+        batches = len(ranks[0])
+    finally:
+        for loader in ranks:
+            loader.close()
+    return {"batches": batches, "record_tokens": tokens, "slots": slots, "padding_share": 1 - tokens / slots}
+
+
 def padding_part(arguments: argparse.Namespace, root: Path) -> dict[str, Any]:
     """The padding share of fixed batches (TRL's DPO collator), budgets and packed records."""
     storage = write_records(root, arguments.records)
@@ -65,6 +102,29 @@ def padding_part(arguments: argparse.Namespace, root: Path) -> dict[str, Any]:
             sequence_length=row,
         ),
     }
+    (root / "windowed").mkdir()
+    streamed = write_records(root / "windowed", arguments.records, max(1, arguments.records // WINDOWED_SHARDS))
+    for machines in (1, 4, 8):
+        rows[f"batch_tokens, padding-free row, shuffle_window={WINDOW}, {machines} machines"] = machines_share(
+            streamed, lambda batch: (sum(map(preference_tokens, batch)), budget), machines, batch_tokens=budget
+        )
+    rows[f"pack_documents, rows of sequence_length, {WINDOWED_SHARDS} shards"] = epoch_share(
+        streamed,
+        lambda batch: (sum(preference_tokens(record) for packed in batch for record in packed), row * len(batch)),
+        local_batch_size=1,
+        pack_documents=True,
+        sequence_length=row,
+    )
+    rows[f"pack_documents, rows of sequence_length, {WINDOWED_SHARDS} shards, shuffle_window={WINDOW}, 4 machines"] = (
+        machines_share(
+            streamed,
+            lambda batch: (sum(preference_tokens(record) for packed in batch for record in packed), row * len(batch)),
+            4,
+            local_batch_size=1,
+            pack_documents=True,
+            sequence_length=row,
+        )
+    )
     print("| padding: batches | batches | padding share |")
     print("|---|---:|---:|")
     for name, share in rows.items():

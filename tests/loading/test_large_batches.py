@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from guideloom import DocumentStorage, StatefulDataLoader
-from guideloom._loading.transport import SHARED_MEMORY_BYTES
+from guideloom._loading.worker_wire import SHARED_MEMORY_BYTES
 from guideloom.types import DocumentStorageFormat
 
 FEATURES = 16_384  # float32: 64 KiB a record, 2 MiB a batch of 32

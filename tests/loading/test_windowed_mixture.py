@@ -186,8 +186,3 @@ def test_a_resumed_windowed_mixture_may_change_the_schedule_after_its_position(t
     read = [mine + take(loader, 30, ids_of) for mine, loader in zip(read, after, strict=True)]
     assert read == expected
     assert all(record >= B_FIRST for rank in read for batch in rank[-10:] for record in batch)
-
-
-def test_components_not_cut_shard_by_shard_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match=r"shuffle_window=3 cannot read packed records .* not cut shard by shard"):
-        loaders(make_mixture(tmp_path), 1, pack_documents=True, sequence_length=64)

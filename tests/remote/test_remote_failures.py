@@ -14,7 +14,7 @@ import pytest
 import requests
 import torch
 
-import guideloom._remote.object_store
+import guideloom._remote.s3_bodies
 from guideloom import CorruptStorageError, StatefulDataLoader, TokenStorage
 from tests.remote.s3_support import S3Server
 
@@ -166,7 +166,7 @@ def test_a_full_cache_disk_is_named_and_nothing_is_left_half_written(
         writer.append(0, np.arange(1 << 19, dtype=np.uint32))  # a 2 MiB shard
     cache = tmp_path / "cache"
     storage = _storage(s3_url, s3_server, cache)
-    monkeypatch.setattr(guideloom._remote.object_store, "open", _FullDisk, raising=False)
+    monkeypatch.setattr(guideloom._remote.s3_bodies, "open", _FullDisk, raising=False)  # where S3 bodies are written
     with storage.sync_reader() as reader:
         with pytest.raises(OSError, match=r"cache directory .* is full while downloading shard 0") as raised:
             reader.read(0)

@@ -125,7 +125,13 @@ def test_a_damaged_index_hides_and_invents_nothing_and_verify_and_inspect_name_i
     problems = _storage(s3_url, s3_server, tmp_path / "v").verify()
     assert len(problems) == 1 and f"{s3_url}/shards.index" in problems[0] and "guideloom index" in problems[0]
     assert main(["inspect", s3_url, "--storage-options", json.dumps(s3_server.options)]) == 0
-    assert f"index:      not used, the storage was listed whole: {s3_url}/shards.index" in capsys.readouterr().out
+    index_lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("index:")]
+    assert len(index_lines) == 1, index_lines
+    assert index_lines[0].startswith(f"index:      not used, the storage was listed whole: {s3_url}/shards.index")
+    assert main(["verify", s3_url, "--storage-options", json.dumps(s3_server.options)]) == 1
+    out, err = capsys.readouterr()
+    assert [line for line in out.splitlines() if line.startswith("CORRUPT")] == [f"CORRUPT {problems[0]}"]
+    assert err.strip() == "the index was damaged, no shard: readers bypass it"
 
 
 def test_an_index_larger_than_any_index_is_refused_unread(

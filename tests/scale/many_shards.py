@@ -17,8 +17,8 @@ import numpy as np
 from guideloom import DocumentJsonFormat, DocumentStorage, TokenStorage
 from guideloom._shards.index import INDEX_NAME
 from guideloom._shards.layout import SHARDS_DIR, ShardInfo, StorageHeader, shard_file_name, shard_size, shard_trailer
+from guideloom._shards.local_listing import reindex
 from guideloom._shards.shard_table import ShardTable
-from guideloom._shards.snapshot import refresh_snapshot
 
 
 def _write_shard(
@@ -37,7 +37,7 @@ def _write_shard(
 def _index(path: Path, header: StorageHeader, infos: list[ShardInfo], indexed: bool) -> None:
     """Write the index as a closing writer does, or remove it (guideloom 0.2 had none; it is derived data)."""
     if indexed:
-        refresh_snapshot(path, header, ShardTable.of(infos))
+        reindex(path, header, ShardTable.of(infos))
     else:
         (path / INDEX_NAME).unlink(missing_ok=True)
 

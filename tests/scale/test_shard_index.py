@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from guideloom import CorruptStorageError, ShardExistsError, StatefulDataLoader, TokenStorage
-from guideloom._shards import freshness, local_commit, snapshot
+from guideloom._shards import freshness, local_commit, local_listing
 from guideloom._shards import index as index_module
 from guideloom._shards.index import HEADER, INDEX_NAME, PREAMBLE, encode_index, read_index
 from guideloom._shards.shard_table import RECORD, ShardTable
@@ -174,7 +174,7 @@ def test_a_name_taken_in_shards_is_a_committed_shard_for_writers(tmp_path: Path)
 def test_a_current_index_is_all_a_reader_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     storage = token_shards(tmp_path / "tokens", 5)
     expected = batches(storage)  # the first reader may list once, and leaves an index that proves itself current
-    monkeypatch.setattr(snapshot, "listed_shard_ids", lambda path: pytest.fail("a current index was listed again"))
+    monkeypatch.setattr(local_listing, "listed_shard_ids", lambda path: pytest.fail("a current index was listed again"))
     assert storage.committed_shards() == [0, 1, 2, 3, 4]
     assert batches(storage) == expected
 
@@ -246,7 +246,7 @@ def test_a_shard_committed_while_a_reader_rebuilds_the_index_is_seen_by_the_next
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     storage = token_shards(tmp_path / "tokens", 5, indexed=False)  # a 0.2 storage: the first reader indexes it
-    listed = snapshot.listed_shard_ids
+    listed = local_listing.listed_shard_ids
 
     def list_then_commit(path: Path) -> np.ndarray:
         ids = listed(path)
@@ -254,7 +254,7 @@ def test_a_shard_committed_while_a_reader_rebuilds_the_index_is_seen_by_the_next
             writer.append(9, np.arange(3, dtype=np.uint32))
         return ids
 
-    monkeypatch.setattr(snapshot, "listed_shard_ids", list_then_commit)
+    monkeypatch.setattr(local_listing, "listed_shard_ids", list_then_commit)
     assert storage.committed_shards() == [0, 1, 2, 3, 4]  # the reader's snapshot: what it listed
     monkeypatch.undo()
     assert storage.committed_shards() == [0, 1, 2, 3, 4, 9]  # its index did not prove itself current

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import guideloom._shards.shard_in_progress
 import guideloom._shards.writer
 from guideloom import DocumentPickleFormat, DocumentStorage, TokenStorage
 
@@ -46,9 +47,9 @@ def test_shard_bytes_do_not_depend_on_the_background_chunk(
     documents = documents_of(sizes, shard_choices[: len(sizes)])
     directory = tmp_path_factory.mktemp("chunks")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(guideloom._shards.writer, "BACKGROUND_CHUNK", NO_BACKGROUND)
+        patch.setattr(guideloom._shards.shard_in_progress, "BACKGROUND_CHUNK", NO_BACKGROUND)
         write_tokens(directory / "at-commit", documents)
-        patch.setattr(guideloom._shards.writer, "BACKGROUND_CHUNK", chunk)
+        patch.setattr(guideloom._shards.shard_in_progress, "BACKGROUND_CHUNK", chunk)
         patch.setattr(guideloom._shards.writer, "MAX_OPEN_FILES", 2)  # shards are closed and reopened meanwhile
         storage = write_tokens(directory / "background", documents)
     assert shard_files(directory / "background") == shard_files(directory / "at-commit")
@@ -56,7 +57,7 @@ def test_shard_bytes_do_not_depend_on_the_background_chunk(
 
 
 def test_large_document_shards_verify_and_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(guideloom._shards.writer, "BACKGROUND_CHUNK", 4096)
+    monkeypatch.setattr(guideloom._shards.shard_in_progress, "BACKGROUND_CHUNK", 4096)
     records = [(index, b"x" * (index % 700)) for index in range(2000)]
     storage = DocumentStorage(tmp_path / "records", DocumentPickleFormat())
     with storage.sync_writer() as writer:
@@ -74,14 +75,14 @@ def failing_sync(path: Path, start: int, stop: int, crc: int, sync: bool) -> Any
     return real_checksum(path, start, stop, crc, sync)
 
 
-real_checksum = guideloom._shards.writer._file_checksum
+real_checksum = guideloom._shards.shard_in_progress._file_checksum
 
 
 @pytest.fixture
 def failing_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> TokenStorage:
     """A token storage whose writers' background flushes fail, every KiB."""
-    monkeypatch.setattr(guideloom._shards.writer, "BACKGROUND_CHUNK", 1024)
-    monkeypatch.setattr(guideloom._shards.writer, "_file_checksum", failing_sync)
+    monkeypatch.setattr(guideloom._shards.shard_in_progress, "BACKGROUND_CHUNK", 1024)
+    monkeypatch.setattr(guideloom._shards.shard_in_progress, "_file_checksum", failing_sync)
     return TokenStorage(tmp_path / "tokens", "uint32")
 
 
@@ -111,7 +112,8 @@ def test_a_shard_whose_background_flush_failed_is_never_committed(
             except OSError:
                 failures += 1
         assert failures >= 1
-        monkeypatch.setattr(guideloom._shards.writer, "_file_checksum", real_checksum)  # the disk works again
+        # the disk works again
+        monkeypatch.setattr(guideloom._shards.shard_in_progress, "_file_checksum", real_checksum)
         with pytest.raises(OSError, match="shard 0 cannot be committed: writing it failed earlier"):
             writer.commit(0)
         writer.append(1, [1, 2, 3])  # other shards are unaffected

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from guideloom._shards.header import read_header
 from guideloom._shards.local_commit import commit_shard
-from guideloom._shards.snapshot import footer_facts
+from guideloom._shards.local_listing import footer_facts
 from tests.helpers.storages import make_document_storage
 
 

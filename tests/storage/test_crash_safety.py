@@ -20,10 +20,11 @@ from guideloom import DocumentPickleFormat, DocumentStorage, ShardExistsError, T
 KILLED_WRITER = """
 import sys
 from pathlib import Path
-import guideloom._shards.writer
+import guideloom._shards.shard_in_progress
 from guideloom import DocumentPickleFormat, DocumentStorage
 
-guideloom._shards.writer.BACKGROUND_CHUNK = 16 * 1024  # the kill lands while shard 3 is checksummed and flushed
+# the kill lands while shard 3 is checksummed and flushed
+guideloom._shards.shard_in_progress.BACKGROUND_CHUNK = 16 * 1024
 path, ready = Path(sys.argv[1]), Path(sys.argv[2])
 with DocumentStorage(path, DocumentPickleFormat()).sync_writer() as writer:
     for shard in range(3):

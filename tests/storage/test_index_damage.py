@@ -139,10 +139,24 @@ def test_verify_names_the_damage_and_rebuilds_the_index(storage: TokenStorage, d
 def test_the_command_line_names_it(storage: TokenStorage, damage: Damage, capsys: pytest.CaptureFixture[str]) -> None:
     damage(storage.path / INDEX_NAME)
     assert main(["inspect", str(storage.path)]) == 0
-    assert "index:      the shard index" in capsys.readouterr().out
+    index_lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("index:")]
+    named = f"index:      not used, the storage was listed whole: the shard index {storage.path / INDEX_NAME} "
+    assert len(index_lines) == 1 and index_lines[0].startswith(named), index_lines
     damage(storage.path / INDEX_NAME)
     assert main(["verify", str(storage.path)]) == 1
-    assert "CORRUPT the shard index" in capsys.readouterr().out
+    corrupt = [line for line in capsys.readouterr().out.splitlines() if line.startswith("CORRUPT")]
+    assert len(corrupt) == 1 and corrupt[0].startswith(f"CORRUPT the shard index {storage.path / INDEX_NAME} ")
+
+
+@pytest.mark.parametrize("damage", DAMAGES.values(), ids=list(DAMAGES))
+def test_a_snapshot_says_why_it_bypassed_the_index(storage: TokenStorage, damage: Damage) -> None:
+    storage.snapshot()
+    assert storage.index_problem is None
+    damage(storage.path / INDEX_NAME)
+    assert storage.snapshot().ids.tolist() == list(range(SHARDS))
+    assert str(storage.index_problem).startswith(f"the shard index {storage.path / INDEX_NAME} is damaged: ")
+    storage.snapshot()  # the index it rebuilt
+    assert storage.index_problem is None
 
 
 @pytest.mark.parametrize("damage", [deleted, *DAMAGES.values()], ids=["deleted", *DAMAGES])

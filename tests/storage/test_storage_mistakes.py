@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -80,3 +81,11 @@ def test_a_format_name_that_is_not_a_str_is_refused_before_writing(tmp_path: Pat
         DocumentStorage(tmp_path / "documents", NumberedFormat())
     assert str(error.value) == "NumberedFormat.name must be a str, got int"
     assert not (tmp_path / "documents").exists()
+
+
+@pytest.mark.parametrize("kind", ["TokenStorage", "DocumentStorage"])
+def test_a_misspelt_keyword_is_a_type_error_naming_it(tmp_path: Path, kind: str) -> None:
+    arguments: tuple[Any, ...] = (tmp_path / "data",) if kind == "TokenStorage" else (tmp_path / "data", RawFormat())
+    with pytest.raises(TypeError, match=rf"^{kind}\(\) got an unexpected keyword argument 'cache_limit'$"):
+        {"TokenStorage": TokenStorage, "DocumentStorage": DocumentStorage}[kind](*arguments, cache_limit=2**20)
+    assert not (tmp_path / "data").exists()

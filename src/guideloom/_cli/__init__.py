@@ -31,6 +31,7 @@ from guideloom._cli.plots import check_png
 from guideloom._core.errors import GuideloomError
 from guideloom._core.text import plural
 from guideloom._remote.object_store import is_url, parse_storage_options
+from guideloom._shards.layout import INDEX_NAME
 from guideloom._shards.loss_masks import counted_tokens, describe_counted
 from guideloom._shards.reader import StorageReader
 from guideloom._storage.storages import AnyFormatStorage, local_path
@@ -77,9 +78,8 @@ def _prepare_inspect(arguments: argparse.Namespace) -> Run:
         raise ValueError("--plot draws the histogram of --lengths: add --lengths")
     storage = _open(arguments.path, arguments.storage_options)
     header = storage.header
-    damage_before_opening = storage.home.index_damage()
     unit = "documents" if header.kind == "tokens" else "records"
-    with storage.open_reader() as reader:
+    with storage.open_reader() as reader:  # a snapshot: an index it cannot use is bypassed, and named below
         shards = reader.infos  # from the shard index, or a remote storage's listing: nothing is downloaded
         fields = [("path", storage.location), ("kind", header.kind)]
         if header.format is not None:
@@ -97,8 +97,6 @@ def _prepare_inspect(arguments: argparse.Namespace) -> Run:
         fields.append(("bytes", f"{int(shards.rows['size'].sum()):,}"))
         if storage.index_problem is not None:
             fields.append(("index", f"not used, the storage was listed whole: {storage.index_problem}"))
-        if damage_before_opening is not None:
-            fields.append(("index", f"{damage_before_opening}; readers bypass it and rebuild it from the shards"))
         files, size = (0, 0) if storage.is_remote else _leftovers(storage)
         if files:
             fields.append(
@@ -145,10 +143,10 @@ def _loss_mask_summary(reader: StorageReader[object], remote: bool) -> str:
 
 def _prepare_verify(arguments: argparse.Namespace) -> Run:
     storage = _open(arguments.path, arguments.storage_options)
-    damage = storage.home.index_damage()  # before a reader rebuilds it
 
     def run() -> int:
-        shard_sizes = storage.committed_shard_sizes()
+        shard_sizes = storage.committed_shard_sizes()  # a snapshot: it notes an index it cannot use, in index_problem
+        bypassed = storage.index_problem
         total = sum(shard_sizes)
         bar = None
         if not arguments.quiet and total >= 64 * 2**20:
@@ -169,15 +167,16 @@ def _prepare_verify(arguments: argparse.Namespace) -> Run:
         problems = storage.verify(progress)
         if bar is not None:
             bar.close()
-        if damage is not None and not any(problem.startswith(damage) for problem in problems):
-            problems.insert(0, f"{damage}; rebuilt from the shards")
+        index = f"{storage.location}/{INDEX_NAME}"  # how verify's problems name the index (a path or a URL)
+        if bypassed is not None and not any(index in problem for problem in problems):
+            problems.insert(0, f"{bypassed}; rebuilt from the shards")  # the snapshot rebuilt it: verify saw it whole
         for problem in problems:
             print(f"CORRUPT {problem}")
-        damaged_shards = [problem for problem in problems if not problem.startswith("the shard index ")]
+        damaged_shards = [problem for problem in problems if index not in problem]
         if damaged_shards:
             print(f"{len(damaged_shards)} of {plural(len(shard_sizes), 'shard')} failed verification", file=sys.stderr)
         elif problems:
-            print("the shard index was damaged: readers bypassed it; it was rebuilt from the shards", file=sys.stderr)
+            print("the index was damaged, no shard: readers bypass it", file=sys.stderr)
         if problems:
             return EXIT_FAILED
         print(f"ok: {plural(len(shard_sizes), 'shard')}, {plural(checked, 'data byte')} verified")

@@ -14,13 +14,15 @@ from typing import Any
 
 import numpy as np
 
+from guideloom._core.checks import check_int
 from guideloom._loading.orders import epoch_order
 from guideloom._loading.state import OrderSettings
 from guideloom._sampling.epoch_order import BatchPlan
 from guideloom._sampling.token_budget import LengthsAt, Step, TokenBudgetPlan
+from guideloom._sampling.windowed_budget import StreamStep, WindowedBudgetPlan
 from guideloom._sources.source import SampleSource
 
-__all__ = ["EpochSteps", "OrderedRuns", "check_measured", "check_some_batch"]
+__all__ = ["EpochSteps", "OrderedRuns", "check_batch_sizes", "check_measured", "check_some_batch"]
 
 ORDER_CHUNK = 4096  # positions whose sample indices are computed at once when batches by budget ask for runs
 
@@ -30,25 +32,39 @@ class OrderedRuns:
     vectorised, and batches by budget ask for one short run after another)."""
 
     def __init__(self, source: SampleSource, settings: OrderSettings, epoch: int) -> None:
-        self._order = None if source.orders_itself else epoch_order(source, settings, epoch, 0)  # (the global order)
+        windowed = settings.shuffle_window is not None and settings.shuffle  # (a windowed mixture's too)
+        self._order = None if source.orders_itself and not windowed else epoch_order(source, settings, epoch, 0)
         self._base = 0
         self._indices = np.empty(0, np.int64)
 
     def __call__(self, positions: np.ndarray) -> np.ndarray:
-        """``positions`` (consecutive, ascending; past the end: wrapping around) as the source takes them."""
+        """``positions`` (ascending; past the end: wrapping around) as the source takes them."""
         if self._order is None or not len(positions):
             return positions
         first, count = int(positions[0]), len(positions)
+        if int(positions[-1]) - first != count - 1:  # (a stream's positions in the windowed order: one at a time)
+            return self._order.sample_at(positions)
         if not self._base <= first <= first + count <= self._base + len(self._indices):
             self._base = first
             self._indices = self._order.sample_at(np.arange(first, first + max(count, ORDER_CHUNK), dtype=np.int64))
         return self._indices[first - self._base : first - self._base + count]
 
 
+def check_batch_sizes(local_batch_size: object, batch_tokens: object) -> tuple[int | None, int | None]:
+    """``from_storage``'s batch size: exactly one of ``local_batch_size`` and ``batch_tokens``, a positive int."""
+    if (local_batch_size is None) == (batch_tokens is None):
+        raise TypeError("from_storage() takes exactly one of local_batch_size and batch_tokens")
+    if local_batch_size is not None:
+        return check_int("local_batch_size", local_batch_size, minimum=1), None
+    return None, check_int("batch_tokens", batch_tokens, minimum=1)
+
+
 def check_measured(source: SampleSource) -> None:
-    """ValueError unless ``source`` knows its samples' lengths, as ``batch_tokens`` needs."""
+    """ValueError unless ``source`` knows its samples' lengths, as ``batch_tokens`` needs (the source is then
+    closed)."""
     measured = getattr(source, "measures_samples", getattr(source, "sample_lengths", None) is not None)
     if not measured:
+        source.close()
         raise ValueError(
             f"batch_tokens applies to the records of a DocumentStorage (or a mixture of them), not to {source}: "
             "token windows and packed rows have a fixed length, so batch them with local_batch_size"
@@ -95,9 +111,19 @@ class EpochSteps:
         else:
             self.fixed = None
 
-    def budget_plan(self, start: int | None = None) -> TokenBudgetPlan:
+    def budget_plan(self, start: int | None = None) -> TokenBudgetPlan | WindowedBudgetPlan:
         settings = self.settings
         assert settings.batch_tokens is not None
+        if settings.shuffle_window is not None and settings.shuffle:
+            return WindowedBudgetPlan(
+                self.source.sample_count,
+                settings.streams,
+                settings.batch_tokens,
+                settings.world_size,
+                settings.drop_last,
+                lengths_in_order(self.source, settings, self.epoch),
+                self.start if start is None else start,
+            )
         return TokenBudgetPlan(
             self.source.sample_count,
             settings.batch_tokens,
@@ -107,7 +133,7 @@ class EpochSteps:
             self.start if start is None else start,
         )
 
-    def steps(self) -> Iterator[Step]:
+    def steps(self) -> Iterator[Step | StreamStep]:
         """The steps left, in order."""
         if self.fixed is None:
             yield from self.budget_plan().steps()

@@ -31,6 +31,7 @@ from guideloom._loading.state import (
 )
 from guideloom._sampling.epoch_order import BatchPlan
 from guideloom._sampling.token_budget import Step
+from guideloom._sampling.windowed_budget import StreamStep
 from guideloom._sources.describe import SamplePieces
 from guideloom._sources.recorded_shards import CONTENT_KEYS, LOCATION_KEYS
 from guideloom._sources.source import SampleSource
@@ -61,7 +62,9 @@ def describe_positions(
     return source.describe(epoch_order(source, settings, epoch, start).sample_at(positions), epoch)
 
 
-def upcoming(place: Place, settings: OrderSettings, batches: int) -> Iterator[tuple[int, int, SampleSource, Step, int]]:
+def upcoming(
+    place: Place, settings: OrderSettings, batches: int
+) -> Iterator[tuple[int, int, SampleSource, Step | StreamStep, int]]:
     """The next ``batches`` batches as iteration yields them: ``(epoch, batch number in the epoch, source, step,
     where the epoch's reading resumed)``. A batch's number counts the epoch's batches before it, the same on every
     rank."""

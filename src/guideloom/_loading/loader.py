@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from guideloom._core.checks import check_bool, check_callable, check_int, check_number
-from guideloom._loading.batching import EpochSteps, check_measured, check_some_batch
+from guideloom._loading.batching import EpochSteps, check_batch_sizes, check_measured, check_some_batch
 from guideloom._loading.devices import check_device
 from guideloom._loading.epoch_iterator import EpochIterator
 from guideloom._loading.explain import DigestCache, Place, check_next_batch, explain_batches, skipped
@@ -177,12 +177,7 @@ class StatefulDataLoader:
         """
         collate = check_callable("collate", collate, optional=True)
         device = check_device(device)
-        if (local_batch_size is None) == (batch_tokens is None):
-            raise TypeError("from_storage() takes exactly one of local_batch_size and batch_tokens")
-        if local_batch_size is not None:
-            local_batch_size = check_int("local_batch_size", local_batch_size, minimum=1)
-        else:
-            batch_tokens = check_int("batch_tokens", batch_tokens, minimum=1)
+        local_batch_size, batch_tokens = check_batch_sizes(local_batch_size, batch_tokens)
         num_workers = check_int("num_workers", num_workers, minimum=0)
         prefetch_factor = check_int("prefetch_factor", prefetch_factor, minimum=1)
         shuffle = check_bool("shuffle", shuffle)
@@ -192,8 +187,6 @@ class StatefulDataLoader:
         rank, world_size, ranks_from_environment = resolve_ranks(rank, world_size)
         shuffle_window = check_windowed(storage, shuffle_window, shuffle)
         local_world_size = local_world_size_of(local_world_size, world_size, shuffle_window)
-        if batch_tokens is not None and shuffle_window is not None:
-            raise ValueError("batch_tokens and shuffle_window do not combine yet: batch by budget in the global order")
         mode = window_mode(
             {
                 "document_boundaries": document_boundaries,
@@ -212,12 +205,9 @@ class StatefulDataLoader:
             one_snapshot_per_job=in_job(rank, world_size),
         )
         if batch_tokens is not None:
-            try:
-                check_measured(source)
-            except ValueError:
-                source.close()
-                raise
-        source = prepare_streaming(storage, source, shuffle, shuffle_window, world_size // local_world_size)
+            check_measured(source)
+        by_budget = batch_tokens is not None
+        source = prepare_streaming(storage, source, shuffle, shuffle_window, world_size // local_world_size, by_budget)
         return cls(
             source,
             collate,

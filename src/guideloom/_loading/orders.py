@@ -30,9 +30,19 @@ class Order(Protocol):
 
 def epoch_order(source: SampleSource, settings: OrderSettings, epoch: int, start: int) -> Order:
     """The order of epoch ``epoch`` of ``source`` from position ``start`` (the start of a global batch)."""
-    if settings.shuffle_window is not None and settings.shuffle and isinstance(source, MixtureSource):
-        assert settings.local_batch_size is not None  # (batch_tokens does not combine with shuffle_window)
-        global_batch_size = settings.local_batch_size * settings.world_size
+    windowed = settings.shuffle_window is not None and settings.shuffle
+    if windowed and settings.batch_tokens is not None:  # positions dealt out over the streams in turn, from 0 on
+        return _Wrapped(_windowed(source, settings, epoch, 0, settings.streams), source.sample_count)
+    if not windowed or (source.orders_itself and not isinstance(source, MixtureSource)):
+        shuffle = settings.shuffle and not source.orders_itself
+        return EpochOrder(source.sample_count, shuffle=shuffle, seed=settings.seed, epoch=epoch)
+    assert settings.local_batch_size is not None
+    return _windowed(source, settings, epoch, start, settings.local_batch_size * settings.world_size)
+
+
+def _windowed(source: SampleSource, settings: OrderSettings, epoch: int, start: int, global_batch_size: int) -> Order:
+    """The windowed order of ``source`` from ``start`` in global batches of ``global_batch_size``."""
+    if isinstance(source, MixtureSource):
         if source.machines != settings.streams:
             raise RuntimeError(f"{source} is read in {source.machines} machine shares, not {settings.streams}")
         slots = WindowedOrder(
@@ -44,11 +54,7 @@ def epoch_order(source: SampleSource, settings: OrderSettings, epoch: int, start
             global_batch_size=global_batch_size,
         )
         return _MachineSlots(slots.at(start, global_batch_size))
-    if settings.shuffle_window is None or not settings.shuffle or source.orders_itself:
-        shuffle = settings.shuffle and not source.orders_itself
-        return EpochOrder(source.sample_count, shuffle=shuffle, seed=settings.seed, epoch=epoch)
-    assert settings.local_batch_size is not None  # (batch_tokens does not combine with shuffle_window)
-    global_batch_size = settings.local_batch_size * settings.world_size
+    assert settings.shuffle_window is not None
     key = (source.sample_count, settings.seed, epoch, settings.shuffle_window, settings.streams)
     for known, known_key, order in _recent:
         if known is source and known_key == key:
@@ -67,6 +73,20 @@ def epoch_order(source: SampleSource, settings: OrderSettings, epoch: int, start
     _recent.insert(0, (source, key, order))
     del _recent[_RECENT:]
     return order
+
+
+class _Wrapped:
+    """An order read by budget: positions past the epoch's end (padding) wrap around to its start, as the budget
+    planner measured them."""
+
+    def __init__(self, order: Order, sample_count: int) -> None:
+        self.order, self.sample_count = order, sample_count
+
+    def sample_at(self, positions: npt.ArrayLike) -> npt.NDArray[np.int64]:
+        return self.order.sample_at(np.asarray(positions, np.int64) % self.sample_count)
+
+    def sample_at_one(self, position: int) -> int:
+        return self.order.sample_at_one(position % self.sample_count)
 
 
 class _MachineSlots:

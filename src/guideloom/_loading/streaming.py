@@ -52,11 +52,17 @@ def local_world_size_of(local_world_size: object, world_size: int, shuffle_windo
 
 
 def prepare_streaming(
-    storage: object, source: SampleSource, shuffle: bool, shuffle_window: int | None, machines: int
+    storage: object,
+    source: SampleSource,
+    shuffle: bool,
+    shuffle_window: int | None,
+    machines: int,
+    by_budget: bool = False,
 ) -> SampleSource:
     """The source a new loader reads, made ready for its order: the warnings below, and a windowed order's source
     keeps its window and the shard a window runs into open, no more (a finished shard is left to the cache at
-    once). A windowed mixture does so for each component, and reads its positions as machine slots."""
+    once). A windowed mixture does so for each component, and reads its positions as machine slots. Batches by
+    budget (``by_budget``) read the record lengths of every machine's window (see `warn_if_thrashing`)."""
     read: list[tuple[object, SampleSource]] = [(storage, source)]
     if isinstance(storage, Mixture) and isinstance(source, MixtureSource):
         read = list(zip(storage.components.values(), source.components, strict=True))
@@ -67,7 +73,7 @@ def prepare_streaming(
                 f"shuffle_window={shuffle_window} cannot read {one_source}: its samples are not cut shard by shard "
                 "(read it with the global order, shuffle_window=None)"
             )
-        warn_if_thrashing(one_storage, one_source, shuffle, shuffle_window)
+        warn_if_thrashing(one_storage, one_source, shuffle, shuffle_window, machines if by_budget else 1)
         if shuffle_window is not None and isinstance(one_source, PinnedShards):
             one_source.hold_at_most(shuffle_window + 1)
     return in_machine_shares(source, shuffle_window, machines)
@@ -83,9 +89,12 @@ def in_machine_shares(source: SampleSource, shuffle_window: int | None, machines
     return source.windowed(shuffle_window, machines)
 
 
-def warn_if_thrashing(storage: object, source: SampleSource, shuffle: bool, shuffle_window: int | None) -> None:
+def warn_if_thrashing(
+    storage: object, source: SampleSource, shuffle: bool, shuffle_window: int | None, windows: int = 1
+) -> None:
     """Warn once per storage when a global shuffle reads a remote storage through a cache smaller than it, or
-    a windowed one through a cache smaller than its window.
+    a windowed one through a cache smaller than the ``windows`` it reads at once: its own, or with batches by
+    budget every machine's (each rank plans every machine's batches from the lengths of their records).
 
     A global order touches every shard all the time, so each read misses the cache with the chance that its
     shard is not among the cached ones: about ``samples x (1 - cached shards / shards)`` downloads an epoch.
@@ -98,6 +107,18 @@ def warn_if_thrashing(storage: object, source: SampleSource, shuffle: bool, shuf
     if total <= limit or source.storage.location in _warned:
         return
     cached = limit // max(int(sizes.max()), 1)
+    if shuffle_window is not None and windows > 1:
+        if windows * (shuffle_window + 2) + 1 > cached:
+            _warned.add(source.storage.location)
+            warnings.warn(
+                f"batch_tokens with shuffle_window={shuffle_window} over {windows} machines reads the record lengths "
+                f"of every machine's window, so each machine downloads every shard of {source.storage.location} "
+                f"once an epoch, through a cache of {windows} windows and the shards after them; this cache "
+                f"({limit:,} bytes, {cached} of its largest shards) is smaller and will download shards again: "
+                f"shuffle_window={max(1, (cached - 1) // windows - 2)} fits (see docs/object-storage.md)",
+                stacklevel=3,
+            )
+        return
     if shuffle_window is not None:
         if shuffle_window + 3 > cached:
             _warned.add(source.storage.location)

@@ -6,7 +6,7 @@ One of three engines, chosen once per loader by :func:`make_transport`:
 - one background thread building groups of batches ahead, when a source's samples are plain copies
   and no user code runs (token windows with the default collate);
 - torch worker processes (``num_workers`` > 0), each batch's small arrays sent back through the pipe,
-  its large ones (``SHARED_MEMORY_BYTES`` and more) through shared memory.
+  its large ones through shared memory (``worker_wire``).
 
 Every engine yields the batches in the order of the index arrays it is given, moved to the device
 (through pinned memory on CUDA), so which engine runs never changes what a batch holds.
@@ -14,11 +14,8 @@ Every engine yields the batches in the order of the index arrays it is given, mo
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
-import pickle
-import traceback
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -29,17 +26,14 @@ import numpy as np
 import torch
 import torch.utils.data
 
-from guideloom._loading.devices import map_tensors, move_to_device, moves_itself
+from guideloom._loading.devices import map_tensors, move_to_device
 from guideloom._loading.worker_deaths import WorkerReports
+from guideloom._loading.worker_wire import WorkerError, from_wire, is_sent_leaf, is_wire, to_wire
 from guideloom._shards.mapped_shards import check_mapped
 from guideloom._sources.source import SampleSource
 
 THREAD_GROUP = 16  # batches built together, up to GROUP_BYTES of samples
 GROUP_BYTES = 8 * 1024 * 1024
-# From this size on a tensor or array leaves a worker through shared memory instead of the pipe: one copy
-# into a shared segment and its descriptor fetched from the worker (a fixed cost of about a millisecond on
-# a busy machine), against four copies through pickle and the pipe (benchmarks/bench_documents.py).
-SHARED_MEMORY_BYTES = 2**20
 
 
 class Batcher:
@@ -185,106 +179,6 @@ class ThreadTransport:
         self._thread.shutdown(wait=True, cancel_futures=True)
 
 
-class _WireArray:
-    """A small CPU tensor crossing from a worker process as a NumPy array, pickled through the pipe.
-
-    torch sends a tensor between processes as a shared-memory segment whose descriptor the receiver
-    fetches from the sender, a fixed cost of a few hundred microseconds that small tensors do not repay.
-    """
-
-    def __init__(self, array: np.ndarray) -> None:
-        self.array = array
-
-    def received(self) -> torch.Tensor:
-        return torch.from_numpy(self.array)
-
-
-class _SharedArray:
-    """A large NumPy array crossing from a worker process in a shared-memory tensor; a NumPy array again on arrival."""
-
-    def __init__(self, array: np.ndarray) -> None:
-        tensor = torch.from_numpy(array if array.flags.writeable else array.copy())
-        self.tensor: torch.Tensor = tensor.share_memory_()  # type: ignore[no-untyped-call]
-
-    def received(self) -> np.ndarray:
-        array: np.ndarray = self.tensor.numpy()
-        return array
-
-
-def _to_wire(value: Any) -> Any:
-    """A leaf of a built batch as it best crosses to the training process."""
-    if isinstance(value, np.ndarray):
-        if value.nbytes < SHARED_MEMORY_BYTES or value.dtype.hasobject or type(value) is not np.ndarray:
-            return value
-        try:
-            return _SharedArray(np.ascontiguousarray(value))
-        except TypeError:  # dtypes torch lacks (strings, datetimes, ...) go through the pipe
-            return value
-    if type(value) is not torch.Tensor or value.device.type != "cpu" or value.requires_grad:
-        return value
-    if value.nbytes >= SHARED_MEMORY_BYTES:
-        return value  # torch's own transport: the tensor's storage moves to shared memory
-    try:
-        return _WireArray(value.numpy())
-    except (TypeError, RuntimeError):  # dtypes NumPy lacks (bfloat16, ...) keep torch's own transport
-        return value
-
-
-def _is_sent_leaf(value: object) -> bool:
-    """What `_to_wire` looks at: tensors and objects that move themselves (which cross whole), NumPy arrays."""
-    return moves_itself(value) or isinstance(value, np.ndarray)
-
-
-def _from_wire(wire: _WireArray | _SharedArray) -> Any:
-    return wire.received()
-
-
-def _is_wire(value: object) -> bool:
-    return isinstance(value, _WireArray | _SharedArray)
-
-
-class _Message(str):
-    """A message that a KeyError shows as it is, not quoted with its line breaks escaped."""
-
-    def __repr__(self) -> str:
-        return str(self)
-
-
-class _WorkerError:
-    """An exception raised while building a batch in a worker process, sent back as the batch.
-
-    torch's own transport re-raises it by calling the exception's class with one message, which
-    fails for classes whose constructor takes other arguments and then raises a RuntimeError
-    instead. This rebuilds the same type without calling its constructor, and its message
-    carries the worker's original traceback.
-    """
-
-    def __init__(self, error: Exception) -> None:
-        worker = torch.utils.data.get_worker_info()
-        where = f"in DataLoader worker process {worker.id if worker is not None else '?'}"
-        self.message = f"Caught {type(error).__name__} {where}.\nOriginal {traceback.format_exc()}"
-        self.kind: type[Exception] | None = type(error)
-        self.state = dict(vars(error)) if hasattr(error, "__dict__") else {}
-        try:
-            pickle.dumps((self.kind, self.state))
-        except Exception:  # a class defined in a function, an attribute that cannot cross: keep the message only
-            self.kind, self.state = None, {}
-
-    def error(self) -> Exception:
-        """The exception to raise in the training process: the same type, the worker's traceback in its message."""
-        message = _Message(self.message) if self.kind is not None and issubclass(self.kind, KeyError) else self.message
-        if self.kind is None:
-            return RuntimeError(message)
-        try:
-            error = self.kind.__new__(self.kind, message)
-        except Exception:  # a __new__ that wants other arguments
-            return RuntimeError(message)
-        error.args = (message,)
-        with contextlib.suppress(AttributeError, TypeError):  # __slots__ or read-only attributes keep their default
-            vars(error).update(self.state)
-        return error
-
-
 class _IndexDataset(torch.utils.data.Dataset[Any]):
     """Map-style view for torch's DataLoader: item = a whole batch, keyed by its epoch and sample indices.
 
@@ -306,9 +200,9 @@ class _IndexDataset(torch.utils.data.Dataset[Any]):
         try:
             check_mapped()
             # objects that move themselves (PackedSequence) cross whole: their type checks its fields
-            return map_tensors(self.batcher(indices, epoch), _to_wire, _is_sent_leaf)
+            return map_tensors(self.batcher(indices, epoch), to_wire, is_sent_leaf)
         except Exception as error:
-            return _WorkerError(error)
+            return WorkerError(error)
 
 
 def _unchanged(batch: Any) -> Any:
@@ -353,9 +247,9 @@ class WorkerTransport:
         self._segment.keys = ((epoch, indices) for indices in index_batches)
         try:
             for batch in self._loader:
-                if isinstance(batch, _WorkerError):
+                if isinstance(batch, WorkerError):
                     raise batch.error()
-                yield move_to_device(map_tensors(batch, _from_wire, _is_wire), self._device)
+                yield move_to_device(map_tensors(batch, from_wire, is_wire), self._device)
         except RuntimeError as error:  # torch's report of a worker's death names no shard: ours does
             workers = getattr(getattr(self._loader, "_iterator", None), "_workers", ())
             explained = self._reports.explain(error, {worker.pid: worker.exitcode for worker in workers})

@@ -8,7 +8,6 @@ sample ``epoch × samples_per_epoch + position`` is located by the pure arithmet
 
 from __future__ import annotations
 
-import zlib
 from typing import Any
 
 import numpy as np
@@ -18,6 +17,7 @@ from guideloom._core.errors import StateMismatchError
 from guideloom._mixture.machine_draws import MachineDraws
 from guideloom._mixture.mixture import Mixture
 from guideloom._mixture.mixture_order import MixtureOrder
+from guideloom._mixture.recorded_mixture import KIND, check_recorded_mixture, check_schedule
 from guideloom._sources.describe import SamplePieces
 from guideloom._sources.documents import DocumentSource
 from guideloom._sources.recorded_shards import (
@@ -33,14 +33,8 @@ from guideloom._windows.mixed_windows import MixedWindows
 
 __all__ = ["MixtureSource"]
 
-KIND = "mixture"
 _FIRST_LOCATED = 256  # announced positions located at once; the rest when the first of them is fetched
 _KEY_BITS = 40  # shard ids are < 10**12 < 2**40: component k's shard s has digest key k·2**40 + s
-
-
-def _stage_digests(schedule: list[list[Any]]) -> list[list[Any]]:
-    """Each stage as ``[start, crc of its counts]``, as states of guideloom 0.2 recorded a schedule."""
-    return [[start, f"{zlib.crc32(repr(counts).encode()):08x}"] for start, counts in schedule]
 
 
 class MixtureSource:
@@ -81,7 +75,7 @@ class MixtureSource:
         )
 
     def _draws_by_machine(self, window: int, machines: int) -> MachineDraws:
-        counts = [source.shard_sample_counts() for source in self.components]  # type: ignore[union-attr]
+        counts = [source.shard_sample_counts() for source in self.components]
         cuts = [source.clean_cuts() if hasattr(source, "clean_cuts") else None for source in self.components]
         return MachineDraws(self.order, counts, cuts, self._sample_count, window=window, machines=machines)
 
@@ -174,9 +168,8 @@ class MixtureSource:
 
     def sample_lengths(self, indices: np.ndarray, epoch: int) -> np.ndarray:
         """The lengths of the samples at these positions, each from its component (all must measure samples)."""
-        positions = np.asarray(indices, np.int64) % self._sample_count
-        components, samples = self.order.locate(epoch * self._sample_count + positions)
-        lengths = np.empty(len(positions), np.int64)
+        components, samples = self._locate(indices, epoch)  # (a windowed mixture's: its machines' draws)
+        lengths = np.empty(len(components), np.int64)
         for k in np.flatnonzero(np.bincount(components, minlength=len(self.components))).tolist():
             chosen, source = components == k, self.components[k]
             if not isinstance(source, DocumentSource):
@@ -276,26 +269,9 @@ class MixtureSource:
         The schedule may differ from the recorded one only from the state's global position on (the whole
         schedule must match when the position is not given).
         """
-        if not isinstance(recorded, dict) or recorded.get("kind") != KIND:
-            kind = recorded.get("kind") if isinstance(recorded, dict) else recorded
-            raise StateMismatchError(f"the state was taken from a source of kind {kind!r}, this loader reads {self}")
         mine = self.identity()
-        entries = recorded.get("components")
-        if not isinstance(entries, list) or not all(
-            isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str) for entry in entries
-        ):
-            raise StateMismatchError(f"the state's mixture components {entries!r} are not what guideloom writes")
-        names = [entry[0] for entry in entries]
-        if names != list(self.mixture.names):
-            raise StateMismatchError(
-                f"the state was taken from a mixture of {names}, this loader reads one of {list(self.mixture.names)}"
-            )
-        for key in ("block_size", "source"):
-            if recorded.get(key) != mine[key]:
-                raise StateMismatchError(
-                    f"the state was taken with the mixture's {key}={recorded.get(key)!r}, this loader has {mine[key]!r}"
-                )
-        self._check_schedule(recorded, epoch, position)
+        check_recorded_mixture(recorded, mine, self.mixture.names, self)
+        check_schedule(recorded, self.mixture, epoch, position)
         same_shards = all(recorded.get(key) == mine[key] for key in ("components", "digest", "samples_per_epoch"))
         return self if same_shards else self._over_recorded_shards(recorded)
 
@@ -325,32 +301,6 @@ class MixtureSource:
             )
         return then
 
-    def _check_schedule(self, recorded: dict[str, Any], epoch: int | None, position: int | None) -> None:
-        """StateMismatchError if the schedule differs from the recorded one before the state's global position."""
-        stages = recorded.get("schedule")
-        if not isinstance(stages, list) or not all(
-            isinstance(stage, list) and len(stage) == 2 and isinstance(stage[0], int) for stage in stages
-        ):
-            raise StateMismatchError(f"the state's mixture schedule {stages!r} is not one guideloom writes")
-        samples_per_epoch = recorded.get("samples_per_epoch")
-        if isinstance(samples_per_epoch, bool) or not isinstance(samples_per_epoch, int) or samples_per_epoch < 1:
-            raise StateMismatchError(f"the state's samples_per_epoch {samples_per_epoch!r} is not a positive int")
-        before = None if epoch is None or position is None else epoch * samples_per_epoch + position
-        mine = self.mixture.schedule.to_json()
-        if any(isinstance(stage[1], str) for stage in stages):  # guideloom 0.2 recorded a digest of each stage
-            mine = _stage_digests(mine)
-        block = self.mixture.block_size
-        boundaries = sorted({stage[0] for stage in stages} | {stage[0] for stage in mine})
-        for start in boundaries:
-            if before is not None and start >= -(-before // block) * block:
-                return
-            if _in_force(stages, start) != _in_force(mine, start):
-                where = "" if before is None else f", before the state's position (global sample {before})"
-                raise StateMismatchError(
-                    f"the mixture's weights in force at global sample {start} differ from the state's{where}: a "
-                    "resumed loader may change the schedule only from its position on"
-                )
-
 
 def _plain_windows(components: list[StorageSource]) -> list[TokenWindowSource] | None:
     """The components, if each serves plain windows of one length and dtype (else None)."""
@@ -372,16 +322,6 @@ def _find(known: npt.NDArray[np.int64], positions: npt.NDArray[np.int64]) -> sli
         return slice(first, first + count)
     where = np.minimum(np.searchsorted(known, positions), len(known) - 1)
     return where if bool((known[where] == positions).all()) else None
-
-
-def _in_force(stages: list[list[Any]], sample: int) -> Any:
-    """The digest of the stage in force at global sample ``sample``."""
-    current = None
-    for start, digest in stages:
-        if start > sample:
-            break
-        current = digest
-    return current
 
 
 def _interleave(parts: dict[int, Any], components: npt.NDArray[np.int64]) -> Any:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import numpy as np
 
@@ -25,15 +25,25 @@ _CHUNK = 4 << 20
 SHUFFLE_BLOCK = 1 << 20  # bytes regrouped at once (a multiple of every element size)
 
 
+class StoragePlace(Protocol):
+    """Where a storage lives, as far as compression cares (a ``_storage.locations.Location`` is one)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def is_remote(self) -> bool: ...
+
+
 class DamagedDownload(Exception):
     """A downloaded object that cannot be decoded: counted as a failed check, downloaded again."""
 
 
-def check_compression(compression: object, level: object, location: str, remote: object) -> tuple[str | None, int]:
+def check_compression(compression: object, level: object, location: StoragePlace) -> tuple[str | None, int]:
     """Validate the storages' ``compression`` and ``compression_level``; a local path refuses compression.
 
     A local storage's shards are mapped in place, so compressing them would cost a decompressed copy
-    of each: ``remote`` is the storage's object store (None for a local path).
+    of each: only a storage on an object store (``location.is_remote``) compresses its shard objects.
     """
     if compression is not None and not isinstance(compression, str):
         raise TypeError(f"compression must be a str or None, got {type(compression).__name__}")
@@ -43,19 +53,19 @@ def check_compression(compression: object, level: object, location: str, remote:
         raise TypeError(f"compression_level must be an int, got {type(level).__name__}")
     if not 1 <= level <= 22:
         raise ValueError(f"compression_level must be from 1 to 22 (zstd's levels), got {level}")
-    if compression is not None and remote is None:
+    if compression is not None and not location.is_remote:
         raise ValueError(
-            f"compression applies to storages on object stores (a URL), but path is a local path: {location!r} "
+            f"compression applies to storages on object stores (a URL), but path is a local path: {location.name!r} "
             "(local shards are mapped in place, uncompressed)"
         )
     return compression, level
 
 
-def recorded_compression(header: StorageHeader, location: str, remote: object) -> str | None:
+def recorded_compression(header: StorageHeader, location: StoragePlace) -> str | None:
     """The compression a storage's header records; a local copy of a compressed storage's objects is refused."""
-    if header.compression is not None and remote is None:
+    if header.compression is not None and not location.is_remote:
         raise FormatMismatchError(
-            f"the storage at {location} records compression {header.compression!r}: its shards are compressed "
+            f"the storage at {location.name} records compression {header.compression!r}: its shards are compressed "
             "objects of an object store, read through the store's URL"
         )
     return header.compression

@@ -1,4 +1,4 @@
-"""A remote storage's index object, ``shards.index`` beside ``guideloom.json``: a snapshot of the commits before it.
+"""A remote storage's index object, ``shards.index`` beside ``guideloom.json``: the facts of the shards before it.
 
 It is derived data, written by ``storage.write_index()`` (``guideloom index URL``, the end of
 ``guideloom tokenize`` and of the Ray datasink), never by a commit: a shard object is committed

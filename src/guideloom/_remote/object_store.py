@@ -17,15 +17,15 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import IO, Any, Protocol, TypeVar
+from typing import IO, Any, TypeVar
 
 from guideloom._core.errors import StorageNotFoundError
 from guideloom._remote.compression import DamagedDownload
-from guideloom._remote.retries import RetriesExhausted, Retrying, RetryPolicy, ShortBody
+from guideloom._remote.retries import RetriesExhausted, Retrying, RetryPolicy
+from guideloom._remote.s3_bodies import DOWNLOAD_CHUNK, Decoder, read_s3_object, stream_s3_object
 
 CONDITIONAL_PROTOCOLS = ("s3", "s3a")
 BUCKET_PROTOCOLS = (*CONDITIONAL_PROTOCOLS, "gs", "gcs", "az", "abfs", "abfss")  # the first part is a bucket
-DOWNLOAD_CHUNK = 4 * 1024 * 1024
 MULTIPART_BYTES = 1 << 30  # larger shards are uploaded in parts (one PUT takes at most 5 GiB)
 PART_BYTES = 64 << 20
 COMPARED_TAIL = 64  # bytes at an object's end compared with ours (a shard's footer: its checksums)
@@ -41,14 +41,6 @@ S3_DEFAULTS: dict[str, Any] = {
     },
 }
 T = TypeVar("T")
-
-
-class Decoder(Protocol):
-    """What a download's bytes go through on their way into the file (a decompressor)."""
-
-    def write(self, chunk: bytes) -> None: ...
-
-    def finish(self) -> None: ...
 
 
 def is_url(location: object) -> bool:
@@ -168,7 +160,7 @@ class ObjectStore:
 
                 bucket, key, _version = self.fs.split_path(self.key(name))
                 byte_range = {} if start is None else {"Range": f"bytes={start}-{'' if end is None else end - 1}"}
-                return bytes(sync(self.fs.loop, _read_s3_object, self.fs, bucket, key, byte_range))
+                return bytes(sync(self.fs.loop, read_s3_object, self.fs, bucket, key, byte_range))
             return bytes(self.fs.cat_file(self.key(name), start=start, end=end))
 
         try:
@@ -279,7 +271,7 @@ class ObjectStore:
                 from fsspec.asyn import sync
 
                 bucket, key, _version = self.fs.split_path(self.key(name))
-                sync(self.fs.loop, _stream_s3_object, self.fs, bucket, key, destination, decoder)
+                sync(self.fs.loop, stream_s3_object, self.fs, bucket, key, destination, decoder)
             elif decoder is None:
                 self.fs.get_file(self.key(name), str(destination))
             else:
@@ -367,43 +359,3 @@ class ObjectStore:
     def _endpoint(self) -> str:
         endpoint = self.options.get("endpoint_url") or self.options.get("client_kwargs", {}).get("endpoint_url")
         return f" at {endpoint}" if endpoint else ""
-
-
-async def _read_s3_object(fs: Any, bucket: str, key: str, arguments: dict[str, str]) -> bytes:
-    response = await fs._call_s3("get_object", Bucket=bucket, Key=key, **arguments)
-    body = response["Body"]
-    try:
-        data = bytes(await body.read())
-    finally:
-        body.close()
-    check_length(len(data), response, f"{bucket}/{key}")
-    return data
-
-
-async def _stream_s3_object(
-    fs: Any, bucket: str, key: str, destination: Path, decoder: Callable[[IO[bytes]], Decoder] | None
-) -> None:
-    """Stream an S3 object's body into a local file (several times faster than fsspec's cat_file)."""
-    response = await fs._call_s3("get_object", Bucket=bucket, Key=key)
-    body = response["Body"]
-    received = 0
-    try:
-        with open(destination, "wb") as file:
-            decoding = None if decoder is None else decoder(file)
-            while chunk := await body.read(DOWNLOAD_CHUNK):
-                received += len(chunk)
-                if decoding is None:
-                    file.write(chunk)
-                else:
-                    decoding.write(chunk)
-            check_length(received, response, f"{bucket}/{key}")
-            if decoding is not None:
-                decoding.finish()
-    finally:
-        body.close()
-
-
-def check_length(received: int, response: dict[str, Any], name: str) -> None:
-    expected = response.get("ContentLength")
-    if isinstance(expected, int) and received != expected:
-        raise ShortBody(f"the body of {name} ended after {received} of {expected} bytes")

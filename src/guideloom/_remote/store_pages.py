@@ -13,7 +13,8 @@ from functools import partial
 from typing import Any
 
 from guideloom._core.errors import StorageNotFoundError
-from guideloom._remote.object_store import ObjectStore, check_length
+from guideloom._remote.object_store import ObjectStore
+from guideloom._remote.s3_bodies import check_length
 
 PAGE_SIZE = 1000  # keys per ListObjectsV2 page (S3's maximum and default)
 

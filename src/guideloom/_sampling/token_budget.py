@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from guideloom._core.checks import check_bool, check_int
 
-__all__ = ["Step", "TokenBudgetPlan"]
+__all__ = ["Lengths", "Step", "TokenBudgetPlan", "batch_end"]
 
 LengthsAt = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.int64]]
 FIRST_CHUNK = 256  # positions whose lengths are read first; later reads double up to MAX_CHUNK
@@ -42,15 +42,16 @@ class Step:
         return np.arange(self.bounds[rank], self.bounds[rank + 1], dtype=np.int64)
 
 
-class _Lengths:
+class Lengths:
     """The lengths of a run of positions, read ahead in growing chunks as the planner walks forward."""
 
-    def __init__(self, lengths_at: LengthsAt, sample_count: int, start: int) -> None:
+    def __init__(self, lengths_at: LengthsAt, sample_count: int, start: int, max_chunk: int = MAX_CHUNK) -> None:
         self._lengths_at = lengths_at
         self._sample_count = sample_count
         self.base = start
         self.sums = np.zeros(1, np.int64)  # running sums from base: sums[i] is the total of base .. base + i - 1
-        self._chunk = FIRST_CHUNK
+        self._chunk = min(FIRST_CHUNK, max_chunk)
+        self._max_chunk = max_chunk
 
     @property
     def stop(self) -> int:
@@ -63,7 +64,7 @@ class _Lengths:
         positions = np.arange(self.stop, min(limit, self.stop + self._chunk), dtype=np.int64)
         lengths = np.asarray(self._lengths_at(positions % self._sample_count), np.int64)
         self.sums = np.concatenate([self.sums, self.sums[-1] + np.cumsum(lengths)])
-        self._chunk = min(2 * self._chunk, MAX_CHUNK)
+        self._chunk = min(2 * self._chunk, self._max_chunk)
         return True
 
     def forget_before(self, position: int) -> None:
@@ -102,7 +103,7 @@ class TokenBudgetPlan:
 
     def steps(self) -> Iterator[Step]:
         """The steps left in the epoch, in order."""
-        lengths = _Lengths(self._lengths_at, self.sample_count, self.start)
+        lengths = Lengths(self._lengths_at, self.sample_count, self.start)
         position = self.start
         while position < self.sample_count:
             step = self._step(lengths, position)
@@ -122,25 +123,30 @@ class TokenBudgetPlan:
         """Steps left from ``start`` (walks them: reads the lengths of the rest of the epoch)."""
         return sum(1 for _ in self.steps())
 
-    def _step(self, lengths: _Lengths, position: int) -> Step:
+    def _step(self, lengths: Lengths, position: int) -> Step:
         bounds = [position]
         for _ in range(self.world_size):
             position = self._batch_end(lengths, position)
             bounds.append(position)
         return Step(tuple(bounds), min(position, self.sample_count))
 
-    def _batch_end(self, lengths: _Lengths, first: int) -> int:
-        """Where the batch starting at ``first`` ends: the greedy run of samples within the budget, never
-        crossing the end of an epoch's order (a multiple of ``sample_count``)."""
-        limit = (first // self.sample_count + 1) * self.sample_count
-        while True:
-            if lengths.stop <= first:  # (the first batch of a plan, or of padding)
-                lengths.read_to(limit)
-            offset = first - lengths.base
-            sums = lengths.sums
-            cap = sums[offset] + self.batch_tokens
-            # the last position whose running sum stays within the budget; at least the first sample
-            end = int(np.searchsorted(sums, cap, side="right")) - 1 + lengths.base
-            end = max(end, first + 1)
-            if end < lengths.stop or lengths.stop >= limit or not lengths.read_to(limit):
-                return min(end, limit)
+    def _batch_end(self, lengths: Lengths, first: int) -> int:
+        """Where the batch starting at ``first`` ends, never crossing the end of an epoch's order (a multiple of
+        ``sample_count``)."""
+        return batch_end(lengths, first, self.batch_tokens, (first // self.sample_count + 1) * self.sample_count)
+
+
+def batch_end(lengths: Lengths, first: int, batch_tokens: int, limit: int) -> int:
+    """Where the batch starting at ``first`` ends: the greedy run of samples whose lengths sum to at most
+    ``batch_tokens`` (at least the first sample), never past ``limit``."""
+    while True:
+        if lengths.stop <= first:  # (the first batch of a plan, or of padding)
+            lengths.read_to(limit)
+        offset = first - lengths.base
+        sums = lengths.sums
+        cap = sums[offset] + batch_tokens
+        # the last position whose running sum stays within the budget; at least the first sample
+        end = int(np.searchsorted(sums, cap, side="right")) - 1 + lengths.base
+        end = max(end, first + 1)
+        if end < lengths.stop or lengths.stop >= limit or not lengths.read_to(limit):
+            return min(end, limit)

@@ -1,4 +1,4 @@
-"""A local storage's shard index, ``shards.index``: a snapshot of the committed shards, so opening reads no shard.
+"""A local storage's shard index, ``shards.index``: the committed shards' facts, so opening reads no shard.
 
 The index is derived data. The shard files under their names in ``shards/`` are the commits (see
 ``_shards.local_commit``); the index only remembers their facts (one 40-byte record per shard, see
@@ -12,8 +12,8 @@ Layout of version 2 (little-endian; docs/format.md): an 80-byte header, then the
     i64 record count      u64 shards/ inode   i64 shards/ mtime_ns   i64 shards/ ctime_ns
     i64 listed after (the file system's clock before the listing)   24 bytes zero
 
-Version 1 (guideloom 0.3) was a 40-byte preamble and records appended by commits; it is read as a
-snapshot that proves nothing about freshness. Anything else under the name is named as damage and
+Version 1 (guideloom 0.3) was a 40-byte preamble and records appended by commits; its records are
+read, but they prove nothing about freshness. Anything else under the name is named as damage and
 bypassed: the listing and the footers say what is committed, and the index is written anew.
 """
 

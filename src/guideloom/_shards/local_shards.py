@@ -9,8 +9,8 @@ from guideloom._core.errors import CorruptStorageError
 from guideloom._shards.header import StorageHeader
 from guideloom._shards.layout import INCOMPLETE_DIR, INDEX_NAME, SHARDS_DIR, ShardFile, ShardInfo, shard_file_name
 from guideloom._shards.local_commit import commit_shard, is_committed
+from guideloom._shards.local_listing import reindex
 from guideloom._shards.shard_table import ShardTable
-from guideloom._shards.snapshot import refresh_snapshot
 
 
 class LocalShards:
@@ -72,7 +72,7 @@ class LocalTarget:
         """Bring the storage's index up to date with this writer's commits (one listing; best effort)."""
         if self.committed_infos:
             with contextlib.suppress(CorruptStorageError, OSError):  # derived data: the next reader lists again
-                refresh_snapshot(self.path, header, ShardTable.of(self.committed_infos))
+                reindex(self.path, header, ShardTable.of(self.committed_infos))
             self.committed_infos = []
 
     def describe(self, shard: int) -> str:

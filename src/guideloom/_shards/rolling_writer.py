@@ -27,8 +27,8 @@ from guideloom._shards.local_shards import LocalTarget
 from guideloom._shards.loss_masks import loss_mask_array
 from guideloom._shards.record_encoder import RecordEncoder
 from guideloom._shards.shard_access import CommitTarget
+from guideloom._shards.shard_in_progress import Background, ShardInProgress
 from guideloom._shards.shard_names import MAX_SHARD_ID
-from guideloom._shards.writer import Background, ShardInProgress
 
 In = TypeVar("In")
 

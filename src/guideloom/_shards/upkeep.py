@@ -21,8 +21,8 @@ from guideloom._core.errors import CorruptStorageError, FormatMismatchError
 from guideloom._shards.freshness import begin_index, is_current
 from guideloom._shards.index import IndexContents, read_index
 from guideloom._shards.layout import INCOMPLETE_DIR, INDEX_NAME, ShardFile, ShardInfo, StorageHeader, verify_shards
+from guideloom._shards.local_listing import index_problem, listed_shard_ids
 from guideloom._shards.shard_table import ShardTable
-from guideloom._shards.snapshot import index_problem, listed_shard_ids
 
 
 def verify_local(path: Path, header: StorageHeader, progress: Callable[[int], None] | None) -> list[str]:

@@ -11,208 +11,28 @@ overwritten.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import mmap
 import os
 import socket
 import sys
 import uuid
-import zlib
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Generic, TypeVar
-
-import numpy as np
+from typing import Any, Generic, TypeVar
 
 from guideloom._core.errors import ShardExistsError
-from guideloom._shards.footer import shard_footer
 from guideloom._shards.header import StorageHeader
-from guideloom._shards.layout import ShardInfo, shard_size, shard_trailer
 from guideloom._shards.local_shards import LocalTarget
-from guideloom._shards.loss_masks import MaskBits, loss_mask_array
+from guideloom._shards.loss_masks import loss_mask_array
 from guideloom._shards.record_encoder import RecordEncoder
-from guideloom._shards.record_lengths import checked_length, lengths_bytes
+from guideloom._shards.record_lengths import checked_length
 from guideloom._shards.shard_access import CommitTarget
+from guideloom._shards.shard_in_progress import Background, ShardInProgress
 from guideloom._shards.shard_names import check_shard_id, shard_file_name
 
 In = TypeVar("In")
 MAX_OPEN_FILES = 64
-WRITE_BUFFER = 256 * 1024  # one system call per many small records; larger payloads bypass it
-BACKGROUND_CHUNK = 8 * 1024 * 1024
-
-
-class Background:
-    """The writer's one helper thread: it checksums and flushes to disk what shards have written so far.
-
-    One thread runs the tasks in submission order, so a shard's checksum is extended in order.
-    """
-
-    def __init__(self) -> None:
-        self._executor: ThreadPoolExecutor | None = None
-        self._pid = 0
-
-    def submit(self, task: Callable[[], None]) -> Future[None]:
-        if self._executor is None or self._pid != os.getpid():  # a forked child needs its own thread
-            self._executor = ThreadPoolExecutor(1, thread_name_prefix="guideloom-writer")
-            self._pid = os.getpid()
-        return self._executor.submit(task)
-
-    def shutdown(self) -> None:
-        if self._executor is not None and self._pid == os.getpid():
-            self._executor.shutdown(wait=True, cancel_futures=True)
-        self._executor = None
-
-
-def _file_checksum(path: Path, start: int, stop: int, crc: int, sync: bool) -> int:
-    """``crc`` extended over bytes ``[start, stop)`` of the file at ``path`` (read back from the page cache)."""
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        base = start - start % mmap.ALLOCATIONGRANULARITY
-        with mmap.mmap(descriptor, stop - base, access=mmap.ACCESS_READ, offset=base) as mapping:
-            with memoryview(mapping) as whole, whole[start - base :] as view:
-                crc = zlib.crc32(view, crc)
-        if sync:
-            os.fdatasync(descriptor)
-        return crc
-    finally:
-        os.close(descriptor)
-
-
-class ShardInProgress:
-    """One shard being appended to: its file, record offsets (and lengths), and the checksum grown in the
-    background.
-
-    Every ``BACKGROUND_CHUNK`` bytes, the helper thread checksums the newly written data and flushes
-    it to disk while appends go on, so committing has only the last chunk left to do.
-    """
-
-    def __init__(
-        self, shard: int, path: Path, background: Background, masked: bool = False, measured: bool = False
-    ) -> None:
-        self.shard = shard
-        self.path = path
-        self.file: IO[bytes] | None = open(path, "xb", buffering=WRITE_BUFFER)
-        self.offsets: list[int] = [0]
-        self.data_size = 0
-        self.data_crc = 0  # of the data before ``handed_off``, once ``pending`` is done
-        self.handed_off = 0
-        self.pending: deque[Future[None]] = deque()
-        self.header: StorageHeader | None = None  # the header it was finished under
-        self.failure: BaseException | None = None  # a background failure: the shard can never be committed
-        self._background = background
-        self.mask_bits = MaskBits() if masked else None  # the loss mask of a masked storage's shard
-        self.created = False  # whether its file was created (it is never created twice)
-        self.lengths: list[int] | None = [] if measured else None  # of a storage that records lengths
-
-    @property
-    def record_count(self) -> int:
-        return len(self.offsets) - 1
-
-    def write(self, payload: memoryview, element_count: int, length: int | None = None) -> None:
-        if self.file is None:
-            self.file = self._open_file()
-        self.file.write(payload)
-        self.data_size += payload.nbytes
-        self.offsets.append(self.offsets[-1] + element_count)
-        if self.lengths is not None:
-            assert length is not None
-            self.lengths.append(length)
-        if self.data_size - self.handed_off >= BACKGROUND_CHUNK:
-            self.file.flush()
-            start, stop = self.handed_off, self.data_size
-            self.pending.append(self._background.submit(lambda: self._checksum(start, stop)))
-            self.handed_off = stop
-            while self.pending and self.pending[0].done():
-                self._result_of(self.pending.popleft())  # a failure (a full disk, EIO) surfaces here
-
-    def _open_file(self) -> IO[bytes]:
-        """The file in progress, opened to append: created on first use only. A file deleted meanwhile (by
-        ``guideloom clean`` given an age shorter than this writer took) fails the shard instead of restarting it."""
-        flags = os.O_WRONLY | os.O_APPEND | (0 if self.created else os.O_CREAT)
-        try:
-            descriptor = os.open(self.path, flags, 0o644)
-        except FileNotFoundError:
-            raise FileNotFoundError(
-                f"shard {self.shard} cannot be committed: its unfinished file {self.path} was deleted while it was "
-                "written (by 'guideloom clean' with too short an age?)"
-            ) from None
-        self.created = True
-        return open(descriptor, "ab", buffering=WRITE_BUFFER)
-
-    def _result_of(self, future: Future[None]) -> None:
-        try:
-            future.result()
-        except BaseException as error:
-            self.failure = self.failure or error
-            raise
-
-    def _checksum(self, start: int, stop: int) -> None:
-        self.data_crc = _file_checksum(self.path, start, stop, self.data_crc, sync=True)
-
-    def suspend(self) -> None:
-        """Close the file to bound open descriptors; it reopens on the next write."""
-        if self.file is not None:
-            self.file.close()
-            self.file = None
-
-    def finish(self, header: StorageHeader) -> None:
-        """Append offsets and footer, then make the file durable."""
-        if self.file is None:
-            self.file = self._open_file()
-        self.file.flush()
-        while self.pending:
-            with contextlib.suppress(Exception):  # recorded in self.failure, raised just below
-                self._result_of(self.pending.popleft())
-        if self.failure is not None:  # its checksum misses a chunk: committing it would publish a lie
-            raise OSError(
-                f"shard {self.shard} cannot be committed: writing it failed earlier ({self.failure})"
-            ) from self.failure
-        if self.data_size > self.handed_off:
-            self.data_crc = _file_checksum(self.path, self.handed_off, self.data_size, self.data_crc, sync=False)
-            self.handed_off = self.data_size
-        mask = b"" if self.mask_bits is None else self.mask_bits.finish()
-        lengths = b"" if self.lengths is None else lengths_bytes(self.lengths)
-        self.data_crc = zlib.crc32(mask, zlib.crc32(lengths, self.data_crc))  # it covers them after the data
-        self.header = header
-        trailer = shard_trailer(self.shard, self.offsets, self.data_size, self.data_crc, header, mask, lengths)
-        self.file.write(trailer)
-        self.file.flush()
-        os.fsync(self.file.fileno())
-        self.file.close()
-        self.file = None
-
-    def relabel(self, shard: int) -> None:
-        """Make the finished file that of shard ``shard``: only its footer names the id, so only that is rewritten."""
-        assert self.header is not None, "relabel a finished shard only"
-        index_crc = zlib.crc32(np.asarray(self.offsets, dtype="<u8").tobytes())
-        footer = shard_footer(shard, self.record_count, self.data_size, self.data_crc, index_crc, self.header)
-        with open(self.path, "r+b") as file:
-            file.seek(-len(footer), os.SEEK_END)
-            file.write(footer)
-            file.flush()
-            os.fsync(file.fileno())
-        self.shard = shard
-
-    def info(self) -> ShardInfo:
-        """The finished shard's counts and checksum, as readers index it."""
-        records = len(self.offsets) - 1
-        size = shard_size(records, self.data_size, self.header)
-        return ShardInfo(self.shard, records, self.offsets[-1], self.data_crc, size)
-
-    def abort(self) -> None:
-        for future in self.pending:
-            future.cancel()
-        self.pending.clear()
-        with contextlib.suppress(OSError):
-            if self.file is not None:
-                self.file.close()
-        self.file = None
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)
-
 
 _NO_DATA: Any = object()  # tells append(data) from append(shard, data)
 

@@ -29,10 +29,11 @@ RECORD_LONG_DOCUMENTS = ("drop",)  # what packed records may do with a record lo
 @dataclass(frozen=True)
 class RecordRows:
     """Row ``r`` holds the records (global indices) ``records[row_starts[r]:row_starts[r + 1]]``, in placement
-    order (longest first)."""
+    order (longest first); ``shard_rows`` counts each shard's rows (a row never crosses a shard)."""
 
     row_starts: np.ndarray
     records: np.ndarray
+    shard_rows: np.ndarray
 
     @property
     def row_count(self) -> int:
@@ -48,8 +49,8 @@ class RecordRows:
 
 def pack_records(reader: DocumentReader[Any], sequence_length: int, drop_long: bool) -> RecordRows:
     """The rows of every shard of ``reader``: its records' lengths packed best-fit decreasing, shard by shard."""
-    row_starts, records = [np.zeros(1, np.int64)], []
-    rows_so_far = 0
+    row_starts, records, shard_rows = [np.zeros(1, np.int64)], [], []
+    records_so_far = 0
     for position in range(len(reader.infos)):
         lengths = np.asarray(reader.shard_lengths(position), np.int64)
         kept = np.flatnonzero(lengths <= sequence_length)
@@ -62,9 +63,14 @@ def pack_records(reader: DocumentReader[Any], sequence_length: int, drop_long: b
             )
         starts, order = best_fit_decreasing(lengths[kept], sequence_length)
         records.append(kept[order] + int(reader.record_starts[position]))
-        row_starts.append(starts[1:] + rows_so_far)
-        rows_so_far += len(order)
-    return RecordRows(np.concatenate(row_starts), np.concatenate(records) if records else np.empty(0, np.int64))
+        row_starts.append(starts[1:] + records_so_far)
+        records_so_far += len(order)
+        shard_rows.append(len(starts) - 1)
+    return RecordRows(
+        np.concatenate(row_starts),
+        np.concatenate(records) if records else np.empty(0, np.int64),
+        np.asarray(shard_rows, np.int64),
+    )
 
 
 class PackedRecordSource(PinnedShards[DocumentReader[Any]]):
@@ -98,11 +104,23 @@ class PackedRecordSource(PinnedShards[DocumentReader[Any]]):
     def sample_bytes(self) -> int:
         return 0
 
+    def shard_sample_counts(self) -> np.ndarray:
+        """Packed rows per shard, in storage order (what a windowed order walks; packing never crosses a shard)."""
+        return self.rows.shard_rows
+
+    def clean_cuts(self) -> None:
+        """No row crosses a shard: a windowed order may put shards in any order."""
+        return None
+
     def fetch(self, indices: np.ndarray, epoch: int) -> list[list[Any]]:
         records, counts = self.rows.of_rows(np.asarray(indices, np.int64))
         decoded = self.reader.read_many(records)
         bounds = np.concatenate([[0], np.cumsum(counts)]).tolist()
         return [decoded[start:stop] for start, stop in pairwise(bounds)]
+
+    def prefetch(self, indices: np.ndarray, epoch: int) -> None:
+        """Shards of a remote storage that these rows' records need are downloaded in the background."""
+        self.reader.prefetch_records(self.rows.of_rows(np.asarray(indices, np.int64))[0])
 
     def describe(self, indices: np.ndarray, epoch: int) -> SamplePieces:
         records, counts = self.rows.of_rows(np.asarray(indices, np.int64))

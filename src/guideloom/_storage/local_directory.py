@@ -23,9 +23,9 @@ from guideloom._shards.layout import (
     publish,
 )
 from guideloom._shards.local_commit import is_committed
+from guideloom._shards.local_listing import local_snapshot, reindex, visible_shard_ids
 from guideloom._shards.local_shards import LocalShards, LocalTarget
 from guideloom._shards.shard_table import ShardTable, selected
-from guideloom._shards.snapshot import local_index_problem, local_snapshot, refresh_snapshot, visible_shard_ids
 from guideloom._shards.upkeep import clean_local, verify_local
 
 
@@ -35,14 +35,11 @@ class LocalDirectory:
     is_remote = False
     cache_limit = None  # read in place: no cache
     retry_count = 0
-    index_problem = None  # a local index that cannot be used is rebuilt, not bypassed
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.name = str(path)
-
-    def index_damage(self) -> str | None:
-        return local_index_problem(self.path)
+        self.index_problem: str | None = None  # why the last snapshot could not use shards.index (it rebuilt it)
 
     def use_compression(self, compression: str | None, level: int | None) -> None:
         pass  # local shards are never compressed (the storages refuse it before)
@@ -77,11 +74,13 @@ class LocalDirectory:
     def committed_shard_sizes(self, header_for_reading: Callable[[], StorageHeader]) -> list[int]:
         if not holds_storage(self.path):
             return []
-        return local_snapshot(self.path, read_header(self.path)).rows["size"].tolist()  # type: ignore[no-any-return]
+        return self.snapshot(read_header(self.path)).rows["size"].tolist()  # type: ignore[no-any-return]
 
     def snapshot(self, header: StorageHeader) -> ShardTable:
-        """The shards committed now, from the shard index where it is current (see ``_shards.snapshot``)."""
-        return local_snapshot(self.path, header)
+        """The shards committed now, from the shard index where it is current (see ``_shards.local_listing``); a
+        damaged index is bypassed (and rebuilt), and ``index_problem`` says why."""
+        table, self.index_problem = local_snapshot(self.path, header)
+        return table
 
     def unseen_shards(self, snapshot: ShardTable) -> np.ndarray:
         return np.setdiff1d(snapshot.ids, visible_shard_ids(self.path), assume_unique=True)
@@ -108,7 +107,7 @@ class LocalDirectory:
 
     def write_index(self, header: StorageHeader) -> int:
         """Write the shard index afresh from one listing (the old index's sound records spare footer reads)."""
-        return len(refresh_snapshot(self.path, header, EMPTY))
+        return len(reindex(self.path, header, EMPTY))
 
     def verify(self, header: StorageHeader, progress: Callable[[int], None] | None) -> list[str]:
         return verify_local(self.path, header, progress)

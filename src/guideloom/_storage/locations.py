@@ -11,9 +11,10 @@ is a new implementation of the protocol.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 import numpy as np
 
@@ -26,6 +27,21 @@ from guideloom._shards.shard_table import ShardTable
 from guideloom._storage.local_directory import LocalDirectory
 
 DEFAULT_MAX_OPEN_SHARDS = 128  # shards a reader keeps open (mapped, or leased from the cache) at once
+
+
+class LocationOptions(TypedDict, total=False):
+    """The keyword arguments every storage takes for where it lives and how it is read there (see
+    docs/object-storage.md): fsspec's ``storage_options`` (URLs only), the cache of an object store's
+    shards (``cache_dir``, ``cache_limit_bytes``), the shards a reader keeps open (``max_open_shards``,
+    default 128) and an object store's compressed shard objects (``compression``, ``compression_level``,
+    default 3)."""
+
+    storage_options: dict[str, Any] | None
+    cache_dir: str | os.PathLike[str] | None
+    cache_limit_bytes: int | None
+    max_open_shards: int
+    compression: str | None
+    compression_level: int
 
 
 class Location(Protocol):
@@ -46,10 +62,9 @@ class Location(Protocol):
     def retry_count(self) -> int: ...
 
     @property
-    def index_problem(self) -> str | None: ...
-
-    def index_damage(self) -> str | None:
-        """What is wrong with a local shard index now, before a reader rebuilds it (an object store's: None)."""
+    def index_problem(self) -> str | None:
+        """Why the last snapshot could not use the storage's index and listed its shards instead (a damaged local
+        ``shards.index``, which it rebuilt; an object store's index object, which it listed past), or None."""
         ...
 
     def use_compression(self, compression: str | None, level: int | None) -> None: ...

@@ -42,9 +42,6 @@ class ObjectStoreLocation:
     def index_problem(self) -> str | None:
         return self.files.index_problem
 
-    def index_damage(self) -> str | None:
-        return None  # the index object's problems show in index_problem, once a snapshot tried it
-
     def use_compression(self, compression: str | None, level: int | None) -> None:
         self.files.compression = compression
         self.files.compression_level = self.files.compression_level if level is None else level

@@ -6,7 +6,7 @@ import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, TypeVar, Unpack, overload
 
 import numpy as np
 
@@ -25,7 +25,7 @@ from guideloom._shards.shard_access import CommitTarget, ShardSet
 from guideloom._shards.shard_table import ShardTable
 from guideloom._shards.token_ids import TokenEncoder, TokenInput
 from guideloom._shards.writer import AsyncWriter, SyncWriter
-from guideloom._storage.locations import DEFAULT_MAX_OPEN_SHARDS, Location, local_path, locate
+from guideloom._storage.locations import DEFAULT_MAX_OPEN_SHARDS, Location, LocationOptions, local_path, locate
 from guideloom._storage.trust import warn_untrusted
 from guideloom._storage.writers import open_writer, record_measure
 
@@ -44,23 +44,20 @@ class StorageBase:
     compression: str | None = None  # of the shard objects on a store: requested, else as recorded
     _requested_compression: str | None = None
 
-    def _locate(
-        self,
-        path: object,
-        storage_options: object,
-        cache_dir: object,
-        cache_limit_bytes: object,
-        max_open_shards: object = DEFAULT_MAX_OPEN_SHARDS,
-    ) -> None:
-        """Set where the storage lives: a local directory, or an object store URL and its cache."""
-        cache_path, limit = check_cache_arguments(cache_dir, cache_limit_bytes)
-        self.max_open_shards = check_int("max_open_shards", max_open_shards, minimum=1)
-        self.home = locate(path, storage_options, cache_path, limit)
+    def _locate(self, path: object, options: LocationOptions) -> None:
+        """Set where the storage lives (a local directory, or an object store URL and its cache) and the
+        compression it asks for, from the constructor's ``LocationOptions``."""
+        unexpected = sorted(set(options) - LocationOptions.__optional_keys__)
+        if unexpected:  # as Python says it of a named argument
+            raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument {unexpected[0]!r}")
+        cache_path, limit = check_cache_arguments(options.get("cache_dir"), options.get("cache_limit_bytes"))
+        self.max_open_shards = check_int(
+            "max_open_shards", options.get("max_open_shards", DEFAULT_MAX_OPEN_SHARDS), minimum=1
+        )
+        self.home = locate(path, options.get("storage_options"), cache_path, limit)
         self.location = self.home.name
-
-    def _choose_compression(self, compression: object, level: object) -> None:
-        remote = self.home if self.home.is_remote else None
-        self._requested_compression, level = check_compression(compression, level, self.location, remote)
+        compression, level = options.get("compression"), options.get("compression_level", DEFAULT_LEVEL)
+        self._requested_compression, level = check_compression(compression, level, self.home)
         self._use_compression(self._requested_compression, level)
 
     def _use_compression(self, compression: str | None, level: int | None = None) -> None:
@@ -86,7 +83,8 @@ class StorageBase:
 
     @property
     def index_problem(self) -> str | None:
-        """Why the last snapshot of a remote storage could not use its index object (None: it did, or had none)."""
+        """Why the last snapshot could not use the storage's index and listed its shards instead (None: it used it,
+        or there is none): a damaged local ``shards.index`` (rebuilt), an object store's unusable index object."""
         return self.home.index_problem
 
     @property
@@ -155,8 +153,7 @@ class StorageBase:
         except StorageNotFoundError:
             return None
         if self._requested_compression is None:  # compression=None opens a storage as recorded
-            remote = self.home if self.home.is_remote else None
-            self._use_compression(recorded_compression(found, self.location, remote))
+            self._use_compression(recorded_compression(found, self.home))
         self._adopt_recorded(found)
         expected = self._expected_header()
         if found != expected:
@@ -207,7 +204,7 @@ class AnyFormatStorage(StorageBase):
     """A storage opened without its format class: enough to inspect, verify and clean it (the command line)."""
 
     def __init__(self, path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None) -> None:
-        self._locate(path, storage_options, None, None)
+        self._locate(path, {"storage_options": storage_options})
         self.header = self._read_header()
 
     def _expected_header(self) -> StorageHeader:
@@ -227,15 +224,12 @@ class DocumentStorage(StorageBase, Generic[In, Out]):
         path: str | os.PathLike[str],
         format: DocumentStorageFormat[In, Out],
         *,
-        storage_options: dict[str, Any] | None = None,
-        cache_dir: str | os.PathLike[str] | None = None,
-        cache_limit_bytes: int | None = None,
-        max_open_shards: int = DEFAULT_MAX_OPEN_SHARDS,
-        compression: str | None = None,
-        compression_level: int = DEFAULT_LEVEL,
         trusted: bool = False,
+        **options: Unpack[LocationOptions],
     ) -> None:
-        """A storage at a local ``path`` or an fsspec URL (see docs/object-storage.md for the other arguments).
+        """A storage at a local ``path`` or an fsspec URL; ``options`` are ``LocationOptions``: ``storage_options``,
+        ``cache_dir``, ``cache_limit_bytes``, ``max_open_shards``, ``compression``, ``compression_level`` (see
+        docs/object-storage.md).
 
         ``trusted=True`` says the data is yours: reading a pickle storage then gives no ``UntrustedFormatWarning``.
         """
@@ -249,8 +243,7 @@ class DocumentStorage(StorageBase, Generic[In, Out]):
         self.format = format
         self.trusted = check_bool("trusted", trusted)
         self.record_lengths = defines_length(format)  # for a new storage; an existing one's as recorded
-        self._locate(path, storage_options, cache_dir, cache_limit_bytes, max_open_shards)
-        self._choose_compression(compression, compression_level)
+        self._locate(path, options)
         self._existing_header()
 
     def _expected_header(self) -> StorageHeader:
@@ -313,22 +306,18 @@ class TokenStorage(StorageBase):
         dtype: str | np.dtype[Any] | type | None = None,
         *,
         loss_mask: bool | None = None,
-        storage_options: dict[str, Any] | None = None,
-        cache_dir: str | os.PathLike[str] | None = None,
-        cache_limit_bytes: int | None = None,
-        max_open_shards: int = DEFAULT_MAX_OPEN_SHARDS,
-        compression: str | None = None,
-        compression_level: int = DEFAULT_LEVEL,
+        **options: Unpack[LocationOptions],
     ) -> None:
-        """A storage at a local ``path`` or an fsspec URL (see docs/object-storage.md for the other arguments).
+        """A storage at a local ``path`` or an fsspec URL; ``options`` are ``LocationOptions``: ``storage_options``,
+        ``cache_dir``, ``cache_limit_bytes``, ``max_open_shards``, ``compression``, ``compression_level`` (see
+        docs/object-storage.md).
 
         ``loss_mask=True`` creates a masked storage (a loss mask bit per token, docs/tokens.md); None opens an
         existing storage as recorded and makes a new one unmasked.
         """
         if loss_mask is not None:
             check_bool("loss_mask", loss_mask)
-        self._locate(path, storage_options, cache_dir, cache_limit_bytes, max_open_shards)
-        self._choose_compression(compression, compression_level)
+        self._locate(path, options)
         recorded = None
         with contextlib.suppress(StorageNotFoundError):
             recorded = self._read_header()

@@ -24,7 +24,6 @@ from guideloom._storage.storages import TokenStorage
 from guideloom.tokenize._chat import describe_chat_input
 from guideloom.tokenize._chat_template import TRAIN_ON, load_chat_tokenizer
 from guideloom.tokenize._groups import (
-    DEFAULT_SHARD_SIZE,
     MAX_GROUPS,
     SHARDS_PER_GROUP,
     GroupJob,
@@ -198,16 +197,18 @@ def plan_run(
     output: Path | str,
     tokenizer_path: Path,
     *,
-    storage_options: dict[str, Any] | None = None,
-    text_field: str = "text",
-    dtype: object = None,
-    eos_token: str | None = "auto",
-    skip_existing: bool = False,
-    shard_size: object = DEFAULT_SHARD_SIZE,
-    train_on: str | None = None,
-    names: OptionNames = PYTHON_NAMES,
+    storage_options: dict[str, Any] | None,
+    text_field: str,
+    dtype: object,
+    eos_token: str | None,
+    skip_existing: bool,
+    shard_size: object,
+    train_on: str | None,
+    names: OptionNames,
 ) -> TokenizePlan:
     """Check the inputs, the tokenizer and the output, and group the inputs; raises before anything is written.
+
+    Every option is given by the caller (``tokenize_files`` or the command), whose defaults are the only ones.
 
     ``train_on`` (``"assistant"`` or ``"all"``) reads conversations instead of text (see ``_chat``); they
     are grouped into shards as text is.

@@ -238,5 +238,6 @@ def tokenize_files(
         skip_existing=skip_existing,
         shard_size=shard_size,
         train_on=train_on if chat else None,
+        names=PYTHON_NAMES,
     )
     return execute(plan, workers, progress, started, ray)

@@ -1,4 +1,7 @@
-"""A local storage's snapshot: the shards committed now and their facts, from its index alone where it can.
+"""How a local directory finds its committed shards and their facts: from its index alone where it can.
+
+What a local storage's snapshot is made from (``local_snapshot``), and how its index is rewritten
+(``reindex``: after a writer's commits, by ``storage.write_index()``, by a reader that found it stale).
 
 The listing of ``shards/`` is the truth (a shard file under its name is committed, see
 ``_shards.local_commit``). A current index (``_shards.freshness``: one ``stat`` says nothing changed
@@ -22,17 +25,16 @@ from guideloom._shards.shard_names import shard_ids_among
 from guideloom._shards.shard_table import ShardTable
 
 
-def local_snapshot(path: Path, header: StorageHeader) -> ShardTable:
-    """The shards committed now at ``path``: a current index alone, else one listing and the footers it lacks."""
+def local_snapshot(path: Path, header: StorageHeader) -> tuple[ShardTable, str | None]:
+    """The shards committed now at ``path`` (a current index alone, else one listing and the footers it lacks),
+    and why the index could not be used, or None (a current index, a stale one, none at all)."""
     contents = read_index(path)
     if is_current(contents, path):
-        return contents.table
-    return refresh_snapshot(path, header, EMPTY, contents)
+        return contents.table, None
+    return reindex(path, header, EMPTY, contents), index_problem(contents, path)
 
 
-def refresh_snapshot(
-    path: Path, header: StorageHeader, known: ShardTable, contents: IndexContents | None = None
-) -> ShardTable:
+def reindex(path: Path, header: StorageHeader, known: ShardTable, contents: IndexContents | None = None) -> ShardTable:
     """The shards listed at ``path`` now, their facts from ``known``, the index (if usable) or their footers; the
     index is written anew from them where the storage is writable."""
     contents = read_index(path) if contents is None else contents
@@ -63,11 +65,6 @@ def index_problem(contents: IndexContents, path: Path) -> str | None:
     """What is wrong with the index read at ``path`` (naming the file), or None; a stale one is not wrong."""
     reason = contents.problem or _other_directory(contents, path)
     return None if reason is None else f"the shard index {path / INDEX_NAME} is damaged: {reason}"
-
-
-def local_index_problem(path: Path) -> str | None:
-    """What is wrong with the index of the storage at ``path`` now (``guideloom inspect``), or None."""
-    return index_problem(read_index(path), path)
 
 
 def _other_directory(contents: IndexContents, path: Path) -> str | None:
