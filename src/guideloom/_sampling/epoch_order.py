@@ -101,7 +101,8 @@ class EpochOrder:
         self._half_mask = np.uint64((1 << int(self._half_bits)) - 1)
         self._keys = tuple(np.uint64(key) for key in round_keys(self.seed, self.epoch))
         self._ahead: tuple[int, npt.NDArray[np.int64]] = (0, np.empty(0, np.int64))  # first position, the order there
-        self._next = 0  # the position after the last one asked for: where a sequential reader continues
+        self._next = -1  # the position after the last one asked for: where a sequential reader continues (a first
+        # request never reads ahead: an order made for one request, as many are, computes no more than it asks)
 
     def __len__(self) -> int:
         return self.sample_count
