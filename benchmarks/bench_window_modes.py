@@ -6,7 +6,8 @@ Writes ``results/window_modes.json`` and prints a table. Three measurements, one
    and ``pack_documents=True`` (uint32 tokens in documents of 50-5,000 tokens), ``num_workers`` 0, as
    ratios to plain windows. One more row, the floor: plain windows plus the two int64 arrays that both
    modes add to a batch, written and nothing more (no implementation of the modes on one core can be
-   faster). The modes run interleaved, ``--repeats`` rounds: each round's ratios compare passes made
+   faster). The modes run interleaved, ``--repeats`` rounds (15: a pass takes tens of milliseconds, so
+   a few rounds' median moves with every burst of other work): each round's ratios compare passes made
    under the same load; the median ratio and its spread over the rounds are reported, and the best rate,
    both by wall time and by the process's CPU time (which a machine loaded by other work disturbs less).
 2. The padding share of the packed rows (goal: <= 2%).
@@ -101,7 +102,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=count, default=20_000_000)
     parser.add_argument("--documents", type=count, default=1_000_000)
     parser.add_argument("--shards", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds of every mode")
+    parser.add_argument("--repeats", type=int, default=15, help="interleaved rounds of every mode")
     parser.add_argument("--loss-mask", action="store_true", help="also each mode over a masked copy of the tokens")
     arguments = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 _REQUEST_LINE = re.compile(r'"([A-Z]+) (\S+) HTTP/[0-9.]+" (\d+)')
+_TERMINAL_STYLE = re.compile(r"\x1b\[[0-9;]*m")  # werkzeug colours the request line of answers other than 200
 DUMMY_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing",
@@ -26,7 +27,7 @@ class RequestLog(logging.Handler):
         self._lock = threading.Lock()
 
     def emit(self, record: logging.LogRecord) -> None:
-        match = _REQUEST_LINE.search(record.getMessage())
+        match = _REQUEST_LINE.search(_TERMINAL_STYLE.sub("", record.getMessage()))
         if match is not None:
             with self._lock:
                 self.requests.append((match.group(1), match.group(2), int(match.group(3))))
@@ -66,10 +67,17 @@ class S3Server:
         return name
 
     def gets(self, bucket: str, key_part: str = "") -> list[str]:
-        """Paths of the successful whole-object GETs in ``bucket`` (listings excluded), in order."""
+        """Paths of the successful whole-object GETs in ``bucket`` (status 200; listings excluded), in order."""
+        return [path for path, status in self._object_gets(bucket, key_part) if status == 200]
+
+    def ranged_gets(self, bucket: str, key_part: str = "") -> list[str]:
+        """Paths of the GETs of a range of an object in ``bucket`` (status 206: partial content), in order."""
+        return [path for path, status in self._object_gets(bucket, key_part) if status == 206]
+
+    def _object_gets(self, bucket: str, key_part: str) -> list[tuple[str, int]]:
         prefix = f"/{bucket}/"
         return [
-            path
+            (path, status)
             for method, path, status in list(self.log.requests)
             if method == "GET" and path.startswith(prefix) and "?" not in path and key_part in path and status < 300
         ]

@@ -32,6 +32,15 @@ def test_inspect_a_url_reads_only_the_listing(
     assert s3_server.gets(bucket, "/shards/") == []
 
 
+def test_inspect_lengths_of_a_url_reads_the_shards_tails_only(
+    written: list[str], bucket: str, s3_server: S3Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["inspect", *written, "--lengths"]) == 0
+    assert "tokens per document: 2 documents (0 empty), min 50, mean 75.0, max 100" in capsys.readouterr().out
+    assert s3_server.gets(bucket, "/shards/") == []
+    assert len(s3_server.ranged_gets(bucket, "/shards/")) == 2
+
+
 def test_verify_a_url_names_a_damaged_shard(
     written: list[str], bucket: str, s3_server: S3Server, capsys: pytest.CaptureFixture[str]
 ) -> None:

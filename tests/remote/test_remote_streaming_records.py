@@ -3,8 +3,9 @@ machine (a cache directory each, as separate disks).
 
 Packed records: once the loader has packed the rows (which reads every shard's record lengths), each machine
 downloads its share about once per epoch through a cache of a quarter of the corpus (or half its share).
-Batches by budget: every rank plans every machine's batches from the lengths of their records, so each machine
-downloads every shard once per epoch through a cache of every machine's window (see docs/object-storage.md).
+Batches by budget: every rank plans every machine's batches from the lengths of their records, read from the
+shard objects' tails, so each machine downloads its share once per epoch and every shard's tail once (see
+docs/object-storage.md); over compressed shard objects it downloads the shards themselves.
 """
 
 from __future__ import annotations
@@ -90,59 +91,104 @@ def test_each_machine_downloads_its_share_about_once_an_epoch(
 
 
 BUDGET_SHARDS, BUDGET_PER_SHARD = 16, 400  # shards larger than the lengths a stream reads ahead (256)
+BUDGET = 8000  # records of up to 2,000 bytes: about 8 a batch
+
+
+def write_large_shards(url: str, s3_server: S3Server, cache: Path, compression: str | None = None) -> int:
+    """A document storage of 16 shards of 400 records of up to 2,000 bytes; the size of its largest shard."""
+    storage = DocumentStorage(
+        url, RawFormat(), storage_options=s3_server.options, cache_dir=cache, compression=compression
+    )
+    lengths = record_lengths(BUDGET_SHARDS * BUDGET_PER_SHARD, seed=10, longest=2000)
+    with storage.sync_writer() as writer:
+        for index, length in enumerate(lengths):
+            writer.append(index // BUDGET_PER_SHARD, record(index, length))
+    return int(storage.snapshot().rows["size"].max())
 
 
 @pytest.fixture
 def large_shards(s3_url: str, s3_server: S3Server, tmp_path: Path) -> tuple[str, int]:
-    """The URL of a document storage of 16 shards of 400 records, and the size of its largest shard object."""
+    """The URL of the storage of ``write_large_shards`` and the size of its largest shard object."""
     url = f"{s3_url}-large"
-    storage = DocumentStorage(url, RawFormat(), storage_options=s3_server.options, cache_dir=tmp_path / "writer")
-    lengths = record_lengths(BUDGET_SHARDS * BUDGET_PER_SHARD, seed=10, longest=100)
-    with storage.sync_writer() as writer:
-        for index, length in enumerate(lengths):
-            writer.append(index // BUDGET_PER_SHARD, record(index, length))
-    return url, int(storage.snapshot().rows["size"].max())
+    return url, write_large_shards(url, s3_server, tmp_path / "writer")
 
 
-@pytest.mark.parametrize("machines", [1, 2])
-def test_by_budget_each_machine_downloads_each_shard_at_most_once(
-    s3_server: S3Server, tmp_path: Path, large_shards: tuple[str, int], machines: int
+def shard_gets(requests: list[tuple[str, str, int]], status: int) -> collections.Counter[int]:
+    """How many GETs of each shard's object (by id) answered ``status``: 200 whole, 206 a range (its tail)."""
+    return collections.Counter(
+        int(path.rsplit("/", 1)[1].removesuffix(".shard"))
+        for method, path, answered in requests
+        if method == "GET" and answered == status and path.endswith(".shard")
+    )
+
+
+@pytest.mark.parametrize(("machines", "ranks"), [(1, 1), (2, 1), (4, 1), (2, 2)])
+def test_by_budget_each_machine_downloads_its_share_and_the_lengths_tails(
+    s3_server: S3Server, tmp_path: Path, large_shards: tuple[str, int], machines: int, ranks: int
 ) -> None:
     url, largest = large_shards
-    bucket = url.removeprefix("s3://").split("/")[0]
+    rows = DocumentStorage(url, RawFormat(), storage_options=s3_server.options, cache_dir=tmp_path).snapshot().rows
+    sizes = dict(zip(rows["id"].tolist(), rows["size"].tolist(), strict=True))
+    tails = rows["size"] - (rows["element_count"] + 7) // 8 * 8  # offsets and footer (no lengths recorded)
+    tail_sizes = dict(zip(rows["id"].tolist(), tails.tolist(), strict=True))
     window = 2
-    cache_shards = machines * (window + 2) + 1  # every machine's window and the shards after them
+    cache_shards = window + 2 + ranks  # its own window, a shard prefetched by each rank, one downloading
     read: list[int] = []
     for machine in range(machines):
-        cache = tmp_path / f"machine-{machine}"
+        before = len(s3_server.log.requests)
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # the cache fits: no warning
-            (loader,) = machine_loaders(
+            loaders = machine_loaders(
                 url,
                 s3_server,
-                cache,
+                tmp_path / f"machine-{machine}",
                 cache_shards * largest,
                 machines,
                 machine,
-                1,
+                ranks,
                 shuffle_window=window,
-                batch_tokens=300,
+                batch_tokens=BUDGET,
             )
-        before = len(s3_server.gets(bucket, ".shard"))
-        with loader:
-            read += [index for batch in loader for index in batch]
-        downloads = collections.Counter(s3_server.gets(bucket, ".shard")[before:])
-        assert max(downloads.values()) == 1, f"machine {machine} downloaded a shard twice: {downloads}"
-        assert sum(downloads.values()) <= 1.1 * BUDGET_SHARDS + 1  # the corpus, its share only with one machine
+        machine_read = [index for step in zip(*loaders, strict=True) for batch in step for index in batch]
+        for loader in loaders:
+            loader.close()
+        read += machine_read
+        downloads, tails = (
+            shard_gets(s3_server.log.requests[before:], 200),
+            shard_gets(s3_server.log.requests[before:], 206),
+        )
+        share = {index // BUDGET_PER_SHARD for index in machine_read}
+        # the last step's padding repeats a record or two from the epoch's start: their shard may come again
+        padding = {index // BUDGET_PER_SHARD for index, count in collections.Counter(machine_read).items() if count > 1}
+        assert set(downloads) == share, f"machine {machine} read shards of other machines: {downloads}"
+        assert all(count == 1 or shard in padding for shard, count in downloads.items()), f"{downloads}"
+        assert max(tails.values()) == 1  # each shard's lengths read once by the machine, whatever its ranks
+        share_bytes = sum(sizes[shard] for shard in share)
+        tails_bytes = sum(tail_sizes[shard] for shard in tails)
+        downloaded = sum(sizes[shard] * count for shard, count in downloads.items())
+        assert downloaded + tails_bytes <= 1.1 * share_bytes + largest * len(padding)
+        assert tails_bytes <= 0.05 * share_bytes  # every machine's lengths: 16 bytes a record, not its data
     assert sorted(set(read)) == list(range(BUDGET_SHARDS * BUDGET_PER_SHARD))
 
 
-def test_by_budget_a_cache_short_of_every_machines_window_warns_with_a_window_that_fits(
+def test_by_budget_over_compressed_shards_a_cache_short_of_every_machines_window_warns(
+    s3_server: S3Server, s3_url: str, tmp_path: Path
+) -> None:
+    largest = write_large_shards(s3_url, s3_server, tmp_path / "writer", compression="zstd")
+    with pytest.warns(UserWarning, match=r"every machine's window from its compressed shards.*shuffle_window=2 fits"):
+        (loader,) = machine_loaders(
+            s3_url, s3_server, tmp_path / "cache", 9 * largest, 2, 0, 1, shuffle_window=3, batch_tokens=BUDGET
+        )
+    loader.close()
+
+
+def test_by_budget_lengths_from_the_tails_need_only_the_machines_own_window_in_the_cache(
     s3_server: S3Server, tmp_path: Path, large_shards: tuple[str, int]
 ) -> None:
     url, largest = large_shards
-    with pytest.warns(UserWarning, match=r"reads the record lengths of every machine's window.*shuffle_window=2 fits"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         (loader,) = machine_loaders(
-            url, s3_server, tmp_path / "cache", 9 * largest, 2, 0, 1, shuffle_window=3, batch_tokens=300
+            url, s3_server, tmp_path / "cache", 6 * largest, 4, 0, 1, shuffle_window=3, batch_tokens=BUDGET
         )
     loader.close()

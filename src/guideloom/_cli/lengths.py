@@ -35,7 +35,7 @@ class Lengths:
         unit = "tokens" if tokens else "length" if reader.header.record_lengths else "bytes"
         found = cls(unit, "documents" if tokens else "records", *np.zeros((2, BUCKETS)))
         for position in range(len(reader.infos)):
-            found.add(reader.shard(position).record_lengths())  # the index only; the mapping closes as others open
+            found.add(reader.shard_lengths(position))  # the index only (an object store's: its tail)
         return found
 
     def add(self, lengths: np.ndarray) -> None:

@@ -62,7 +62,8 @@ def prepare_streaming(
     """The source a new loader reads, made ready for its order: the warnings below, and a windowed order's source
     keeps its window and the shard a window runs into open, no more (a finished shard is left to the cache at
     once). A windowed mixture does so for each component, and reads its positions as machine slots. Batches by
-    budget (``by_budget``) read the record lengths of every machine's window (see `warn_if_thrashing`)."""
+    budget (``by_budget``) read the record lengths of every machine's window: from the shard objects' tails, or,
+    where those are compressed, from the shards themselves (see `warn_if_thrashing`)."""
     read: list[tuple[object, SampleSource]] = [(storage, source)]
     if isinstance(storage, Mixture) and isinstance(source, MixtureSource):
         read = list(zip(storage.components.values(), source.components, strict=True))
@@ -73,7 +74,9 @@ def prepare_streaming(
                 f"shuffle_window={shuffle_window} cannot read {one_source}: its samples are not cut shard by shard "
                 "(read it with the global order, shuffle_window=None)"
             )
-        warn_if_thrashing(one_storage, one_source, shuffle, shuffle_window, machines if by_budget else 1)
+        # lengths come from the shards' tails, except from compressed shard objects: those are downloaded
+        every_window = by_budget and getattr(one_storage, "compression", None) is not None
+        warn_if_thrashing(one_storage, one_source, shuffle, shuffle_window, machines if every_window else 1)
         if shuffle_window is not None and isinstance(one_source, PinnedShards):
             one_source.hold_at_most(shuffle_window + 1)
     return in_machine_shares(source, shuffle_window, machines)
@@ -94,7 +97,8 @@ def warn_if_thrashing(
 ) -> None:
     """Warn once per storage when a global shuffle reads a remote storage through a cache smaller than it, or
     a windowed one through a cache smaller than the ``windows`` it reads at once: its own, or with batches by
-    budget every machine's (each rank plans every machine's batches from the lengths of their records).
+    budget over compressed shard objects every machine's (each rank plans every machine's batches from the
+    lengths of their records, which only uncompressed objects give without the shards' data).
 
     A global order touches every shard all the time, so each read misses the cache with the chance that its
     shard is not among the cached ones: about ``samples x (1 - cached shards / shards)`` downloads an epoch.
@@ -112,8 +116,9 @@ def warn_if_thrashing(
             _warned.add(source.storage.location)
             warnings.warn(
                 f"batch_tokens with shuffle_window={shuffle_window} over {windows} machines reads the record lengths "
-                f"of every machine's window, so each machine downloads every shard of {source.storage.location} "
-                f"once an epoch, through a cache of {windows} windows and the shards after them; this cache "
+                f"of every machine's window from its compressed shards, so each machine downloads every shard of "
+                f"{source.storage.location} once an epoch, through a cache of {windows} windows and the shards "
+                "after them; this cache "
                 f"({limit:,} bytes, {cached} of its largest shards) is smaller and will download shards again: "
                 f"shuffle_window={max(1, (cached - 1) // windows - 2)} fits (see docs/object-storage.md)",
                 stacklevel=3,

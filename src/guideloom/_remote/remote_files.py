@@ -28,11 +28,14 @@ from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
+
 from guideloom._core.errors import CorruptStorageError, FormatMismatchError, StorageNotFoundError
 from guideloom._remote.compression import DEFAULT_LEVEL, DamagedDownload, ShardDecoder, upload_source
 from guideloom._remote.index_object import INDEX_OBJECT, index_object_bytes
 from guideloom._remote.indexed_listing import problem_of_index, read_index_object, snapshot_after_index
 from guideloom._remote.object_store import ObjectStore
+from guideloom._remote.remote_lengths import RemoteLengths, clean_lengths
 from guideloom._remote.shard_cache import CacheLease, ShardCache
 from guideloom._remote.store_pages import overwrite
 from guideloom._shards.footer import FOOTER, decode_footer
@@ -161,6 +164,7 @@ class RemoteFiles:
         """Remove what dead writers left: local files being built or downloaded, unfinished uploads, stray markers."""
         removed = [str(path) for path in clean_incomplete(self.incomplete, older_than)]
         removed += [str(path) for path in self.cache.clean(older_than)]
+        removed += [str(path) for path in clean_lengths(self.directory / "lengths", older_than)]
         removed += self.store.abort_uploads(SHARDS_DIR, older_than)
         names = self.store.listing(SHARDS_DIR)
         shards = {shard for name in names if (shard := shard_id_of(name)) is not None}
@@ -284,6 +288,7 @@ class RemoteShards:
         # Room for the shards a reader holds plus the one being downloaded, so the limit holds with one reader.
         self._room: int | None = None if limit is None else max(1, limit // max(largest, 1) - 1)
         self.max_open = max_open if self._room is None else min(max_open, self._room)
+        self.lengths = RemoteLengths(files.store, header, files.cache, files.directory / "lengths")
 
     def open(self, position: int) -> ShardFile:
         info = self.infos[position]
@@ -298,6 +303,10 @@ class RemoteShards:
             old.release()
         self._leases[position] = lease
         return shard
+
+    def record_lengths(self, position: int) -> np.ndarray | None:
+        """A shard's record lengths from its object's tail, without its data (None for compressed objects)."""
+        return self.lengths.of(self.infos[position]) if 0 <= position < len(self.infos) else None
 
     def release(self, position: int, shard: ShardFile) -> None:
         shard.close()

@@ -82,6 +82,12 @@ class ShardCache:
     def path_for(self, info: ShardInfo) -> Path:
         return self.directory / f"{info.id:012d}.{info.data_crc:08x}.{info.size}.shard"
 
+    def hold(self, info: ShardInfo) -> CacheLease | None:
+        """The cached shard held for reading if it is in the cache (nothing is downloaded), else None."""
+        final = self.path_for(info)
+        descriptor = _locked(final, fcntl.LOCK_SH)
+        return None if descriptor is None else CacheLease(final, descriptor)
+
     def acquire(
         self,
         info: ShardInfo,

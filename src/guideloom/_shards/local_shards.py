@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+import numpy as np
+
 from guideloom._core.errors import CorruptStorageError
 from guideloom._shards.header import StorageHeader
 from guideloom._shards.layout import INCOMPLETE_DIR, INDEX_NAME, SHARDS_DIR, ShardFile, ShardInfo, shard_file_name
@@ -36,6 +38,9 @@ class LocalShards:
                 "the index"
             )
         return shard
+
+    def record_lengths(self, position: int) -> np.ndarray | None:
+        return None  # mapped in place: the reader takes them from the opened shard
 
     def release(self, position: int, shard: ShardFile) -> None:
         shard.close()

@@ -129,12 +129,13 @@ class StorageReader(Generic[Out]):
         """The lengths of the records of the reader's shard at ``position`` (in ascending id order), in order:
         int64, read-only, nothing decoded.
 
-        The lengths a format's ``length(data)`` gave when they were written (mapped from the shard), or, where
-        the storage records none (a format without ``length``, storages of guideloom 0.3, token storages),
-        each record's size: bytes for documents, tokens for token storages.
+        The lengths a format's ``length(data)`` gave when they were written (mapped from the shard, or from an
+        object store's shard's tail), or, where the storage records none (a format without ``length``, storages
+        of guideloom 0.3, token storages), each record's size: bytes for documents, tokens for token storages.
         """
         self.check_open()
-        return self.shard(position).record_lengths()
+        lengths = None if position in self._opened else self.shard_set.record_lengths(position)  # remote: its tail
+        return self.shard(position).record_lengths() if lengths is None else lengths
 
     @property
     def fingerprint(self) -> str:

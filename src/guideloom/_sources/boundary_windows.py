@@ -13,7 +13,7 @@ import numpy as np
 
 from guideloom._sources.token_windows import TokenSource
 from guideloom._windows.boundaries import PieceRows, split_batch
-from guideloom._windows.document_rows import boundary_rows, document_starts_near
+from guideloom._windows.document_rows import stream_rows
 from guideloom._windows.labels import read_window_masks
 
 
@@ -24,8 +24,7 @@ class BoundaryWindowSource(TokenSource[PieceRows]):
 
     def fetch(self, indices: np.ndarray, epoch: int) -> PieceRows:
         windows = self.read_windows(indices)
-        starts = np.asarray(indices, np.int64) * self.sequence_length
-        rows = boundary_rows(windows, starts, document_starts_near(self.reader, starts, self.sequence_length))
+        rows = stream_rows(self.reader, windows, np.asarray(indices, np.int64) * self.sequence_length)
         if self.reader.header.loss_mask:
             rows = dataclasses.replace(rows, loss_mask=read_window_masks(self.reader, indices, self.sequence_length))
         return rows

@@ -60,9 +60,9 @@ def record_lengths_at(reader: DocumentReader[Any], indices: np.ndarray) -> np.nd
     by_shard = np.argsort(positions, kind="stable")
     for group in np.split(by_shard, np.flatnonzero(np.diff(positions[by_shard])) + 1) if len(indices) else []:
         position, chosen = int(positions[group[0]]), records[group]
-        if reader.header.record_lengths:  # mapped: the chosen ones only
+        if reader.header.record_lengths or not reader.shard_set.mapped_in_place:  # the chosen ones only
             lengths[group] = reader.shard_lengths(position)[chosen]
-        else:  # their sizes, without a pass over the whole shard's offsets
+        else:  # their sizes, without a pass over the whole mapped shard's offsets
             offsets = reader.shard(position).offsets
             lengths[group] = offsets[chosen + 1].astype(np.int64) - offsets[chosen].astype(np.int64)
     return lengths

@@ -216,21 +216,29 @@ def window_pieces(window_starts: np.ndarray, length: int, document_starts: np.nd
     a window's own start always begins a piece.
     """
     window_starts = np.asarray(window_starts, np.int64)
-    rows = len(window_starts)
-    document_starts = np.asarray(document_starts)
+    document_starts = np.asarray(document_starts, np.int64)
     first = document_starts.searchsorted(window_starts, side="right")
-    inner = document_starts.searchsorted(window_starts + length, side="left") - first
-    cuts_before = inner.cumsum() - inner
-    row_points = np.arange(rows, dtype=np.int64) + cuts_before  # where each row's own start goes
-    points = np.empty(rows + int(inner.sum()) + 1, np.int64)
-    is_inner = np.ones(len(points) - 1, bool)
-    is_inner[row_points] = False
-    points[row_points] = np.arange(rows, dtype=np.int64) * length
-    which = (first - cuts_before).repeat(inner) + np.arange(int(inner.sum()), dtype=np.int64)
-    shift = (np.arange(rows, dtype=np.int64) * length - window_starts).repeat(inner)
-    points[:-1][is_inner] = document_starts[which] + shift
-    points[-1] = rows * length
-    return inner + 1, points[1:] - points[:-1]
+    inside = document_starts.searchsorted(window_starts + length, side="left") - first
+    shift = np.arange(0, len(window_starts) * length, length, dtype=np.int64) - window_starts
+    cuts = document_starts[flat_indices(first, inside)] + shift.repeat(inside)
+    return pieces_at_cuts(cuts, len(window_starts), length)
+
+
+def pieces_at_cuts(cuts: np.ndarray, rows: int, length: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pieces of ``rows`` rows of ``length`` tokens cut at ``cuts``: how many each row has, and their lengths.
+
+    ``cuts`` are flat positions (``row * length + column``) where pieces begin, int64, in any order and
+    possibly repeated; every row's own start begins a piece too.
+    """
+    points = np.empty(len(cuts) + rows + 1, np.int64)
+    points[: len(cuts)] = cuts
+    points[len(cuts) :] = np.arange(0, (rows + 1) * length, length, dtype=np.int64)
+    points.sort()
+    distinct = np.empty(len(points), np.bool_)  # the last of each run of equal points
+    np.not_equal(points[:-1], points[1:], out=distinct[:-1])
+    distinct[-1] = True
+    points = points[distinct]
+    return np.bincount(points[:-1] // length, minlength=rows), points[1:] - points[:-1]
 
 
 def split_batch(batch: dict[str, Any], sizes: list[int]) -> list[dict[str, Any]]:
@@ -239,23 +247,25 @@ def split_batch(batch: dict[str, Any], sizes: list[int]) -> list[dict[str, Any]]
     Every part's ``cu_seqlens`` and ``max_seqlen`` are computed for all parts at once: this runs for
     every group of batches, and per-part array calls would cost more than the parts' own rows.
     """
-    length = batch["input_ids"].shape[1]
     cu_seqlens = batch["cu_seqlens"].numpy().astype(np.int64)
-    row_bounds = np.fromiter(accumulate(sizes, initial=0), np.int64, len(sizes) + 1)
-    cuts = cu_seqlens.searchsorted(row_bounds * length)
+    row_ends = np.fromiter(accumulate(sizes, initial=0), np.int64, len(sizes) + 1)
+    row_ends *= batch["input_ids"].shape[1]  # where each part starts in the flat batch, and the end
+    cuts = cu_seqlens.searchsorted(row_ends)  # each part's first piece, and the end
     piece_counts = cuts[1:] - cuts[:-1]
     piece_lengths = cu_seqlens[1:] - cu_seqlens[:-1]
-    if len(piece_lengths) and piece_counts.all():  # every part has rows, hence pieces
+    if piece_counts.all():  # every part has rows, hence pieces
         longest = np.maximum.reduceat(piece_lengths, cuts[:-1])
     else:  # a part of no rows has no piece: its max_seqlen is 0
         longest = np.zeros(len(sizes), np.int64)
         if len(piece_lengths):
             longest[piece_counts > 0] = np.maximum.reduceat(piece_lengths, cuts[:-1][piece_counts > 0])
-    # Part i's cu_seqlens: entries cuts[i] .. cuts[i + 1] (its end is the next part's start), less its offset.
+    # Part i's cu_seqlens: entries cuts[i] .. cuts[i + 1] (its end is the next part's start), less its start.
     counts = piece_counts + 1
-    rebased = cu_seqlens[flat_indices(cuts[:-1], counts)] - (row_bounds[:-1] * length).repeat(counts)
-    part_cu_seqlens = torch.split(torch.from_numpy(rebased.astype(np.int32)), counts.tolist())
-    columns = [torch.split(batch[key], sizes) for key in ("input_ids", "position_ids", "labels")]
+    ends = counts.cumsum()
+    entries = (cuts[:-1] - ends + counts).repeat(counts) + np.arange(ends[-1], dtype=np.int64)
+    rebased = (cu_seqlens[entries] - row_ends[:-1].repeat(counts)).astype(np.int32)
+    part_cu_seqlens = torch.from_numpy(rebased).split_with_sizes(counts.tolist())
+    columns = [batch[key].split_with_sizes(sizes) for key in ("input_ids", "position_ids", "labels")]
     return [
         {"input_ids": ids, "position_ids": positions, "labels": labels, "cu_seqlens": cu, "max_seqlen": top}
         for ids, positions, labels, cu, top in zip(*columns, part_cu_seqlens, longest.tolist(), strict=True)

@@ -14,18 +14,26 @@ import numpy as np
 
 from guideloom._core.errors import CorruptStorageError
 from guideloom._shards.reader import TokenReader
-from guideloom._windows.boundaries import PieceRows, flat_indices, window_pieces
+from guideloom._windows.boundaries import PieceRows, flat_indices, pieces_at_cuts
 from guideloom._windows.labels import fill_piece_masks
 from guideloom._windows.packing import ShardPacking
 from guideloom._windows.packing_cache import load_or_build, load_or_count_rows, row_counts_directory
 
 
-def document_starts_near(reader: TokenReader, window_starts: np.ndarray, length: int) -> np.ndarray:
-    """Stream positions where non-empty documents begin inside the windows ``[s, s + length)`` (sorted, unique).
+def stream_rows(reader: TokenReader, windows: np.ndarray, window_starts: np.ndarray) -> PieceRows:
+    """Stream windows (rows of ``windows``, starting at ``window_starts``) with their pieces; no padding."""
+    length = windows.shape[1]
+    counts, lengths = pieces_at_cuts(document_cuts(reader, window_starts, length), len(windows), length)
+    return PieceRows(windows, lengths, counts, np.zeros(len(windows), np.int64))
+
+
+def document_cuts(reader: TokenReader, window_starts: np.ndarray, length: int) -> np.ndarray:
+    """Where non-empty documents begin inside the windows ``[s, s + length)``, as flat positions of their rows
+    (``row * length + column``; unsorted, a row's own start and a start found twice may be among them).
 
     Read from the mapped offsets of the shards the windows touch, by bisection: nothing per document
     is copied, whatever the storage's size. This runs for every group of batches, so the work per shard
-    is one search; the rest is a few whole-array operations over all windows.
+    is one search and one gather; the rest is a few whole-array operations over all windows.
     """
     window_starts = np.asarray(window_starts, np.int64)
     if not len(window_starts):
@@ -33,6 +41,7 @@ def document_starts_near(reader: TokenReader, window_starts: np.ndarray, length:
     token_starts = reader.token_starts
     first = token_starts.searchsorted(window_starts, side="right") - 1
     last = token_starts.searchsorted(window_starts + (length - 1), side="right") - 1
+    shifts = np.arange(0, len(window_starts) * length, length, dtype=np.int64) - window_starts
     if (first == last).all():  # no window crosses a shard's end: one span of each shard per window
         positions, bases = first, token_starts[first]
         begins = window_starts - bases
@@ -43,6 +52,7 @@ def document_starts_near(reader: TokenReader, window_starts: np.ndarray, length:
         bases = token_starts[positions]
         begins = np.maximum(np.repeat(window_starts, spans), bases) - bases
         ends = np.minimum(np.repeat(window_starts + length, spans), token_starts[positions + 1]) - bases
+        shifts = shifts.repeat(spans)
     by_shard = positions.argsort(kind="stable")
     positions = positions[by_shard]
     queries = np.empty((2, len(positions)), np.uint64)
@@ -54,25 +64,15 @@ def document_starts_near(reader: TokenReader, window_starts: np.ndarray, length:
         offsets = reader.shard(int(positions[start])).offsets  # mapped uint64: searched in place, never converted
         bounds[:, start:stop] = offsets.searchsorted(queries[:, start:stop], side="left")
         shard_offsets.append(offsets)
-    # A position in the offsets below the shard's end starts a non-empty document (empty ones share it).
+    # A position in the offsets below the span's end starts a non-empty document (empty ones share it).
     counts = bounds[1] - bounds[0]
     found = flat_indices(bounds[0], counts)
     found_cuts = counts.cumsum()[np.array(cuts[1:], np.int64) - 1].tolist()
-    starts = np.empty(len(found), np.int64)
+    flat = np.empty(len(found), np.int64)
     for offsets, (start, stop) in zip(shard_offsets, pairwise([0, *found_cuts]), strict=True):
-        starts[start:stop] = offsets[found[start:stop]]
-    starts += bases[by_shard].repeat(counts)
-    starts.sort()
-    return np.concatenate((starts[:1], starts[1:][starts[1:] != starts[:-1]]))
-
-
-def boundary_rows(windows: np.ndarray, window_starts: np.ndarray, document_starts: np.ndarray) -> PieceRows:
-    """Stream windows (rows of ``windows``, starting at ``window_starts``) with their pieces; no padding.
-
-    ``document_starts`` must hold every non-empty document start inside the windows (more is fine).
-    """
-    counts, lengths = window_pieces(window_starts, windows.shape[1], document_starts)
-    return PieceRows(windows, lengths, counts, np.zeros(len(windows), np.int64))
+        flat[start:stop] = offsets[found[start:stop]]
+    flat += (bases + shifts)[by_shard].repeat(counts)
+    return flat
 
 
 class PackedShards:
@@ -126,7 +126,7 @@ class PackedShards:
         ``masked``, their loss masks, False on padding).
 
         The pieces of all rows are located with whole-array operations, shard by shard; then one loop
-        copies each piece, a slice of its shard's mapped tokens, into place.
+        copies each piece, a slice of its shard's mapped tokens, into place (`copy_pieces`).
         """
         length = self.sequence_length
         if len(indices) == 0:
@@ -164,14 +164,7 @@ class PackedShards:
         destinations = piece_ends - lengths + (by_shard * length - (row_ends - fills)).repeat(counts)
         out = np.empty((len(indices), length), dtype)
         flat = out.reshape(-1)
-        stops = (starts + lengths).tolist()
-        piece_starts, piece_destinations = starts.tolist(), destinations.tolist()
-        for position, (first, last) in zip(used, pairwise(piece_cuts), strict=True):
-            tokens = reader.shard_tokens(position)
-            for start, stop, destination in zip(
-                piece_starts[first:last], stops[first:last], piece_destinations[first:last], strict=True
-            ):
-                flat[destination : destination + stop - start] = tokens[start:stop]
+        copy_pieces(reader, used, piece_cuts, starts, starts + lengths, destinations, flat)
         row_fills = np.empty_like(fills)
         row_fills[by_shard] = fills
         flat[flat_indices(np.arange(len(indices), dtype=np.int64) * length + row_fills, length - row_fills)] = pad_id
@@ -179,9 +172,41 @@ class PackedShards:
         if masked:
             mask = np.zeros(out.shape, np.bool_)
             shards = np.repeat(used, np.diff(piece_cuts)).tolist()
-            fill_piece_masks(mask.reshape(-1), reader, shards, piece_starts, stops, piece_destinations)
+            stops = (starts + lengths).tolist()
+            fill_piece_masks(mask.reshape(-1), reader, shards, starts.tolist(), stops, destinations.tolist())
         row_counts = np.empty_like(counts)
         row_counts[by_shard] = counts
         if len(used) > 1:  # pieces back to the rows' order in ``indices``
             lengths = lengths[flat_indices((ends - counts)[by_shard.argsort()], row_counts)]
         return PieceRows(out, lengths, row_counts, length - row_fills, mask)
+
+
+def copy_pieces(
+    reader: TokenReader,
+    shards: list[int],
+    piece_cuts: list[int],
+    starts: np.ndarray,
+    stops: np.ndarray,
+    destinations: np.ndarray,
+    out: np.ndarray,
+) -> None:
+    """Tokens ``starts[i]:stops[i]`` of the reader's shard ``shards[k]`` (for the pieces ``i`` from
+    ``piece_cuts[k]`` to ``piece_cuts[k + 1]``) copied to ``out[destinations[i]:]`` (flat), cast to its dtype.
+
+    A group of batches holds a few hundred pieces, and a NumPy slice assignment per piece cost more than
+    its tokens: each piece is copied as bytes (memoryview slices, a fraction of the cost) into an array
+    of the stored dtype, which is cast to ``out``'s dtype in one pass.
+    """
+    size = reader.dtype.itemsize
+    stored = out if out.dtype == reader.dtype else np.empty(out.shape, reader.dtype)
+    target = stored.data.cast("B")
+    byte_starts, byte_stops = (starts * size).tolist(), (stops * size).tolist()
+    byte_destinations = (destinations * size).tolist()
+    for position, (first, last) in zip(shards, pairwise(piece_cuts), strict=True):
+        tokens = reader.shard_tokens(position).data.cast("B")
+        for start, stop, destination in zip(
+            byte_starts[first:last], byte_stops[first:last], byte_destinations[first:last], strict=True
+        ):
+            target[destination : destination + stop - start] = tokens[start:stop]
+    if stored is not out:
+        np.copyto(out, stored, casting="unsafe")
