@@ -104,8 +104,17 @@ def test_records_are_never_cut(tmp_path: Path) -> None:
     storage = make_sized_records(tmp_path / "records", [10, 200, 30], shards=1)
     with pytest.raises(ValueError, match="cannot apply to packed records, which are never cut"):
         packed(storage, long_documents="truncate")
-    with pytest.raises(ValueError, match=r"record 1 of shard 0 .* is 200 long"):  # "split", the default, cuts none
+
+
+def test_split_long_documents_is_refused_for_packed_records(tmp_path: Path) -> None:
+    storage = make_sized_records(tmp_path / "records", [10, 20, 30], shards=1)
+    refusal = r'long_documents="split" cannot apply to packed records \(pack_documents=True on a DocumentStorage\)'
+    with pytest.raises(ValueError, match=refusal):
         packed(storage, long_documents="split")
+    with pytest.raises(ValueError, match=refusal):  # a mixture's document component as well
+        packed(Mixture({"a": storage}, weights={"a": 1.0}), long_documents="split")
+    with packed(storage, shuffle=False) as loader:  # left out, the default packs the same records
+        assert list(loader) == [[[2, 1, 0]]]
 
 
 def test_packed_records_need_a_row_length(storage: DocumentStorage[Any, Any]) -> None:

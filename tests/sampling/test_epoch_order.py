@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import tracemalloc
 import warnings
 
@@ -104,6 +105,20 @@ def test_walking_in_numpy_and_in_integers_agree(n: int, seed: int, positions: li
     order = EpochOrder(n, shuffle=True, seed=seed, epoch=1)
     wanted = [position % n for position in positions]
     assert order.indices(np.array(wanted, np.int64)).tolist() == [order.sample_at_one(p) for p in wanted]
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 60_000), seed=st.integers(0, 2**32), runs=st.lists(st.integers(0, 6000), min_size=1))
+def test_reading_runs_in_turn_gives_the_order_of_each_position(n: int, seed: int, runs: list[int]) -> None:
+    order, fresh = EpochOrder(n, shuffle=True, seed=seed, epoch=1), EpochOrder(n, shuffle=True, seed=seed, epoch=1)
+    position, served = 0, []
+    for size in [*runs, n]:  # consecutive runs, as a loader reads an epoch (large ones answered from a block ahead)
+        got = order.sample_at(np.arange(position, position + size, dtype=np.int64))
+        every = max(1, size // 40)
+        assert got[::every].tolist() == [fresh.sample_at_one(p) for p in range(position, position + size, every)]
+        served.extend(got.tolist())
+        position += size
+    assert sorted(served[-n:]) == list(range(n))  # the last n positions read: one whole epoch
 
 
 def test_empty_positions() -> None:
@@ -287,6 +302,13 @@ def test_batch_end(plan: BatchPlan) -> None:
     if ends:
         assert ends[-1] == plan.sample_count
         assert ends[:-1] == [(b + 1) * plan.global_batch_size for b in range(len(ends) - 1)]
+
+
+@given(plan=plans(), data=st.data())
+def test_batch_ends_are_each_batch_end_in_turn(plan: BatchPlan, data: st.DataObject) -> None:
+    resumed = BatchPlan(*dataclasses.astuple(plan)[:4], start=data.draw(st.integers(0, plan.sample_count)))
+    for each in (plan, resumed):
+        assert list(each.batch_ends()) == [each.batch_end(batch) for batch in range(each.batch_count)]
 
 
 @given(

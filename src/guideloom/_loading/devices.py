@@ -12,9 +12,11 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, MutableSequence, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 _ATOMS = frozenset({int, float, complex, bool, str, bytes, type(None)})  # values that never hold a tensor
+_CPU = torch.device("cpu")
 
 
 def is_tensor(value: object) -> bool:
@@ -104,6 +106,8 @@ def move_to_device(batch: Any, device: torch.device) -> Any:
     An object with its own ``to`` and ``pin_memory`` moves itself: a ``PackedSequence`` keeps its
     ``batch_sizes`` on the CPU, as torch requires.
     """
+    if device == _CPU and _stays_on_cpu(batch):  # the batch as it is: nothing in it to move or rebuild
+        return batch
 
     def move(value: Any) -> Any:
         if isinstance(value, torch.Tensor) and value.device == device:
@@ -114,6 +118,21 @@ def move_to_device(batch: Any, device: torch.device) -> Any:
         return value.to(device)
 
     return map_tensors(batch, move, moves_itself)
+
+
+def _stays_on_cpu(value: Any) -> bool:
+    """Whether ``value`` holds only CPU tensors, NumPy arrays and plain values, in dicts, lists and tuples: what
+    the batches of a CPU loader almost always are (any other object is left to the full walk)."""
+    kind = type(value)
+    if kind is torch.Tensor:
+        return bool(value.is_cpu)
+    if kind is np.ndarray or kind in _ATOMS:
+        return True
+    if kind is dict:
+        return all(map(_stays_on_cpu, value.values()))
+    if kind is list or kind is tuple:
+        return all(map(_stays_on_cpu, value))
+    return False
 
 
 def check_device(device: object) -> torch.device:

@@ -267,11 +267,11 @@ class StatefulDataLoader:
             return
         plan = steps.fixed
         batches = self._transport.batches(self._index_batches(plan), self.epoch)
-        for batch_number in range(plan.batch_count):
+        for end in plan.batch_ends():
             if generation != self._generation:
                 raise RuntimeError("this iterator was superseded by a newer iter() or state of the same loader")
             batch = next(batches)
-            self.position = plan.batch_end(batch_number)
+            self.position = end
             yield batch
 
     def _budget_segment(self, generation: int, steps: EpochSteps) -> Iterator[Any]:

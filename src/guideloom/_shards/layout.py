@@ -286,6 +286,11 @@ class ShardFile:
         start, stop = self.record_bounds(record)
         return stop - start
 
+    @property
+    def record_offsets(self) -> memoryview:
+        """Where each record starts (in elements), then where the last ends: indexing gives Python ints."""
+        return self._record_offsets
+
     def record_bounds(self, record: int) -> tuple[int, int]:
         """Element offsets of a record, checked so a damaged index can never read out of bounds."""
         start = self._record_offsets[record]

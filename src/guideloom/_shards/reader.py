@@ -7,10 +7,9 @@ file, tokens a read-only NumPy view.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
@@ -190,6 +189,7 @@ class DocumentReader(StorageReader[Out]):
         super().__init__(shard_set, header)
         self._format = document_format
         self._pages = ResidentPages()  # the records' mapped pages, dropped as they add up (see resident_pages)
+        self._spans: dict[int, tuple[memoryview, memoryview, int]] = {}  # an open shard's bytes, offsets and size
 
     def read_encoded(self, index: int) -> tuple[memoryview, int]:
         """The record's bytes (a read-only view into the mapping) and its shard id."""
@@ -209,27 +209,51 @@ class DocumentReader(StorageReader[Out]):
     def read_many(self, indices: np.ndarray) -> list[Out]:
         """Decode the records at ``indices`` (int64, each checked), locating them all at once."""
         self.check_open()
-        shards = self._opened
-        self._pages.settle(shards.values())
-        positions = np.searchsorted(self.record_starts, indices, side="right") - 1
+        self._pages.settle(self._opened.values())
+        starts = self.record_starts
+        positions = starts.searchsorted(indices, "right") - 1
         position_list = positions.tolist()
-        if position_list and (min(position_list) < 0 or max(position_list) >= len(self.infos)):  # out of range
-            check_index(int(indices.min()) if min(position_list) < 0 else int(indices.max()), len(self))
-        records = (indices - self.record_starts[positions]).tolist()
-        encoded, read = [], 0
-        for position, record in zip(position_list, records, strict=True):
-            shard = shards.get(position) or self.shard(position)
-            start, stop = shard.record_bounds(record)
-            encoded.append(shard.view[start:stop])
-            read += stop - start
-        self._pages.add(read)
-        decoded = self._format.unpack_many(encoded, self.infos.ids[positions].tolist())
+        encoded = self._record_views(position_list, (indices - starts[positions]).tolist())
+        self._pages.add(sum(map(len, encoded)))
+        decoded = self._format.unpack_many(encoded, list(map(self._shard_ids.__getitem__, position_list)))
         if not isinstance(decoded, list) or len(decoded) != len(encoded):
             got = f"{len(decoded)} records" if isinstance(decoded, list) else f"a {type(decoded).__name__}"
             raise TypeError(
                 f"{type(self._format).__name__}.unpack_many must return a list of {len(encoded)} records, got {got}"
             )
         return decoded
+
+    def _record_views(self, positions: list[int], records: list[int]) -> list[memoryview]:
+        """The bytes of record ``records[i]`` of the shard at ``positions[i]``, for each ``i``: views of the mappings.
+
+        This runs for every record a loader reads, so each open shard's view, offsets and size are kept at hand.
+        """
+        views: list[memoryview] = []
+        span_of, append = self._spans.get, views.append
+        for position, record in zip(positions, records, strict=True):
+            view, offsets, size = span_of(position) or self._span(position, record)
+            start, stop = offsets[record], offsets[record + 1]
+            if stop > size or start > stop:  # a damaged index: the shard's own check names it
+                start, stop = self.shard(position).record_bounds(record)
+            append(view[start:stop])
+        return views
+
+    @functools.cached_property
+    def _shard_ids(self) -> list[int]:
+        return self.infos.ids.tolist()  # type: ignore[no-any-return]
+
+    def _span(self, position: int, record: int) -> tuple[memoryview, memoryview, int]:
+        """The view, record offsets and size of the shard at ``position``, opened now; an IndexError naming the
+        global index if ``position`` is before the first shard or after the last (``record`` counted from there)."""
+        if not 0 <= position < len(self.infos):
+            check_index(record + int(self.record_starts[position]), len(self))
+        shard = self.shard(position)
+        span = self._spans[position] = (shard.view, shard.record_offsets, shard.element_count)
+        return span
+
+    def _forget(self, position: int) -> None:
+        self._spans.pop(position, None)
+        super()._forget(position)
 
 
 class TokenReader(StorageReader[np.ndarray]):
@@ -358,47 +382,3 @@ class TokenReader(StorageReader[np.ndarray]):
     def close(self) -> None:
         super().close()
         self._tokens = {}
-
-
-class AsyncReader(Generic[Out]):
-    """The reader for event loops: ``await reader.read(i)``, ``len(reader)``, ``async for``."""
-
-    def __init__(self, opener: Callable[[], StorageReader[Out]]) -> None:
-        self._opener = opener
-        self._reader: StorageReader[Out] | None = None
-
-    def _sync(self) -> StorageReader[Out]:
-        if self._reader is None:
-            raise ValueError("use the async reader inside 'async with'")
-        return self._reader
-
-    def __len__(self) -> int:
-        return len(self._sync())
-
-    async def read(self, index: int) -> Out:
-        return await asyncio.to_thread(self._sync().read, index)
-
-    async def __aiter__(self) -> AsyncIterator[Out]:
-        for index in range(len(self)):
-            yield await self.read(index)
-
-    async def loss_mask(self, index: int) -> np.ndarray:
-        """Document ``index``'s loss mask (a masked token storage's reader only)."""
-        reader = self._sync()
-        if not isinstance(reader, TokenReader):
-            raise ValueError("loss_mask applies to the reader of a TokenStorage created with loss_mask=True")
-        return await asyncio.to_thread(reader.loss_mask, index)
-
-    async def verify(self) -> list[str]:
-        return await asyncio.to_thread(self._sync().verify)
-
-    async def __aenter__(self) -> AsyncReader[Out]:
-        self._reader = await asyncio.to_thread(self._opener)
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None

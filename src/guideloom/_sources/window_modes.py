@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
 import numpy as np
@@ -147,6 +147,8 @@ class PackedDocuments(WindowMode):
 
     pad_id: int = 0
     long_documents: str = "split"
+    # Whether "split" was passed rather than left to the default: packed records refuse it, as they cut nothing.
+    split_chosen: bool = field(default=False, compare=False, repr=False)
 
     keyword = "pack_documents"
     kinds = (PackedRowSource.kind, PackedRecordSource.kind)
@@ -159,7 +161,8 @@ class PackedDocuments(WindowMode):
 
     @classmethod
     def from_arguments(cls, arguments: Mapping[str, Any]) -> Self:
-        return cls(arguments["pad_id"], arguments["long_documents"] or "split")
+        chosen = arguments["long_documents"]
+        return cls(arguments["pad_id"], chosen or "split", split_chosen=chosen == "split")
 
     @classmethod
     def refuse_settings(cls, arguments: Mapping[str, Any]) -> None:
@@ -172,13 +175,20 @@ class PackedDocuments(WindowMode):
             raise ValueError("pad_id applies only with pack_documents=True (other windows have no padding)")
 
     def arguments(self) -> dict[str, Any]:
-        return {**super().arguments(), "pad_id": self.pad_id, "long_documents": self.long_documents}
+        chosen = self.long_documents if self.long_documents != "split" or self.split_chosen else None
+        return {**super().arguments(), "pad_id": self.pad_id, "long_documents": chosen}
 
     def check_storage(self, storage: object) -> None:
         if not isinstance(storage, DocumentStorage):
             super().check_storage(storage)
             return
-        if self.long_documents not in ("split", *RECORD_LONG_DOCUMENTS):  # ("split", the default: none chosen)
+        if self.split_chosen:
+            raise ValueError(
+                'long_documents="split" cannot apply to packed records (pack_documents=True on a DocumentStorage), '
+                'which are never cut: pass "drop" to leave records longer than a row out, or omit it (such a record '
+                "is then an error)"
+            )
+        if self.long_documents not in ("split", *RECORD_LONG_DOCUMENTS):  # ("split" here: the default, none chosen)
             raise ValueError(
                 f"long_documents={self.long_documents!r} cannot apply to packed records, which are never cut: pass "
                 '"drop" to leave records longer than a row out, or omit it (such a record is then an error)'

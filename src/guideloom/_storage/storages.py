@@ -14,10 +14,11 @@ from guideloom._core.checks import check_bool, check_int, check_number
 from guideloom._core.errors import FormatMismatchError, StorageNotFoundError
 from guideloom._remote.compression import DEFAULT_LEVEL, check_compression, recorded_compression
 from guideloom._remote.shard_cache import check_cache_arguments
+from guideloom._shards.async_reader import AsyncReader
 from guideloom._shards.formats import DocumentPickleFormat, DocumentStorageFormat, format_identity
 from guideloom._shards.header import StorageHeader
 from guideloom._shards.layout import ShardInfo
-from guideloom._shards.reader import AsyncReader, DocumentReader, StorageReader, TokenReader
+from guideloom._shards.reader import DocumentReader, StorageReader, TokenReader
 from guideloom._shards.record_lengths import defines_length
 from guideloom._shards.rolling_writer import RollingWriter
 from guideloom._shards.shard_access import CommitTarget, ShardSet
