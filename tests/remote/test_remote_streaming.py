@@ -173,10 +173,11 @@ def test_an_epoch_resumed_on_the_same_cache_downloads_each_shard_once(
     assert len(downloads) == SHARDS and set(downloads.values()) == {1}, downloads
 
 
-def test_worker_processes_reading_documents_download_each_shard_once(
-    s3_url: str, s3_server: S3Server, tmp_path: Path
+@pytest.mark.parametrize("workers", [0, 2])
+def test_documents_are_downloaded_once_each_read_here_or_by_worker_processes(
+    s3_url: str, s3_server: S3Server, tmp_path: Path, workers: int
 ) -> None:
-    """Worker processes read; the loader's process only hints, and learns from the cache which shards they read."""
+    """With worker processes the loader's process only hints, and learns from the cache how far they read."""
     writer = DocumentStorage(s3_url, DocumentJsonFormat(), storage_options=s3_server.options, cache_dir=tmp_path / "w")
     with writer.sync_writer() as records:
         for index in range(SHARDS * 10):
@@ -191,7 +192,8 @@ def test_worker_processes_reading_documents_download_each_shard_once(
         cache_limit_bytes=SHARDS // 4 * largest,
     )
     options: dict[str, Any] = {"device": "cpu", "local_batch_size": 4, "shuffle": True, "seed": 7}
-    with StatefulDataLoader.from_storage(storage, **options, shuffle_window=SHARDS // 4 - 3, num_workers=2) as loader:
+    options |= {"shuffle_window": SHARDS // 4 - 3, "num_workers": workers}
+    with StatefulDataLoader.from_storage(storage, **options) as loader:
         read = [record["id"] for batch in loader for record in batch]
     assert sorted(read) == list(range(SHARDS * 10))
     assert _downloads(s3_server, s3_url, before) == {

@@ -229,9 +229,15 @@ class DocumentReader(StorageReader[Out]):
         This runs for every record a loader reads, so each open shard's view, offsets and size are kept at hand.
         """
         views: list[memoryview] = []
-        span_of, append = self._spans.get, views.append
+        span_of, append, opened, last = self._spans.get, views.append, self._opened, -1
         for position, record in zip(positions, records, strict=True):
-            view, offsets, size = span_of(position) or self._span(position, record)
+            span = span_of(position)
+            if span is None:
+                span = self._span(position, record)
+            elif position != last:  # most recently used: the shard closed for room is the one left longest ago
+                opened.move_to_end(position)
+            view, offsets, size = span
+            last = position
             start, stop = offsets[record], offsets[record + 1]
             if stop > size or start > stop:  # a damaged index: the shard's own check names it
                 start, stop = self.shard(position).record_bounds(record)
