@@ -198,8 +198,8 @@ class RemoteShards:
         prefetched: Prefetched | None = None
         failed = False
         with self._lock:  # the hinted shards read before this one and not held yet, maybe cached: not evicted for it
-            before = self._wanted[self._next : self._where.get(position, self._next)]
-            before = [at for at in before if not self._accounted(at)]
+            before = self._wanted[: self._where.get(position, 0)]
+            before = [at for at in before if not any(at in known for known in (self._done, self._leases, self._ahead))]
         keep = {self.files.cache.name_for(self.infos[at]) for at in before}
         try:
             prefetched = self.files.prefetch_checked(self.infos[position], self.header, keep)
