@@ -9,7 +9,7 @@ machine, ``rank=machine``, ``world_size=machines``), run one after the other so 
 belongs to it. Per machine count (1, 2, 4) and cache (100/50/25/10% of the machine's share, at least 4
 shards): bytes downloaded / the machine's share, the mix (distinct shards in a batch of 8, and in 128
 consecutive samples of the rank), the epoch's time against the link's limit (bytes / bandwidth) and the
-time to the first batch; the window is the cache's shards less 3 (docs/object-storage.md). The global order
+time to the first batch; the window is the cache's shards less ``--spare`` (3: docs/object-storage.md). The global order
 is read at one machine, its first eighth of an epoch when the cache is smaller than the corpus (bytes then
 scaled by 8: marked "est."). A mid-epoch resume at 25%: half an epoch, a new process loads the state and
 finishes it with the same cache directory. Results: ``results/streaming.json``, ``.md`` and ``.png``.
@@ -126,7 +126,7 @@ def _mix(loader: Any) -> dict[str, float]:
     """Distinct shards in each batch of 8 and in each 128 consecutive samples of this rank, from its order."""
     from guideloom._loading.orders import epoch_order
 
-    source, plan = loader._source, loader._plan(0)
+    source, plan = loader._source, loader._steps(0).fixed
     order = epoch_order(source, loader._settings(), loader.epoch, 0)  # the loader's order, without its prefetching
     positions = plan.full_rank_positions(0, plan.full_batch_count, loader.rank).reshape(-1)
     indices = order.sample_at(positions)
@@ -165,6 +165,7 @@ def main() -> None:
     parser.add_argument("--mb-per-s", type=float, default=25)
     parser.add_argument("--machines", default="1,2,4")
     parser.add_argument("--caches", default="100,50,25,10")
+    parser.add_argument("--spare", type=int, default=3, help="the window: the cache's shards less this many")
     parser.add_argument("--peer-python", default=str(REPOSITORY / ".venv-bench" / "bin" / "python"))
     parser.add_argument("--peers", default=",".join(PEERS), help="peers to drive ('' for guideloom alone)")
     parser.add_argument("--out", type=Path, default=RESULTS / "streaming.json", help="the results file (.json)")
@@ -221,7 +222,7 @@ def _cache_rows(
     cache_shards = arguments.shards // machines * percent // 100
     if cache_shards < 4:
         return []
-    orders: list[tuple[str, int | None]] = [("windowed", max(1, cache_shards - 3))]
+    orders: list[tuple[str, int | None]] = [("windowed", max(1, cache_shards - arguments.spare))]
     if machines == 1:
         orders.insert(0, ("global", None))
     rows = []
@@ -296,7 +297,7 @@ def _peer_rows(
     rows = []
     total = arguments.shards * (int(arguments.shard_mib * (1 << 20)) // 4) // SEQUENCE // BATCH
     for library in peers["names"]:
-        window = max(1, cache_shards - 3) if library != "mosaic" else None
+        window = max(1, cache_shards - arguments.spare) if library != "mosaic" else None
         if window is None and machines > 1:  # Mosaic's default order thrashes as the global one: one machine
             continue
         partial = window is None and percent < 100 and not extra
@@ -375,7 +376,7 @@ def _resume_row(
         "endpoint": proxy,
         "cache_dir": str(work / "cache-resume"),
         "cache_bytes": cache_shards * shard_bytes,
-        "window": cache_shards - 3,
+        "window": max(1, cache_shards - arguments.spare),
         "machine": 0,
         "machines": 1,
     }
@@ -385,7 +386,7 @@ def _resume_row(
     second.pop("state")
     merged = _merged(first, second) | {"share": corpus_bytes}
     merged["link_s"] = merged["bytes"] / (arguments.mb_per_s * 1e6)
-    row = {"order": "windowed, resumed mid-epoch", "machines": 1, "cache_percent": 25, "window": cache_shards - 3}
+    row = {"order": "windowed, resumed mid-epoch", "machines": 1, "cache_percent": 25, "window": options["window"]}
     return _summary({**row, "estimated": False, "per_machine": [merged]})
 
 

@@ -6,6 +6,7 @@ Machines are separate cache directories (as separate disks); the server counts t
 from __future__ import annotations
 
 import collections
+import threading
 import warnings
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from guideloom import StatefulDataLoader, TokenStorage
+from guideloom import DocumentJsonFormat, DocumentStorage, StatefulDataLoader, TokenStorage
+from guideloom._remote.object_store import ObjectStore
 from tests.remote.s3_support import S3Server
 
 SHARDS = 40
@@ -74,9 +76,11 @@ def _machine_epoch(storages: list[TokenStorage], machines: int, machine: int, **
     return batches
 
 
-@pytest.mark.parametrize(("machines", "ranks_per_machine"), [(1, 1), (2, 2), (4, 1)])
+@pytest.mark.parametrize(
+    ("machines", "ranks_per_machine", "workers"), [(1, 1, 0), (1, 1, 2), (2, 2, 0), (4, 1, 0), (4, 1, 2)]
+)
 def test_each_machine_downloads_its_share_about_once_at_a_quarter_of_the_corpus(
-    s3_server: S3Server, tmp_path: Path, corpus: tuple[str, int], machines: int, ranks_per_machine: int
+    s3_server: S3Server, tmp_path: Path, corpus: tuple[str, int], machines: int, ranks_per_machine: int, workers: int
 ) -> None:
     url, largest = corpus
     cache_shards = SHARDS // 4 // machines if machines == 1 else SHARDS // machines // 2  # a quarter, or half a share
@@ -86,10 +90,30 @@ def test_each_machine_downloads_its_share_about_once_at_a_quarter_of_the_corpus(
         cache = tmp_path / f"machine-{machine}"
         before = len(s3_server.gets(url.removeprefix("s3://").split("/")[0], ".shard"))
         storages = [_storage(url, s3_server, cache, cache_shards * largest) for _ in range(ranks_per_machine)]
-        _machine_epoch(storages, machines, machine, shuffle_window=window)
+        _machine_epoch(storages, machines, machine, shuffle_window=window, num_workers=workers)
         downloads = _downloads(s3_server, url, before)
         assert max(downloads.values()) == 1, f"machine {machine} downloaded a shard twice: {downloads}"
         assert sum(downloads.values()) <= 1.1 * share + 1, f"machine {machine}: {sum(downloads.values())} for {share}"
+
+
+def test_every_shard_is_downloaded_ahead_of_its_reader_as_slots_free(
+    s3_server: S3Server, tmp_path: Path, corpus: tuple[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loader hints the whole epoch at once here, and the cache holds a quarter of it: each shard released
+    frees the slot the next download takes, so the reader never downloads a shard itself."""
+    url, largest = corpus
+    downloaders: list[str] = []
+    download = ObjectStore.download
+
+    def recorded(store: ObjectStore, name: str, *arguments: Any, **options: Any) -> None:
+        downloaders.append(threading.current_thread().name)
+        download(store, name, *arguments, **options)
+
+    monkeypatch.setattr(ObjectStore, "download", recorded)
+    cache_shards = SHARDS // 4
+    storage = _storage(url, s3_server, tmp_path / "machine", cache_shards * largest)
+    _machine_epoch([storage], 1, 0, shuffle_window=cache_shards - 3)
+    assert collections.Counter(downloaders) == {"guideloom-prefetch": SHARDS}
 
 
 def test_the_batches_do_not_depend_on_the_cache_or_workers(
@@ -125,3 +149,53 @@ def test_a_window_larger_than_the_cache_warns_with_one_that_fits(
     storage = _storage(url, s3_server, tmp_path / "cache", 10 * largest)
     with pytest.warns(UserWarning, match=r"shuffle_window=9 does not fit .* shuffle_window=7 fits"):
         StatefulDataLoader.from_storage(storage, **options, shuffle_window=9).close()
+
+
+def test_an_epoch_resumed_on_the_same_cache_downloads_each_shard_once(
+    s3_server: S3Server, tmp_path: Path, corpus: tuple[str, int]
+) -> None:
+    """The shards fetched ahead when the first loader closed stay cached for the resumed one, and its window too."""
+    url, largest = corpus
+    bucket = url.removeprefix("s3://").split("/")[0]
+    before = len(s3_server.gets(bucket, ".shard"))
+    options: dict[str, Any] = {"device": "cpu", "local_batch_size": 4, "sequence_length": SEQUENCE, "shuffle": True}
+    options |= {"seed": 7, "shuffle_window": SHARDS // 4 - 3}
+    cache = tmp_path / "machine"
+    with StatefulDataLoader.from_storage(_storage(url, s3_server, cache, SHARDS // 4 * largest), **options) as loader:
+        batches = iter(loader)
+        for _ in range(len(loader) // 2):
+            next(batches)
+        state = loader.state_dict()
+    with StatefulDataLoader.from_storage(_storage(url, s3_server, cache, SHARDS // 4 * largest), **options) as loader:
+        loader.load_state_dict(state)
+        assert len(list(loader)) == len(loader) - len(loader) // 2
+    downloads = _downloads(s3_server, url, before)
+    assert len(downloads) == SHARDS and set(downloads.values()) == {1}, downloads
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_documents_are_downloaded_once_each_read_here_or_by_worker_processes(
+    s3_url: str, s3_server: S3Server, tmp_path: Path, workers: int
+) -> None:
+    """With worker processes the loader's process only hints, and learns from the cache how far they read."""
+    writer = DocumentStorage(s3_url, DocumentJsonFormat(), storage_options=s3_server.options, cache_dir=tmp_path / "w")
+    with writer.sync_writer() as records:
+        for index in range(SHARDS * 10):
+            records.append(index // 10, {"id": index, "text": "x" * 200})
+    largest = int(writer.snapshot().rows["size"].max())
+    before = len(s3_server.gets(s3_url.removeprefix("s3://").split("/")[0], ".shard"))
+    storage = DocumentStorage(
+        s3_url,
+        DocumentJsonFormat(),
+        storage_options=s3_server.options,
+        cache_dir=tmp_path / "machine",
+        cache_limit_bytes=SHARDS // 4 * largest,
+    )
+    options: dict[str, Any] = {"device": "cpu", "local_batch_size": 4, "shuffle": True, "seed": 7}
+    options |= {"shuffle_window": SHARDS // 4 - 3, "num_workers": workers}
+    with StatefulDataLoader.from_storage(storage, **options) as loader:
+        read = [record["id"] for batch in loader for record in batch]
+    assert sorted(read) == list(range(SHARDS * 10))
+    assert _downloads(s3_server, s3_url, before) == {
+        f"/{s3_url.removeprefix('s3://')}/shards/{shard:012d}.shard": 1 for shard in range(SHARDS)
+    }

@@ -287,18 +287,26 @@ class StatefulDataLoader:
     def _index_batches(self, plan: BatchPlan) -> Iterator[np.ndarray]:
         """This rank's sample indices (or positions, for a source that orders itself) batch by batch.
 
-        They are computed many batches at a time (it is vectorised), and the source hears of them ahead;
-        the first time only a few batches' worth, so that the first batch does not wait for thousands.
+        They are computed many batches at a time (it is vectorised), and the source hears of each chunk while the
+        one before is read, so that the shards the next chunk starts with are fetched ahead. The first chunk is
+        only a few batches' worth, so that the first batch does not wait for thousands.
         """
-        epoch, source = self.epoch, self._source
+        epoch, source, full = self.epoch, self._source, plan.full_batch_count
         order = epoch_order(source, self._settings(), epoch, plan.start)
         chunk = max(1, ORDER_CHUNK // plan.local_batch_size)
-        first, stop = 0, min(max(1, FIRST_ORDER_CHUNK // plan.local_batch_size), plan.full_batch_count)
-        while first < plan.full_batch_count:
-            indices = order.sample_at(plan.full_rank_positions(first, stop, self.rank))
+        stop = min(max(1, FIRST_ORDER_CHUNK // plan.local_batch_size), full)
+        indices = order.sample_at(plan.full_rank_positions(0, stop, self.rank)) if full else None
+        if indices is not None:
             source.prefetch(indices.reshape(-1), epoch)
-            yield from indices
-            first, stop = stop, min(stop + chunk, plan.full_batch_count)
+        while indices is not None:
+            yield indices[0]  # (the first batch does not wait for the next chunk)
+            following = None
+            if stop < full:
+                following = order.sample_at(plan.full_rank_positions(stop, min(stop + chunk, full), self.rank))
+                source.prefetch(following.reshape(-1), epoch)
+                stop = min(stop + chunk, full)
+            yield from indices[1:]
+            indices = following
         if plan.full_batch_count < plan.batch_count:  # the last batch may be short and padded
             indices = order.sample_at(plan.rank_positions(plan.batch_count - 1, self.rank))
             source.prefetch(indices, epoch)

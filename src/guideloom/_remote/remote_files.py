@@ -19,24 +19,21 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import queue
 import re
-import threading
 import uuid
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
-import numpy as np
-
 from guideloom._core.errors import CorruptStorageError, FormatMismatchError, StorageNotFoundError
 from guideloom._remote.compression import DEFAULT_LEVEL, DamagedDownload, ShardDecoder, upload_source
 from guideloom._remote.index_object import INDEX_OBJECT, index_object_bytes
 from guideloom._remote.indexed_listing import problem_of_index, read_index_object, snapshot_after_index
 from guideloom._remote.object_store import ObjectStore
-from guideloom._remote.remote_lengths import RemoteLengths, clean_lengths
-from guideloom._remote.shard_cache import CacheLease, ShardCache
+from guideloom._remote.remote_lengths import clean_lengths
+from guideloom._remote.remote_shards import RemoteShards
+from guideloom._remote.shard_cache import CacheLease, Prefetched, ShardCache
 from guideloom._remote.store_pages import overwrite
 from guideloom._shards.footer import FOOTER, decode_footer
 from guideloom._shards.header import HEADER_NAME, StorageHeader, parse_header
@@ -45,7 +42,6 @@ from guideloom._shards.shard_names import shard_id_of
 from guideloom._shards.shard_table import ShardTable
 from guideloom._shards.upkeep import clean_incomplete
 
-PREFETCH_THREADS = 4  # downloads in flight at once, in the order the loader needs the shards
 _MARKER = re.compile(r"([0-9]{12})\.r([0-9]+)\.e([0-9]+)\.c([0-9a-f]{8})\.meta")
 
 
@@ -204,6 +200,16 @@ class RemoteFiles:
 
     def download_checked(self, info: ShardInfo, header: StorageHeader) -> CacheLease:
         """The shard from the cache, downloaded and verified first if needed."""
+        return self.cache.acquire(info, *self._download_and_check(info, header))
+
+    def prefetch_checked(self, info: ShardInfo, header: StorageHeader, keep: set[str]) -> Prefetched | None:
+        """The shard held ahead of its reader (downloaded and verified first if it fits the cache next to the
+        cached shards named in ``keep``), else None."""
+        return self.cache.prefetch(info, *self._download_and_check(info, header), keep)
+
+    def _download_and_check(
+        self, info: ShardInfo, header: StorageHeader
+    ) -> tuple[Callable[[Path], None], Callable[[Path], str | None]]:
         object_name = f"{SHARDS_DIR}/{shard_file_name(info.id)}"
 
         def download(part: Path) -> None:
@@ -218,7 +224,7 @@ class RemoteFiles:
         def check(part: Path) -> str | None:
             return check_download(part, info, header, f"{self.url}/{object_name}")
 
-        return self.cache.acquire(info, download, check)
+        return download, check
 
 
 class RemoteTarget:
@@ -267,121 +273,3 @@ def check_download(part: Path, info: ShardInfo, header: StorageHeader, name: str
         return problem
     finally:
         shard.close()
-
-
-class RemoteShards:
-    """A reader's snapshot of a remote storage: shards downloaded on first use, prefetched in the background."""
-
-    mapped_in_place = False  # downloaded into the cache first: prefetching overlaps the downloads
-
-    def __init__(self, files: RemoteFiles, header: StorageHeader, infos: ShardTable, max_open: int) -> None:
-        self.files = files
-        self.header = header
-        self.infos = infos
-        self.location = files.url
-        self._leases: dict[int, CacheLease] = {}
-        self._prefetcher: _Prefetcher | None = None
-        self._prefetcher_pid = -1
-        self._queued: set[int] = set()
-        limit = files.cache.limit_bytes
-        largest = int(infos.rows["size"].max()) if len(infos) else 1
-        # Room for the shards a reader holds plus the one being downloaded, so the limit holds with one reader.
-        self._room: int | None = None if limit is None else max(1, limit // max(largest, 1) - 1)
-        self.max_open = max_open if self._room is None else min(max_open, self._room)
-        self.lengths = RemoteLengths(files.store, header, files.cache, files.directory / "lengths")
-
-    def open(self, position: int) -> ShardFile:
-        info = self.infos[position]
-        lease = self.files.download_checked(info, self.header)
-        try:
-            shard = ShardFile(lease.path.parent, info.id, self.header, file=lease.path)
-        except BaseException:
-            lease.release()
-            raise
-        old = self._leases.pop(position, None)
-        if old is not None:
-            old.release()
-        self._leases[position] = lease
-        return shard
-
-    def record_lengths(self, position: int) -> np.ndarray | None:
-        """A shard's record lengths from its object's tail, without its data (None for compressed objects)."""
-        return self.lengths.of(self.infos[position]) if 0 <= position < len(self.infos) else None
-
-    def release(self, position: int, shard: ShardFile) -> None:
-        shard.close()
-        lease = self._leases.pop(position, None)
-        if lease is not None:
-            lease.release()
-            self.files.cache.make_room(0)  # what no reader holds any more is evicted as soon as it is over the limit
-
-    def prefetch(self, positions: list[int]) -> None:
-        """Download these shards in the background, in order, a few at once (a hint: failures surface when read)."""
-        if self._prefetcher is None or self._prefetcher_pid != os.getpid():
-            self._prefetcher = _Prefetcher(self._prefetch_one, PREFETCH_THREADS)
-            self._prefetcher_pid = os.getpid()
-            self._queued = set()
-        # Without a cache limit every shard the epoch needs is fetched, in the order it needs them; with one,
-        # only as many as fit next to those this reader holds (a shard cached for a later read counts too:
-        # downloading more would evict it before it is read).
-        budget = len(positions) if self._room is None else self._room - len(self._leases)
-        # A hint may reach past the last shard (packed rows counted as windows): those are no shard's.
-        for position in [position for position in positions if 0 <= position < len(self.infos)]:
-            if budget <= 0:
-                break
-            if position in self._leases:
-                continue
-            budget -= 1
-            if position in self._queued or self.files.cache.path_for(self.infos[position]).exists():
-                continue
-            self._queued.add(position)
-            self._prefetcher.submit(position)
-
-    def _prefetch_one(self, position: int) -> None:
-        try:
-            self.files.download_checked(self.infos[position], self.header).release()
-        except Exception:
-            pass
-        finally:
-            self._queued.discard(position)
-
-    def close(self) -> None:
-        for lease in self._leases.values():
-            lease.release()
-        self._leases = {}
-        if self._prefetcher is not None and self._prefetcher_pid == os.getpid():
-            self._prefetcher.stop()
-        self._prefetcher = None
-
-
-class _Prefetcher:
-    """Daemon threads that work through queued shard positions in order.
-
-    Daemon threads, unlike an executor's, never hold up the interpreter's exit: a loader left open
-    when training ends does not wait for the rest of the epoch's downloads (an interrupted download
-    leaves a ``.part`` file that ``clean`` removes).
-    """
-
-    def __init__(self, work: Callable[[int], None], threads: int) -> None:
-        self._work = work
-        self._queue: queue.SimpleQueue[int | None] = queue.SimpleQueue()
-        self._stopped = False
-        self._threads = [
-            threading.Thread(target=self._run, name="guideloom-prefetch", daemon=True) for _ in range(threads)
-        ]
-        for thread in self._threads:
-            thread.start()
-
-    def submit(self, position: int) -> None:
-        self._queue.put(position)
-
-    def _run(self) -> None:
-        while (position := self._queue.get()) is not None:
-            if not self._stopped:
-                self._work(position)
-
-    def stop(self) -> None:
-        """Skip what is queued; downloads in flight finish in the background."""
-        self._stopped = True
-        for _ in self._threads:
-            self._queue.put(None)

@@ -5,7 +5,9 @@ replaced, so a stale copy is never served). Downloads go to a unique ``.part`` f
 then renamed into place, under an exclusive ``flock`` on ``<dir>/locks/<name>.lock``: one download in
 flight per shard however many ranks and workers ask. A reader holds a shared ``flock`` on the cached
 file while it maps it; eviction (least recently used first, by modification time, which every use
-touches) takes a non-blocking exclusive lock, so a shard being read is never evicted.
+touches) takes a non-blocking exclusive lock, so a shard being read is never evicted. A prefetch holds
+the shared lock too, from its download until its reader has it: a shard fetched ahead is never evicted
+unread, and a prefetch downloads only what fits next to the shards held.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from pathlib import Path
 
 from guideloom._core.checks import check_path
@@ -39,17 +42,49 @@ def check_cache_arguments(cache_dir: object, cache_limit_bytes: object) -> tuple
     return cache_path, cache_limit_bytes
 
 
+UNREAD_AHEAD_NS = 1_000_000_000  # a prefetched download's modification time lies this far ahead: see Prefetched
+
+
 class CacheLease:
     """A cached shard held for reading: the shared lock lives as long as this descriptor."""
 
     def __init__(self, path: Path, descriptor: int) -> None:
         self.path = path
         self._descriptor: int | None = descriptor
+        self.taken_ns = time.time_ns()
 
     def release(self) -> None:
         if self._descriptor is not None:
             os.close(self._descriptor)
             self._descriptor = None
+
+
+@dataclass(frozen=True)
+class Prefetched:
+    """A shard held for a reader that has not asked for it yet.
+
+    A download made for a prefetch gets a modification time a little ahead, which it keeps until a reader
+    acquires it (every acquisition sets the time to now): so a time that changed, or is not ahead, says that
+    some process has read the shard; and, released unread (a loader closed mid-epoch), it is the last
+    evicted, as the shard that a resumed epoch needs first.
+    """
+
+    lease: CacheLease
+    mtime_ns: int  # when the prefetch took it
+
+    @classmethod
+    def of(cls, path: Path, descriptor: int) -> Prefetched:
+        return cls(CacheLease(path, descriptor), os.fstat(descriptor).st_mtime_ns)
+
+    def read(self) -> bool:
+        """Whether a reader has acquired the shard: since its download for this prefetch, or before, when the
+        prefetch found it cached with a time not ahead (a reader's download, or one a reader is mapping)."""
+        if self.mtime_ns <= self.lease.taken_ns:
+            return True
+        try:
+            return os.stat(self.lease.path).st_mtime_ns != self.mtime_ns
+        except FileNotFoundError:
+            return True
 
 
 def _locked(path: Path, flags: int) -> int | None:
@@ -80,7 +115,11 @@ class ShardCache:
         self._token = f"{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
 
     def path_for(self, info: ShardInfo) -> Path:
-        return self.directory / f"{info.id:012d}.{info.data_crc:08x}.{info.size}.shard"
+        return self.directory / self.name_for(info)
+
+    @staticmethod
+    def name_for(info: ShardInfo) -> str:
+        return f"{info.id:012d}.{info.data_crc:08x}.{info.size}.shard"
 
     def hold(self, info: ShardInfo) -> CacheLease | None:
         """The cached shard held for reading if it is in the cache (nothing is downloaded), else None."""
@@ -103,14 +142,50 @@ class ShardCache:
         final = self.path_for(info)
         while True:
             descriptor = _locked(final, fcntl.LOCK_SH)
+            if descriptor is None:
+                descriptor = self._fetch(info, download, check, None)[1]
             if descriptor is not None:
                 with contextlib.suppress(OSError):
                     os.utime(descriptor)  # most recently used
                 return CacheLease(final, descriptor)
-            self.fetch(info, download, check)
+
+    def prefetch(
+        self,
+        info: ShardInfo,
+        download: Callable[[Path], None],
+        check: Callable[[Path], str | None],
+        keep: Collection[str] = (),
+    ) -> Prefetched | None:
+        """The shard held ahead of its reader, downloaded first if it fits the limit next to the shards held and
+        those named in ``keep`` (needed soon); None when it does not fit now. A download is marked unread (see
+        `Prefetched`)."""
+        final = self.path_for(info)
+        while True:
+            descriptor = _locked(final, fcntl.LOCK_SH)
+            if descriptor is None:
+                cached, descriptor = self._fetch(info, download, check, keep)
+                if not cached:
+                    return None
+            if descriptor is not None:
+                return Prefetched.of(final, descriptor)
 
     def fetch(self, info: ShardInfo, download: Callable[[Path], None], check: Callable[[Path], str | None]) -> None:
         """Make sure the shard is cached (one process downloads it, the others wait for it)."""
+        descriptor = self._fetch(info, download, check, None)[1]
+        if descriptor is not None:
+            os.close(descriptor)
+
+    def _fetch(
+        self,
+        info: ShardInfo,
+        download: Callable[[Path], None],
+        check: Callable[[Path], str | None],
+        keep: Collection[str] | None,
+    ) -> tuple[bool, int | None]:
+        """Whether the shard is cached now (False only for a prefetch, ``keep`` given, that does not fit), and a
+        descriptor holding it when this call downloaded it: held from before it appears, so that no eviction
+        takes it before its reader has it."""
+        prefetching = keep is not None
         final = self.path_for(info)
         locks = self.directory / "locks"
         locks.mkdir(parents=True, exist_ok=True)
@@ -118,8 +193,9 @@ class ShardCache:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if final.exists():
-                return
-            self.make_room(info.size)
+                return True, None
+            if not self.make_room(info.size, keep or ()) and prefetching:
+                return False, None  # a reader asking for it downloads it anyway; a prefetch waits for room
             problem = ""
             for _ in range(DOWNLOAD_ATTEMPTS):
                 part = self.directory / f"{final.name}.{self._token}.part"
@@ -127,8 +203,17 @@ class ShardCache:
                     download(part)
                     problem = check(part) or ""
                     if not problem:
-                        os.rename(part, final)
-                        return
+                        held = os.open(part, os.O_RDONLY | os.O_NOFOLLOW)
+                        try:
+                            fcntl.flock(held, fcntl.LOCK_SH)
+                            if prefetching:
+                                marked = time.time_ns() + UNREAD_AHEAD_NS
+                                os.utime(held, ns=(marked, marked))
+                            os.rename(part, final)
+                        except BaseException:
+                            os.close(held)
+                            raise
+                        return True, held
                 except DamagedDownload as error:  # an object that cannot be decoded: as a failed check
                     problem = f"shard {info.id} cannot be decompressed: {error}"
                 except OSError as error:
@@ -164,19 +249,22 @@ class ShardCache:
                     entries.append((Path(entry.path), status.st_size, status.st_mtime))
         return entries
 
-    def make_room(self, size: int) -> None:
-        """Evict least recently used shards nobody holds until ``size`` more bytes fit the limit.
+    def make_room(self, size: int, keep: Collection[str] = ()) -> bool:
+        """Evict least recently used shards nobody holds, but those named in ``keep``, until ``size`` more bytes
+        fit the limit; whether they do.
 
-        Shards in use are never evicted: if they alone exceed the limit, the cache exceeds it until
-        they are released.
+        Shards in use (held by a reader or a prefetch) are never evicted: if they alone exceed the limit,
+        the cache exceeds it until they are released.
         """
         if self.limit_bytes is None:
-            return
+            return True
         entries = sorted(self._entries(), key=lambda entry: entry[2])
         total = sum(entry[1] for entry in entries)
         for path, file_size, _ in entries:
             if total + size <= self.limit_bytes:
-                return
+                return True
+            if path.name in keep:
+                continue
             descriptor = _locked(path, fcntl.LOCK_EX | fcntl.LOCK_NB)
             if descriptor is None:
                 continue  # held by a reader (or already gone)
@@ -185,6 +273,7 @@ class ShardCache:
                 total -= file_size
             finally:
                 os.close(descriptor)
+        return total + size <= self.limit_bytes
 
     def clean(self, older_than: float) -> list[Path]:
         """Delete downloads of dead processes (``.part`` files untouched for ``older_than`` seconds)."""

@@ -229,9 +229,15 @@ class DocumentReader(StorageReader[Out]):
         This runs for every record a loader reads, so each open shard's view, offsets and size are kept at hand.
         """
         views: list[memoryview] = []
-        span_of, append = self._spans.get, views.append
+        span_of, append, opened, last = self._spans.get, views.append, self._opened, -1
         for position, record in zip(positions, records, strict=True):
-            view, offsets, size = span_of(position) or self._span(position, record)
+            span = span_of(position)
+            if span is None:
+                span = self._span(position, record)
+            elif position != last:  # most recently used: the shard closed for room is the one left longest ago
+                opened.move_to_end(position)
+            view, offsets, size = span
+            last = position
             start, stop = offsets[record], offsets[record + 1]
             if stop > size or start > stop:  # a damaged index: the shard's own check names it
                 start, stop = self.shard(position).record_bounds(record)
@@ -289,11 +295,13 @@ class TokenReader(StorageReader[np.ndarray]):
         positions = np.searchsorted(self.token_starts, starts, side="right") - 1
         offsets = (starts - self.token_starts[positions]).tolist()
         targets = range(len(starts)) if rows is None else rows.tolist()
-        token_arrays = self._tokens
+        token_arrays, opened = self._tokens, self._opened
         for number, (row, position, offset) in enumerate(zip(targets, positions.tolist(), offsets, strict=True)):
             tokens = token_arrays.get(position)
             if tokens is None:
                 tokens = self.shard_tokens(position)
+            else:  # most recently used: the shard closed for room is the one the order left longest ago
+                opened.move_to_end(position)
             if offset + length <= len(tokens):
                 out[row] = tokens[offset : offset + length]
             else:  # the window crosses into the next shard(s)

@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from guideloom._remote.remote_files import RemoteFiles, RemoteShards, RemoteTarget
+from guideloom._remote.remote_files import RemoteFiles, RemoteTarget
+from guideloom._remote.remote_shards import RemoteShards
 from guideloom._shards.header import StorageHeader
 from guideloom._shards.layout import ShardInfo
 from guideloom._shards.shard_table import ShardTable, selected
