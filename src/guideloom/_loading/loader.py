@@ -24,6 +24,7 @@ from guideloom._loading.batching import EpochSteps, check_batch_sizes, check_mea
 from guideloom._loading.devices import check_device
 from guideloom._loading.epoch_iterator import EpochIterator
 from guideloom._loading.explain import DigestCache, Place, check_next_batch, explain_batches, skipped
+from guideloom._loading.index_batches import index_batches
 from guideloom._loading.make_source import make_source
 from guideloom._loading.orders import epoch_order
 from guideloom._loading.ranks import check_process_group, resolve_ranks
@@ -36,9 +37,6 @@ from guideloom._sampling.epoch_order import BatchPlan
 from guideloom._sources.source import SampleSource
 from guideloom._sources.window_modes import window_mode
 from guideloom._storage.storages import DocumentStorage, TokenStorage
-
-ORDER_CHUNK = 4096  # samples whose order is computed at once (rounded down to whole batches)
-FIRST_ORDER_CHUNK = 256  # the same at the start of an epoch segment, so the first batch waits for these only
 
 
 class StatefulDataLoader:
@@ -285,32 +283,8 @@ class StatefulDataLoader:
             yield batch
 
     def _index_batches(self, plan: BatchPlan) -> Iterator[np.ndarray]:
-        """This rank's sample indices (or positions, for a source that orders itself) batch by batch.
-
-        They are computed many batches at a time (it is vectorised), and the source hears of each chunk while the
-        one before is read, so that the shards the next chunk starts with are fetched ahead. The first chunk is
-        only a few batches' worth, so that the first batch does not wait for thousands.
-        """
-        epoch, source, full = self.epoch, self._source, plan.full_batch_count
-        order = epoch_order(source, self._settings(), epoch, plan.start)
-        chunk = max(1, ORDER_CHUNK // plan.local_batch_size)
-        stop = min(max(1, FIRST_ORDER_CHUNK // plan.local_batch_size), full)
-        indices = order.sample_at(plan.full_rank_positions(0, stop, self.rank)) if full else None
-        if indices is not None:
-            source.prefetch(indices.reshape(-1), epoch)
-        while indices is not None:
-            yield indices[0]  # (the first batch does not wait for the next chunk)
-            following = None
-            if stop < full:
-                following = order.sample_at(plan.full_rank_positions(stop, min(stop + chunk, full), self.rank))
-                source.prefetch(following.reshape(-1), epoch)
-                stop = min(stop + chunk, full)
-            yield from indices[1:]
-            indices = following
-        if plan.full_batch_count < plan.batch_count:  # the last batch may be short and padded
-            indices = order.sample_at(plan.rank_positions(plan.batch_count - 1, self.rank))
-            source.prefetch(indices, epoch)
-            yield indices
+        order = epoch_order(self._source, self._settings(), self.epoch, plan.start)
+        return index_batches(self._source, order, self.epoch, plan, self.rank)
 
     def _settings(self) -> OrderSettings:
         return OrderSettings(
