@@ -8,6 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from guideloom._sampling.token_budget import TokenBudgetPlan
 from guideloom._sampling.windowed_budget import WindowedBudgetPlan
 
 
@@ -15,7 +16,9 @@ def plan(
     lengths: list[int], streams: int, world_size: int, budget: int, start: int = 0, drop_last: bool = False
 ) -> WindowedBudgetPlan:
     table = np.asarray(lengths, np.int64)
-    return WindowedBudgetPlan(len(lengths), streams, budget, world_size, drop_last, lambda at: table[at], start)
+    return WindowedBudgetPlan(
+        TokenBudgetPlan(len(lengths), budget, world_size, drop_last, lambda at: table[at], start), streams
+    )
 
 
 def check_steps(lengths: list[int], streams: int, world_size: int, budget: int, start: int) -> list[list[list[int]]]:

@@ -114,17 +114,7 @@ class EpochSteps:
     def budget_plan(self, start: int | None = None) -> TokenBudgetPlan | WindowedBudgetPlan:
         settings = self.settings
         assert settings.batch_tokens is not None
-        if settings.shuffle_window is not None and settings.shuffle:
-            return WindowedBudgetPlan(
-                self.source.sample_count,
-                settings.streams,
-                settings.batch_tokens,
-                settings.world_size,
-                settings.drop_last,
-                lengths_in_order(self.source, settings, self.epoch),
-                self.start if start is None else start,
-            )
-        return TokenBudgetPlan(
+        plan = TokenBudgetPlan(
             self.source.sample_count,
             settings.batch_tokens,
             settings.world_size,
@@ -132,6 +122,9 @@ class EpochSteps:
             lengths_in_order(self.source, settings, self.epoch),
             self.start if start is None else start,
         )
+        if settings.shuffle_window is not None and settings.shuffle:
+            return WindowedBudgetPlan(plan, settings.streams)
+        return plan
 
     def steps(self) -> Iterator[Step | StreamStep]:
         """The steps left, in order."""

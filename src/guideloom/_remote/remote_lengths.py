@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import struct
 import uuid
@@ -34,7 +33,7 @@ import numpy as np
 
 from guideloom._core.errors import CorruptStorageError
 from guideloom._remote.object_store import ObjectStore
-from guideloom._remote.shard_cache import DOWNLOAD_ATTEMPTS, ShardCache
+from guideloom._remote.shard_cache import DOWNLOAD_ATTEMPTS, ShardCache, exclusive_lock
 from guideloom._shards.footer import FOOTER, decode_footer
 from guideloom._shards.header import LAYOUT_VERSION, StorageHeader
 from guideloom._shards.index_check import index_problem
@@ -112,18 +111,12 @@ class RemoteLengths:
     def _fetched(self, info: ShardInfo) -> np.ndarray:
         """The lengths from the shard object's tail, read once per machine (one process reads, the others wait)."""
         final = self.path_for(info)
-        locks = self.directory / "locks"
-        locks.mkdir(parents=True, exist_ok=True)
-        lock = os.open(locks / f"{final.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with exclusive_lock(self.directory, final.name):
             lengths = self._side_file(info)  # another process read them meanwhile
             if lengths is None:
                 lengths = self._read_tail(info)
                 self._keep(final, lengths)
             return lengths
-        finally:
-            os.close(lock)
 
     def _read_tail(self, info: ShardInfo) -> np.ndarray:
         name = f"{SHARDS_DIR}/{shard_file_name(info.id)}"

@@ -19,7 +19,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,6 +106,19 @@ def _locked(path: Path, flags: int) -> int | None:
     return descriptor
 
 
+@contextlib.contextmanager
+def exclusive_lock(directory: Path, name: str) -> Iterator[None]:
+    """Hold ``<directory>/locks/<name>.lock`` exclusively: one process of the machine at a time does what it guards."""
+    locks = directory / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    lock = os.open(locks / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(lock)
+
+
 class ShardCache:
     """Cached shards of one storage in ``directory``, kept under ``limit_bytes`` when that is set."""
 
@@ -187,11 +200,7 @@ class ShardCache:
         takes it before its reader has it."""
         prefetching = keep is not None
         final = self.path_for(info)
-        locks = self.directory / "locks"
-        locks.mkdir(parents=True, exist_ok=True)
-        lock = os.open(locks / f"{final.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with exclusive_lock(self.directory, final.name):
             if final.exists():
                 return True, None
             if not self.make_room(info.size, keep or ()) and prefetching:
@@ -230,8 +239,6 @@ class ShardCache:
             raise CorruptStorageError(
                 f"shard {info.id} failed its checks {DOWNLOAD_ATTEMPTS} times after download: {problem}"
             )
-        finally:
-            os.close(lock)
 
     def cached_bytes(self) -> int:
         return sum(size for _, size, _ in self._entries())

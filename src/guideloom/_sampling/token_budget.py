@@ -99,11 +99,11 @@ class TokenBudgetPlan:
         self.start = check_int("start", start, 0)
         if self.start > self.sample_count:
             raise ValueError(f"start must be <= sample_count ({self.sample_count}), got {start}")
-        self._lengths_at = lengths_at
+        self.lengths_at = lengths_at
 
     def steps(self) -> Iterator[Step]:
         """The steps left in the epoch, in order."""
-        lengths = Lengths(self._lengths_at, self.sample_count, self.start)
+        lengths = Lengths(self.lengths_at, self.sample_count, self.start)
         position = self.start
         while position < self.sample_count:
             step = self._step(lengths, position)

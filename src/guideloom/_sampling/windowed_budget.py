@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from guideloom._core.checks import check_bool, check_int
+from guideloom._core.checks import check_int
 from guideloom._sampling.token_budget import Lengths, LengthsAt, Step, TokenBudgetPlan, batch_end
 from guideloom._sampling.windowed_order import taken_from_stream
 
@@ -52,38 +52,21 @@ class StreamStep:
 
 
 class WindowedBudgetPlan:
-    """How the positions ``[start, sample_count)`` of a windowed epoch read in ``streams`` shares are cut into
-    steps of ``world_size`` batches within ``batch_tokens`` (see the module's rule).
-
-    ``lengths_at(positions)`` gives the lengths of the samples at these positions (each below ``sample_count``).
+    """How the positions ``[start, sample_count)`` of ``plan`` (its budget, ranks and lengths), a windowed epoch read
+    in ``streams`` shares, are cut into steps of ``world_size`` batches within ``batch_tokens`` (see the module's
+    rule); ``plan.lengths_at(positions)`` gives the lengths at any positions below ``sample_count``.
     """
 
-    def __init__(
-        self,
-        sample_count: int,
-        streams: int,
-        batch_tokens: int,
-        world_size: int,
-        drop_last: bool,
-        lengths_at: LengthsAt,
-        start: int = 0,
-    ) -> None:
-        self.sample_count = check_int("sample_count", sample_count, 1)
+    def __init__(self, plan: TokenBudgetPlan, streams: int) -> None:
+        self.plan = plan
+        self.sample_count, self.batch_tokens, self.world_size = plan.sample_count, plan.batch_tokens, plan.world_size
+        self.drop_last, self.start = plan.drop_last, plan.start
         self.streams = check_int("streams", streams, 1)
-        self.batch_tokens = check_int("batch_tokens", batch_tokens, 1)
-        self.world_size = check_int("world_size", world_size, 1)
-        self.drop_last = check_bool("drop_last", drop_last)
-        self.start = check_int("start", start, 0)
-        if self.start > self.sample_count:
-            raise ValueError(f"start must be <= sample_count ({self.sample_count}), got {start}")
-        self._lengths_at = lengths_at
 
     def steps(self) -> Iterator[Step | StreamStep]:
         """The steps left in the epoch, in order."""
         if self.world_size % self.streams:
-            yield from TokenBudgetPlan(
-                self.sample_count, self.batch_tokens, self.world_size, self.drop_last, self._lengths_at, self.start
-            ).steps()
+            yield from self.plan.steps()
             return
         streams = np.arange(self.streams, dtype=np.int64)
         stream_sizes = taken_from_stream(self.sample_count, streams, self.streams).tolist()
@@ -114,7 +97,7 @@ class WindowedBudgetPlan:
 
     def _stream_lengths(self, stream: int) -> LengthsAt:
         """The lengths of a stream's samples at these offsets in it."""
-        return lambda offsets: self._lengths_at(stream + self.streams * np.asarray(offsets, np.int64))
+        return lambda offsets: self.plan.lengths_at(stream + self.streams * np.asarray(offsets, np.int64))
 
     def _step(self, readers: list[Lengths], stream_sizes: list[int], position: int) -> StreamStep:
         per_stream, count = self.world_size // self.streams, self.streams
