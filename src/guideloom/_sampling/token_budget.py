@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -75,7 +76,28 @@ class Lengths:
             self.base = position
 
 
-class TokenBudgetPlan:
+class StepWalk:
+    """What every budget planner answers by walking its steps: whether any is left, and how many."""
+
+    sample_count: int
+    drop_last: bool
+    start: int
+
+    def steps(self) -> Iterator[Any]:
+        raise NotImplementedError
+
+    def is_complete(self) -> bool:
+        """Whether no step is left from ``start``."""
+        if not self.drop_last:  # (without reading a length)
+            return self.start >= self.sample_count
+        return next(iter(self.steps()), None) is None
+
+    def step_count(self) -> int:
+        """Steps left from ``start`` (walks them: reads the lengths of the rest of the epoch)."""
+        return sum(1 for _ in self.steps())
+
+
+class TokenBudgetPlan(StepWalk):
     """How the positions ``[start, sample_count)`` of an epoch are cut into steps of ``world_size`` batches,
     each batch's lengths summing to at most ``batch_tokens`` (see the module's rule).
 
@@ -112,16 +134,6 @@ class TokenBudgetPlan:
             yield step
             position = step.end
             lengths.forget_before(position)
-
-    def is_complete(self) -> bool:
-        """Whether no step is left from ``start``."""
-        if not self.drop_last:  # (without reading a length)
-            return self.start >= self.sample_count
-        return next(iter(self.steps()), None) is None
-
-    def step_count(self) -> int:
-        """Steps left from ``start`` (walks them: reads the lengths of the rest of the epoch)."""
-        return sum(1 for _ in self.steps())
 
     def _step(self, lengths: Lengths, position: int) -> Step:
         bounds = [position]

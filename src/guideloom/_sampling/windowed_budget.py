@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from guideloom._core.checks import check_int
-from guideloom._sampling.token_budget import Lengths, LengthsAt, Step, TokenBudgetPlan, batch_end
+from guideloom._sampling.token_budget import Lengths, LengthsAt, Step, StepWalk, TokenBudgetPlan, batch_end
 from guideloom._sampling.windowed_order import taken_from_stream
 
 __all__ = ["StreamStep", "WindowedBudgetPlan"]
@@ -51,7 +51,7 @@ class StreamStep:
         return np.arange(self.firsts[rank], self.stops[rank], self.stride, dtype=np.int64)
 
 
-class WindowedBudgetPlan:
+class WindowedBudgetPlan(StepWalk):
     """How the positions ``[start, sample_count)`` of ``plan`` (its budget, ranks and lengths), a windowed epoch read
     in ``streams`` shares, are cut into steps of ``world_size`` batches within ``batch_tokens`` (see the module's
     rule); ``plan.lengths_at(positions)`` gives the lengths at any positions below ``sample_count``.
@@ -84,16 +84,6 @@ class WindowedBudgetPlan:
             position = step.end
             for stream, reader in enumerate(readers):
                 reader.forget_before(int(taken_from_stream(position, stream, self.streams)))
-
-    def is_complete(self) -> bool:
-        """Whether no step is left from ``start``."""
-        if not self.drop_last:  # (without reading a length)
-            return self.start >= self.sample_count
-        return next(iter(self.steps()), None) is None
-
-    def step_count(self) -> int:
-        """Steps left from ``start`` (walks them: reads the lengths of the rest of the epoch)."""
-        return sum(1 for _ in self.steps())
 
     def _stream_lengths(self, stream: int) -> LengthsAt:
         """The lengths of a stream's samples at these offsets in it."""
