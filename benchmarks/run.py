@@ -11,6 +11,7 @@ into ``benchmarks/README.md`` between its ``<!-- results -->`` markers.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -73,7 +74,11 @@ def _usage() -> dict[str, float]:
 
 
 def _timed(work: Callable[[], float]) -> dict[str, float]:
-    """Run ``work`` (returns a count of units); wall and CPU seconds, peak RSS."""
+    """Run ``work`` (returns a count of units); wall and CPU seconds, peak RSS.
+
+    A full garbage collection first, so that one left pending by the imports and data set-up (tens of
+    milliseconds for torch's objects) does not land inside a short measurement of one library only."""
+    gc.collect()
     before = _usage()
     started = time.perf_counter()
     units = work()
