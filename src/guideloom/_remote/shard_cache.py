@@ -42,7 +42,7 @@ def check_cache_arguments(cache_dir: object, cache_limit_bytes: object) -> tuple
     return cache_path, cache_limit_bytes
 
 
-UNREAD_AHEAD_NS = 1_000_000_000  # a prefetched download's modification time lies this far ahead: see Prefetched
+UNREAD_AHEAD_NS = 600 * 10**9  # a prefetched download's modification time lies this far ahead: see Prefetched
 
 
 class CacheLease:
@@ -66,7 +66,8 @@ class Prefetched:
     A download made for a prefetch gets a modification time a little ahead, which it keeps until a reader
     acquires it (every acquisition sets the time to now): so a time that changed, or is not ahead, says that
     some process has read the shard; and, released unread (a loader closed mid-epoch), it is the last
-    evicted, as the shard that a resumed epoch needs first.
+    evicted, as the shard that a resumed epoch needs first. Ten minutes ahead, so that it still is when the
+    resumed run starts a while later (a shard prefetched a chunk ahead was downloaded seconds before the close).
     """
 
     lease: CacheLease
