@@ -27,6 +27,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +178,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="guideloom-streaming-bench-"))
     os.environ["GUIDELOOM_CACHE_DIR"] = str(work / "default-cache")
     rows: list[dict[str, Any]] = []
+    peers: dict[str, Any] = {}
     try:
         with (
             s3_server(work / "server.log") as server,
@@ -186,16 +188,15 @@ def main() -> None:
 
             boto3.client("s3", endpoint_url=server, region_name="us-east-1").create_bucket(Bucket="bench")
             url = "s3://bench/corpus"
-            shard_tokens = int(arguments.shard_mib * (1 << 20)) // 4
-            corpus_bytes = _write_corpus(url, server, arguments.shards, shard_tokens)
-            shard_bytes = corpus_bytes // arguments.shards + 1
-            peers = _write_peers(arguments, server, work, shard_bytes)
+            corpus_bytes = _write_corpus(url, server, arguments.shards, _shard_tokens(arguments))
+            run = _Run(arguments, url, proxy, server, work, corpus_bytes)
+            peers = run.peers = _write_peers(run)
             for machines in [int(value) for value in arguments.machines.split(",")]:
                 for percent in [int(value) for value in arguments.caches.split(",")]:
-                    rows += _cache_rows(arguments, url, proxy, server, work, machines, percent, corpus_bytes)
-                    rows += _peer_rows(arguments, peers, proxy, server, work, machines, percent, corpus_bytes)
-            rows.append(_resume_row(arguments, url, proxy, server, work, corpus_bytes, shard_bytes))
-            rows += _peer_resume_rows(arguments, peers, proxy, server, work, corpus_bytes)
+                    rows += _cache_rows(run, machines, percent)
+                    rows += _peer_rows(run, machines, percent)
+            rows.append(_resume_row(run))
+            rows += _peer_resume_rows(run)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     results = {"shards": arguments.shards, "shard_mib": arguments.shard_mib, "latency_ms": arguments.latency_ms}
@@ -206,23 +207,53 @@ def main() -> None:
     print(table(results))
 
 
-def _cache_rows(
-    arguments: argparse.Namespace,
-    url: str,
-    proxy: str,
-    server: str,
-    work: Path,
-    machines: int,
-    percent: int,
-    corpus_bytes: int,
-) -> list[dict[str, Any]]:
+def _shard_tokens(arguments: argparse.Namespace) -> int:
+    return int(arguments.shard_mib * (1 << 20)) // 4
+
+
+@dataclass
+class _Run:
+    """What every row of one run shares: its arguments, the server, the proxy in front of it, and the corpus."""
+
+    arguments: argparse.Namespace
+    url: str
+    proxy: str
+    server: str
+    work: Path
+    corpus_bytes: int
+    peers: dict[str, Any] = field(default_factory=dict)  # the peers' copies of the corpus ({} without peers)
+
+    @property
+    def shard_bytes(self) -> int:
+        return self.corpus_bytes // self.arguments.shards + 1
+
+    @property
+    def epoch_batches(self) -> int:
+        """Batches in one machine's whole epoch of the corpus."""
+        return self.arguments.shards * _shard_tokens(self.arguments) // SEQUENCE // BATCH
+
+    def cache_shards(self, machines: int, percent: int) -> int:
+        """The shards a machine's cache holds at ``percent`` of its share."""
+        return self.arguments.shards // machines * percent // 100
+
+    def window(self, cache_shards: int) -> int:
+        """The window that fits a cache of ``cache_shards``: the cache's shards less ``--spare``."""
+        return max(1, cache_shards - self.arguments.spare)
+
+    def per_machine(self, result: dict[str, Any], machines: int) -> dict[str, Any]:
+        """A machine's result with its share of the corpus and the link's time for its bytes."""
+        return result | {
+            "share": self.corpus_bytes / machines,
+            "link_s": result["bytes"] / (self.arguments.mb_per_s * 1e6),
+        }
+
+
+def _cache_rows(run: _Run, machines: int, percent: int) -> list[dict[str, Any]]:
     """The rows of one machine count and cache: the windowed order, and the global one on one machine."""
-    shard_tokens = int(arguments.shard_mib * (1 << 20)) // 4
-    shard_bytes = corpus_bytes // arguments.shards + 1
-    cache_shards = arguments.shards // machines * percent // 100
+    cache_shards = run.cache_shards(machines, percent)
     if cache_shards < 4:
         return []
-    orders: list[tuple[str, int | None]] = [("windowed", max(1, cache_shards - arguments.spare))]
+    orders: list[tuple[str, int | None]] = [("windowed", run.window(cache_shards))]
     if machines == 1:
         orders.insert(0, ("global", None))
     rows = []
@@ -232,37 +263,37 @@ def _cache_rows(
         row.update({"window": window, "estimated": partial, "per_machine": []})
         for each in range(machines):
             options = {
-                "url": url,
-                "endpoint": proxy,
-                "cache_dir": str(work / f"cache-{order}-{machines}-{percent}-{each}"),
-                "cache_bytes": cache_shards * shard_bytes,
+                "url": run.url,
+                "endpoint": run.proxy,
+                "cache_dir": str(run.work / f"cache-{order}-{machines}-{percent}-{each}"),
+                "cache_bytes": cache_shards * run.shard_bytes,
                 "window": window,
                 "machine": each,
                 "machines": machines,
             }
             if partial:
-                options["stop_after"] = arguments.shards * shard_tokens // SEQUENCE // BATCH // PART
-            result = _run_machine(options, server)
+                options["stop_after"] = run.epoch_batches // PART
+            result = _run_machine(options, run.server)
             result.pop("state")
             result["bytes"] *= PART if partial else 1
-            result["share"] = corpus_bytes / machines
-            result["link_s"] = result["bytes"] / (arguments.mb_per_s * 1e6)
+            result = run.per_machine(result, machines)
             row["per_machine"].append(result)
             print(order, machines, percent, each, json.dumps(result), flush=True)
         rows.append(_summary(row))
     return rows
 
 
-def _write_peers(arguments: argparse.Namespace, server: str, work: Path, shard_bytes: int) -> dict[str, Any]:
+def _write_peers(run: _Run) -> dict[str, Any]:
     """The peers' copies of the corpus (their writers, in the peers' venv) on the server; {} without peers."""
+    arguments = run.arguments
     peers = [name for name in arguments.peers.split(",") if name]
     if not peers:
         return {}
-    options = _peer_options(arguments, work, server) | {"shard_bytes": shard_bytes}
+    options = _peer_options(run) | {"shard_bytes": run.shard_bytes}
     run_child(
         module_command("benchmarks.remote.streaming_peers", "write", json.dumps(options), python=arguments.peer_python)
     )
-    index = json.loads((work / "mosaic" / "index.json").read_text())
+    index = json.loads((run.work / "mosaic" / "index.json").read_text())
     versions = run_child([arguments.peer_python, "-c", _VERSIONS])[1].strip()
     return {"names": peers, "samples_per_shard": index["shards"][0]["samples"], "versions": json.loads(versions)}
 
@@ -273,57 +304,47 @@ _VERSIONS = (
 )
 
 
-def _peer_options(arguments: argparse.Namespace, work: Path, server: str) -> dict[str, Any]:
-    shard_tokens = int(arguments.shard_mib * (1 << 20)) // 4
-    return {"shards": arguments.shards, "shard_tokens": shard_tokens, "work": str(work), "server": server}
+def _peer_options(run: _Run) -> dict[str, Any]:
+    shards, tokens = run.arguments.shards, _shard_tokens(run.arguments)
+    return {"shards": shards, "shard_tokens": tokens, "work": str(run.work), "server": run.server}
 
 
 def _peer_rows(
-    arguments: argparse.Namespace,
-    peers: dict[str, Any],
-    proxy: str,
-    server: str,
-    work: Path,
-    machines: int,
-    percent: int,
-    corpus_bytes: int,
-    **extra: Any,
+    run: _Run, machines: int, percent: int, names: list[str] | None = None, **extra: Any
 ) -> list[dict[str, Any]]:
-    """Each peer's row at one machine count and cache: its machines one after the other, each in a fresh process."""
-    shard_bytes = corpus_bytes // arguments.shards + 1
-    cache_shards = arguments.shards // machines * percent // 100
-    if not peers or cache_shards < 4:
+    """Each peer's row (of ``names``, default all) at one machine count and cache: its machines one after the
+    other, each in a fresh process."""
+    cache_shards = run.cache_shards(machines, percent)
+    if not run.peers or cache_shards < 4:
         return []
     rows = []
-    total = arguments.shards * (int(arguments.shard_mib * (1 << 20)) // 4) // SEQUENCE // BATCH
-    for library in peers["names"]:
-        window = max(1, cache_shards - arguments.spare) if library != "mosaic" else None
+    for library in run.peers["names"] if names is None else names:
+        window = run.window(cache_shards) if library != "mosaic" else None
         if window is None and machines > 1:  # Mosaic's default order thrashes as the global one: one machine
             continue
         partial = window is None and percent < 100 and not extra
         row: dict[str, Any] = {"order": library, "machines": machines, "cache_percent": percent}
         row.update({"window": window, "estimated": partial, "per_machine": []})
         for each in range(machines):
-            options = _peer_options(arguments, work, server) | {
+            options = _peer_options(run) | {
                 "library": library,
-                "endpoint": proxy,
-                "cache_dir": str(work / f"cache-{library}-{machines}-{percent}-{each}-{len(extra)}"),
-                "cache_bytes": cache_shards * shard_bytes,
+                "endpoint": run.proxy,
+                "cache_dir": str(run.work / f"cache-{library}-{machines}-{percent}-{each}-{len(extra)}"),
+                "cache_bytes": cache_shards * run.shard_bytes,
                 "window": window or 1,
-                "samples_per_shard": peers["samples_per_shard"],
+                "samples_per_shard": run.peers["samples_per_shard"],
                 "machine": each,
                 "machines": machines,
-                "state_path": str(work / f"state-{library}.pt"),
+                "state_path": str(run.work / f"state-{library}.pt"),
             }
             if partial:
-                options["stop_after"] = total // PART
-            result = _peer_epoch(arguments, options | extra.get("first", {}))
+                options["stop_after"] = run.epoch_batches // PART
+            result = _peer_epoch(run.arguments, options | extra.get("first", {}))
             result["bytes"] *= PART if partial else 1
             if extra:  # a resume: the rest of the epoch in a new process, from the saved state
-                rest = _peer_epoch(arguments, options | {"resume": True})
+                rest = _peer_epoch(run.arguments, options | {"resume": True})
                 result = _merged(result, rest)
-            result["share"] = corpus_bytes / machines
-            result["link_s"] = result["bytes"] / (arguments.mb_per_s * 1e6)
+            result = run.per_machine(result, machines)
             row["per_machine"].append(result)
             print(library, machines, percent, each, json.dumps(result), flush=True)
         rows.append(_summary(row))
@@ -338,17 +359,11 @@ def _peer_epoch(arguments: argparse.Namespace, options: dict[str, Any]) -> dict[
     return result
 
 
-def _peer_resume_rows(
-    arguments: argparse.Namespace, peers: dict[str, Any], proxy: str, server: str, work: Path, corpus_bytes: int
-) -> list[dict[str, Any]]:
+def _peer_resume_rows(run: _Run) -> list[dict[str, Any]]:
     """Each peer at one machine, cache 25%: half an epoch, then a new process resumes from its loader's state."""
-    total = arguments.shards * (int(arguments.shard_mib * (1 << 20)) // 4) // SEQUENCE // BATCH
-    first = {"stop_after": total // 2}
-    peers = peers and {**peers, "names": [name for name in peers["names"] if name != "mosaic"]}  # it thrashes
-    return [
-        row | {"order": f"{row['order']}, resumed mid-epoch"}
-        for row in _peer_rows(arguments, peers, proxy, server, work, 1, 25, corpus_bytes, first=first)
-    ]
+    first = {"stop_after": run.epoch_batches // 2}
+    names = [name for name in run.peers.get("names", []) if name != "mosaic"]  # its default order thrashes
+    return [row | {"order": f"{row['order']}, resumed mid-epoch"} for row in _peer_rows(run, 1, 25, names, first=first)]
 
 
 def _merged(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
@@ -366,26 +381,22 @@ def _merged(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _resume_row(
-    arguments: argparse.Namespace, url: str, proxy: str, server: str, work: Path, corpus_bytes: int, shard_bytes: int
-) -> dict[str, Any]:
+def _resume_row(run: _Run) -> dict[str, Any]:
     """One machine, cache 25%: half an epoch, then a new process resumes from the state with the same cache."""
-    cache_shards = max(4, arguments.shards // 4)  # a quarter of the corpus, and room for a window of one
+    cache_shards = max(4, run.arguments.shards // 4)  # a quarter of the corpus, and room for a window of one
     options: dict[str, Any] = {
-        "url": url,
-        "endpoint": proxy,
-        "cache_dir": str(work / "cache-resume"),
-        "cache_bytes": cache_shards * shard_bytes,
-        "window": max(1, cache_shards - arguments.spare),
+        "url": run.url,
+        "endpoint": run.proxy,
+        "cache_dir": str(run.work / "cache-resume"),
+        "cache_bytes": cache_shards * run.shard_bytes,
+        "window": run.window(cache_shards),
         "machine": 0,
         "machines": 1,
     }
-    total = arguments.shards * (int(arguments.shard_mib * (1 << 20)) // 4) // SEQUENCE // BATCH
-    first = _run_machine({**options, "stop_after": total // 2}, server)
-    second = _run_machine({**options, "state": first.pop("state")}, server)
+    first = _run_machine({**options, "stop_after": run.epoch_batches // 2}, run.server)
+    second = _run_machine({**options, "state": first.pop("state")}, run.server)
     second.pop("state")
-    merged = _merged(first, second) | {"share": corpus_bytes}
-    merged["link_s"] = merged["bytes"] / (arguments.mb_per_s * 1e6)
+    merged = run.per_machine(_merged(first, second), 1)
     row = {"order": "windowed, resumed mid-epoch", "machines": 1, "cache_percent": 25, "window": options["window"]}
     return _summary({**row, "estimated": False, "per_machine": [merged]})
 
