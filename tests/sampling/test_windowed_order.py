@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -26,6 +28,13 @@ def orders(draw: st.DrawFn) -> WindowedOrder:
         global_batch_size=machines * local_world_size * local_batch_size,
         clean_cuts=draw(st.none() | st.lists(st.integers(0, 29), max_size=4)),
     )
+
+
+def remade(order: WindowedOrder, **changes: Any) -> WindowedOrder:
+    """``order``'s settings with ``changes``: the same storage and run, read from elsewhere or cut elsewhere."""
+    settings = {"seed": order.seed, "epoch": order.epoch, "window": order.window, "streams": order.streams}
+    settings |= {"global_batch_size": order.global_batch_size, "clean_cuts": order.clean_cuts}
+    return WindowedOrder(order.counts, **(settings | changes))
 
 
 def whole_epoch(order: WindowedOrder) -> np.ndarray:
@@ -69,16 +78,7 @@ def test_a_machine_has_at_most_window_shards_begun_and_unfinished(order: Windowe
 def test_resuming_at_a_global_batch_continues_the_same_order(order: WindowedOrder, data: st.DataObject) -> None:
     batches = order.sample_count // order.global_batch_size
     start = data.draw(st.integers(0, batches)) * order.global_batch_size
-    resumed = WindowedOrder(
-        order.counts,
-        seed=order.seed,
-        epoch=order.epoch,
-        window=order.window,
-        streams=order.streams,
-        global_batch_size=order.global_batch_size,
-        start=start,
-        clean_cuts=order.clean_cuts,
-    )
+    resumed = remade(order, start=start)
     assert np.array_equal(whole_epoch(resumed), whole_epoch(order)[start:])
 
 
@@ -113,15 +113,7 @@ def test_the_ranks_of_a_machine_read_its_share_in_every_whole_batch(order: Windo
 @settings(max_examples=100, deadline=None)
 @given(orders())
 def test_rotated_shares_walk_the_shards_in_storage_order(order: WindowedOrder) -> None:
-    rotated = WindowedOrder(
-        order.counts,
-        seed=order.seed,
-        epoch=order.epoch,
-        window=order.window,
-        streams=order.streams,
-        global_batch_size=order.global_batch_size,
-        clean_cuts=[0, *range(1, len(order.counts), 3)],
-    )
+    rotated = remade(order, clean_cuts=[0, *range(1, len(order.counts), 3)])
     for stream in range(rotated.streams):
         shards = rotated.stream(stream).shard_positions
         assert np.all(np.diff(shards) % len(rotated.counts) > 0)  # ascending, but for one wrap to the first shard
