@@ -3,8 +3,9 @@
 Imported only when a storage is opened by URL (fsspec, and s3fs for ``s3://``, come from the ``remote``
 extra). On S3 the calls go through s3fs's own client: a create is a ``PutObject`` with
 ``If-None-Match: *`` (the store refuses it with 412 when the key exists) and a download streams the
-object's body straight into a file, a shard of a known size in ranged parts side by side (``ranged_parts``). Other fsspec stores use fsspec's generic calls, where a create
-is "check, then put" (see docs/object-storage.md). Every request is retried on transient failures
+object's body straight into a file, a shard of a known size in ranged parts side by side (``ranged_parts``).
+Other fsspec stores use fsspec's generic calls, where a create is "check, then put" (see
+docs/object-storage.md). Every request is retried on transient failures
 (``retries``); botocore's and s3fs's own retries are off, so the bounds stated there hold.
 """
 
