@@ -15,7 +15,7 @@ from typing import Any
 import boto3
 import pytest
 
-from guideloom import CorruptStorageError, TokenStorage
+from guideloom import CorruptStorageError, StatefulDataLoader, TokenStorage
 from guideloom._remote import ranged_parts
 from tests.remote.fault_proxy import FaultProxy
 from tests.remote.remote_child import shard_tokens
@@ -34,13 +34,13 @@ def _storage(url: str, endpoint: str, cache: Path, **options: Any) -> TokenStora
     return TokenStorage(url, storage_options={"endpoint_url": endpoint, **options}, cache_dir=cache)
 
 
-def _write(url: str, s3_server: S3Server, cache: Path, documents: int = 6, length: int = 300) -> list[list[int]]:
-    """Two shards written; their documents, in order."""
+def _write(url: str, s3_server: S3Server, cache: Path, shards: int = 2) -> list[list[int]]:
+    """Shards of 6 documents of 300 tokens written; their documents, in order."""
     with _storage(url, s3_server.endpoint, cache).sync_writer() as writer:
-        for shard in range(2):
-            for tokens in shard_tokens(shard, documents, length):
+        for shard in range(shards):
+            for tokens in shard_tokens(shard, documents=6, length=300):
                 writer.append(shard, tokens)
-    return [tokens.tolist() for shard in range(2) for tokens in shard_tokens(shard, documents, length)]
+    return [tokens.tolist() for shard in range(shards) for tokens in shard_tokens(shard, documents=6, length=300)]
 
 
 def _read_all(storage: TokenStorage) -> list[list[int]]:
@@ -147,3 +147,22 @@ def test_a_changed_object_is_named_by_the_checksum_check(
         with pytest.raises(CorruptStorageError, match=r"shard 0 failed its checks 3 times.*checksum"):
             reader.read(0)
     assert len(s3_server.byte_ranges(bucket, KEY)) == 3 * ranged_parts.PARTS_AT_ONCE  # each attempt in 4 parts
+
+
+def test_a_connection_pool_smaller_than_the_parts_in_flight_serves_them_all(
+    small_parts: None, s3_url: str, bucket: str, s3_server: S3Server, tmp_path: Path
+) -> None:
+    _write(s3_url, s3_server, tmp_path / "w", shards=8)
+
+    def epoch(storage: TokenStorage) -> list[list[list[int]]]:
+        with StatefulDataLoader.from_storage(
+            storage, device="cpu", local_batch_size=4, sequence_length=64, shuffle=True, seed=1
+        ) as loader:
+            return [batch.tolist() for batch in loader]
+
+    expected = epoch(_storage(s3_url, s3_server.endpoint, tmp_path / "default"))
+    before = len(s3_server.byte_ranges(bucket, ".shard"))
+    # Four shards prefetched at once, in four parts each: 16 requests wanting 2 connections.
+    narrow = _storage(s3_url, s3_server.endpoint, tmp_path / "narrow", config_kwargs={"max_pool_connections": 2})
+    assert epoch(narrow) == expected
+    assert len(s3_server.byte_ranges(bucket, ".shard")[before:]) == 8 * ranged_parts.PARTS_AT_ONCE  # each once
