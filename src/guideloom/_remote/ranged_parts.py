@@ -70,10 +70,16 @@ async def _get_part(fs: Any, bucket: str, key: str, descriptor: int, start: int,
     offset = start
     try:
         while chunk := await body.read(DOWNLOAD_CHUNK):
-            view = memoryview(chunk)
-            while view:
-                written = os.pwrite(descriptor, view, offset)
-                view, offset = view[written:], offset + written
+            write_at(descriptor, chunk, offset)
+            offset += len(chunk)
         check_length(offset - start, response, f"{bucket}/{key} (bytes {start}-{end - 1})")
     finally:
         body.close()
+
+
+def write_at(descriptor: int, data: bytes, offset: int) -> None:
+    """Write all of ``data`` into the file at ``offset``."""
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(descriptor, view, offset)
+        view, offset = view[written:], offset + written
