@@ -14,13 +14,14 @@ The others (``benchmarks/documents_loading.py``) set guideloom's loader beside t
 files, every measurement in a fresh interpreter, the libraries interleaved, ``--repeats`` times; the
 medians are reported, and as guideloom's ratio to each row the median of the ratios of neighbouring runs:
 
-* ``records``: the same preference records (and an id) in a struct format whose fields decode as NumPy
-  views (``unpack_many``); one shuffled epoch of batches of 32 padded by ``guideloom.collate.pad``,
-  records/s, against a flat-memmap torch ``Dataset`` (one token file and an offsets array, records as
-  NumPy views) read by torch's ``DataLoader``, fetched one by one and, tuned, a batch at a time
-  (``__getitems__``), and by torchdata's ``StatefulDataLoader``, all with the same collate; main process
-  and 2 workers. One more row: the flat-memmap Dataset whose collate hands NumPy arrays over instead of
-  tensors, which shows what torch's tensor transport (shared memory) is worth with workers.
+* ``records``: the same preference records (and an id) in a struct format whose ``unpack_many`` decodes a
+  batch at once (its records copied into one buffer, as docs/performance.md writes it); one shuffled epoch of
+  batches of 32 padded by ``guideloom.collate.pad``, records/s, against a flat-memmap torch ``Dataset`` (one
+  token file and an offsets array, records as NumPy views) read by torch's ``DataLoader``, fetched one by one
+  and, tuned, a batch at a time (``__getitems__``), and by torchdata's ``StatefulDataLoader``, all with the
+  same collate; main process and 2 workers. One more row: the flat-memmap Dataset whose collate hands NumPy
+  arrays over instead of tensors, which shows what torch's tensor transport (shared memory) is worth with
+  workers.
 * ``large``: records of 100 KB (an id and 25,600 float32 features), batches of 32 (3.2 MB), guideloom
   against plain files (one file a record) read by a torch ``Dataset`` with torch's ``DataLoader`` and its
   default collate (which stacks a batch straight into shared memory in a worker); main process and 2

@@ -21,7 +21,7 @@ TRANSPORT_RECORDS = 20_000
 
 
 class PreferenceFormat(DocumentStorageFormat[dict[str, Any], dict[str, Any]]):
-    """An id and three lengths (uint32), then the three fields' int32 tokens; decoded as NumPy views."""
+    """An id and three lengths (uint32), then the three fields' int32 tokens; decoded a batch at a time."""
 
     name = "bench-preference-v1"
     head = struct.Struct("<4I")
@@ -34,16 +34,26 @@ class PreferenceFormat(DocumentStorageFormat[dict[str, Any], dict[str, Any]]):
         return self.unpack_many([encoded_data], [shard])[0]
 
     def unpack_many(self, encoded_data: list[memoryview], shards: list[int]) -> list[dict[str, Any]]:
+        """A batch decoded at once: its records copied into one buffer, every head read with one NumPy index.
+
+        The copy is what the padding collate reads next (from the cache, not from the mapped shards), and
+        the fields are views of it, so a batch keeps no shard's mapping alive."""
+        words = np.frombuffer(b"".join(encoded_data), "<i4")
+        sizes = np.fromiter(map(len, encoded_data), np.int64, len(encoded_data)) // 4
+        starts = np.zeros(len(sizes), np.int64)
+        np.cumsum(sizes[:-1], out=starts[1:])
+        heads = words[starts[:, None] + np.arange(4)].tolist()
         records = []
-        for data in encoded_data:
-            record_id, first, second, _ = self.head.unpack_from(data)
-            tokens = np.frombuffer(data, "<i4", offset=self.head.size)
+        for (record_id, first, second, _), start, stop in zip(
+            heads, (starts + 4).tolist(), (starts + sizes).tolist(), strict=True
+        ):
+            middle = start + first
             records.append(
                 {
                     "id": record_id,
-                    FIELDS[0]: tokens[:first],
-                    FIELDS[1]: tokens[first : first + second],
-                    FIELDS[2]: tokens[first + second :],
+                    FIELDS[0]: words[start:middle],
+                    FIELDS[1]: words[middle : middle + second],
+                    FIELDS[2]: words[middle + second : stop],
                 }
             )
         return records

@@ -72,6 +72,15 @@ def test_lengths_are_read_from_each_shards_tail_without_its_data(
     assert int(tails_bytes.sum()) < 0.25 * int(rows["size"].sum())
 
 
+def test_one_records_length_is_read_from_its_shards_tail(s3_server: S3Server, s3_url: str, tmp_path: Path) -> None:
+    write(remote(s3_url, s3_server, tmp_path / "writer"))
+    with remote(s3_url, s3_server, tmp_path / "reader").sync_reader() as reader:
+        indices = [0, 2 * PER_SHARD + 7]
+        assert [reader.length(index) for index in indices] == [expected()[index] for index in indices]
+    assert s3_server.gets(bucket_of(s3_url), ".shard") == []  # no shard's data downloaded
+    assert len(s3_server.ranged_gets(bucket_of(s3_url), ".shard")) == 2
+
+
 def test_a_shard_position_out_of_range_is_an_index_error(s3_server: S3Server, s3_url: str, tmp_path: Path) -> None:
     write(remote(s3_url, s3_server, tmp_path / "writer"))
     with remote(s3_url, s3_server, tmp_path / "reader").sync_reader() as reader:

@@ -199,3 +199,21 @@ def test_documents_are_downloaded_once_each_read_here_or_by_worker_processes(
     assert _downloads(s3_server, s3_url, before) == {
         f"/{s3_url.removeprefix('s3://')}/shards/{shard:012d}.shard": 1 for shard in range(SHARDS)
     }
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_two_epochs_in_one_loader_download_each_shard_once_an_epoch(
+    s3_server: S3Server, tmp_path: Path, corpus: tuple[str, int], workers: int
+) -> None:
+    """Across the epoch boundary the hints run on into the next epoch's order: nothing of either is fetched twice."""
+    url, largest = corpus
+    bucket = url.removeprefix("s3://").split("/")[0]
+    before = len(s3_server.gets(bucket, ".shard"))
+    options: dict[str, Any] = {"device": "cpu", "local_batch_size": 4, "sequence_length": SEQUENCE, "shuffle": True}
+    options |= {"seed": 7, "shuffle_window": SHARDS // 4 - 3, "num_workers": workers}
+    storage = _storage(url, s3_server, tmp_path / "machine", SHARDS // 4 * largest)
+    with StatefulDataLoader.from_storage(storage, **options) as loader:
+        epochs = [[batch.tolist() for batch in loader] for _ in range(2)]
+    assert epochs[0] != epochs[1] and len(epochs[0]) == len(epochs[1])
+    downloads = _downloads(s3_server, url, before)
+    assert len(downloads) == SHARDS and set(downloads.values()) == {2}, downloads

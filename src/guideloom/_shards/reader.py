@@ -120,10 +120,12 @@ class StorageReader(Generic[Out]):
         raise NotImplementedError
 
     def length(self, index: int) -> int:
-        """Record ``index``'s length, without decoding it: the one its format recorded (see ``shard_lengths``)."""
+        """Record ``index``'s length, without decoding it: the one its format recorded (see ``shard_lengths``).
+        From an object store, a shard not open yet gives it from its tail, without its data."""
         self.check_open()
         position, record = self.locate(index)
-        return self.shard(position).record_length(record)
+        lengths = None if position in self._opened else self.shard_set.record_lengths(position)
+        return self.shard(position).record_length(record) if lengths is None else int(lengths[record])
 
     def shard_lengths(self, position: int) -> np.ndarray:
         """The lengths of the records of the reader's shard at ``position`` (in ascending id order), in order:
