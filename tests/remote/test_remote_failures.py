@@ -14,6 +14,7 @@ import pytest
 import requests
 import torch
 
+import guideloom._remote.ranged_parts
 import guideloom._remote.s3_bodies
 from guideloom import CorruptStorageError, StatefulDataLoader, TokenStorage
 from tests.remote.s3_support import S3Server
@@ -158,15 +159,27 @@ class _FullDisk(io.FileIO):
         return super().write(data)
 
 
+def _full_disk_at(descriptor: int, data: bytes, offset: int) -> None:
+    """A ranged part's write on a disk that fills up after its first MiB."""
+    if offset + len(data) > 1 << 20:
+        raise OSError(errno.ENOSPC, "No space left on device")
+    guideloom._remote.ranged_parts.os.pwrite(descriptor, data, offset)
+
+
+@pytest.mark.parametrize("download", ["one GET", "ranged parts"])
 def test_a_full_cache_disk_is_named_and_nothing_is_left_half_written(
-    s3_url: str, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    download: str, s3_url: str, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     writer_storage = _storage(s3_url, s3_server, tmp_path / "w")
     with writer_storage.sync_writer() as writer:
-        writer.append(0, np.arange(1 << 19, dtype=np.uint32))  # a 2 MiB shard
+        writer.append(0, np.arange(1 << 19, dtype=np.uint32))  # a 2 MiB shard: 4 ranged parts by default
     cache = tmp_path / "cache"
     storage = _storage(s3_url, s3_server, cache)
-    monkeypatch.setattr(guideloom._remote.s3_bodies, "open", _FullDisk, raising=False)  # where S3 bodies are written
+    if download == "one GET":
+        monkeypatch.setattr(guideloom._remote.ranged_parts, "MIN_PART_BYTES", 4 << 20)  # one GET
+        monkeypatch.setattr(guideloom._remote.s3_bodies, "open", _FullDisk, raising=False)  # where its body is written
+    else:
+        monkeypatch.setattr(guideloom._remote.ranged_parts, "write_at", _full_disk_at)
     with storage.sync_reader() as reader:
         with pytest.raises(OSError, match=r"cache directory .* is full while downloading shard 0") as raised:
             reader.read(0)

@@ -3,8 +3,9 @@
 Imported only when a storage is opened by URL (fsspec, and s3fs for ``s3://``, come from the ``remote``
 extra). On S3 the calls go through s3fs's own client: a create is a ``PutObject`` with
 ``If-None-Match: *`` (the store refuses it with 412 when the key exists) and a download streams the
-object's body straight into a file. Other fsspec stores use fsspec's generic calls, where a create
-is "check, then put" (see docs/object-storage.md). Every request is retried on transient failures
+object's body straight into a file, a shard of a known size in ranged parts side by side (``ranged_parts``).
+Other fsspec stores use fsspec's generic calls, where a create is "check, then put" (see
+docs/object-storage.md). Every request is retried on transient failures
 (``retries``); botocore's and s3fs's own retries are off, so the bounds stated there hold.
 """
 
@@ -21,6 +22,7 @@ from typing import IO, Any, TypeVar
 
 from guideloom._core.errors import StorageNotFoundError
 from guideloom._remote.compression import DamagedDownload
+from guideloom._remote.ranged_parts import download_parts, part_ranges
 from guideloom._remote.retries import RetriesExhausted, Retrying, RetryPolicy
 from guideloom._remote.s3_bodies import DOWNLOAD_CHUNK, Decoder, read_s3_object, stream_s3_object
 
@@ -259,12 +261,21 @@ class ObjectStore:
                 call_s3("abort_multipart_upload", Bucket=bucket, Key=key, UploadId=upload_id)
             raise
 
-    def download(self, name: str, destination: Path, decoder: Callable[[IO[bytes]], Decoder] | None = None) -> None:
+    def download(
+        self,
+        name: str,
+        destination: Path,
+        decoder: Callable[[IO[bytes]], Decoder] | None = None,
+        size: int | None = None,
+    ) -> None:
         """Write the whole object into ``destination`` (created or truncated), through ``decoder`` if given.
 
+        On S3, an object of a known ``size`` (its bytes as stored), read without a decoder, comes in ranged
+        parts side by side (``ranged_parts``), each retried on its own; else one GET, retried whole.
         FileNotFoundError if the object is gone. Each attempt starts the file afresh.
         """
         doing = f"downloading {self.name_of(name)}"
+        ranges = part_ranges(size) if self.conditional and decoder is None and size is not None else []
 
         def request(_: int) -> None:
             if self.conditional:
@@ -281,8 +292,17 @@ class ObjectStore:
                         decoding.write(chunk)
                     decoding.finish()
 
+        def in_parts() -> None:
+            from fsspec.asyn import sync
+
+            bucket, key, _version = self.fs.split_path(self.key(name))
+            sync(self.fs.loop, download_parts, self.fs, bucket, key, destination, ranges, self.retrying, doing)
+
         try:
-            self.retrying.call(doing, request)
+            if len(ranges) > 1:
+                in_parts()
+            else:
+                self.retrying.call(doing, request)
         except FileNotFoundError:
             raise
         except RetriesExhausted as error:

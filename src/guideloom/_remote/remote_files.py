@@ -181,7 +181,7 @@ class RemoteFiles:
         for info in listed:
             name = f"{SHARDS_DIR}/{shard_file_name(info.id)}"
             try:
-                self.store.download(name, part, decoder_for(header, info))
+                self.store.download(name, part, decoder_for(header, info), object_size(header, info))
                 problem = check_download(part, info, header, f"{self.url}/{name}")
             except DamagedDownload as error:
                 problem = f"shard {info.id}: {self.url}/{name} is damaged: {error}"
@@ -214,7 +214,7 @@ class RemoteFiles:
 
         def download(part: Path) -> None:
             try:
-                self.store.download(object_name, part, decoder_for(header, info))
+                self.store.download(object_name, part, decoder_for(header, info), object_size(header, info))
             except FileNotFoundError:
                 raise CorruptStorageError(
                     f"shard {info.id} vanished: {self.url}/{object_name} was deleted from the store after this "
@@ -258,6 +258,11 @@ class RemoteTarget:
 def decoder_for(header: StorageHeader, info: ShardInfo) -> Callable[[IO[bytes]], ShardDecoder] | None:
     """How a downloaded object becomes the plain shard: decompressed, or written as it is."""
     return None if header.compression is None else partial(ShardDecoder, info=info, element_size=header.element_size)
+
+
+def object_size(header: StorageHeader, info: ShardInfo) -> int | None:
+    """The size of a shard's object as listed: the plain shard's, unknown here for a compressed one."""
+    return info.size if header.compression is None else None
 
 
 def check_download(part: Path, info: ShardInfo, header: StorageHeader, name: str) -> str | None:

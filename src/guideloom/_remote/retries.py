@@ -15,11 +15,12 @@ is neither logged nor counted.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -156,21 +157,39 @@ class Retrying:
             try:
                 return request(attempt)
             except Exception as error:
-                if not is_transient(error):
-                    raise
-                elapsed = time.monotonic() - start
-                with self._lock:
-                    delay = self._random.uniform(0, min(MAX_DELAY_S, BASE_DELAY_S * 2 ** (attempt - 1)))
-                if attempt >= self.policy.attempts or elapsed + delay >= self.policy.deadline_s:
-                    raise RetriesExhausted(error, attempt, elapsed) from error
-                with self._lock:
-                    self.count += 1
-                LOGGER.warning(
-                    "%s: attempt %d of %d failed (%s); retrying in %.2f s",
-                    what,
-                    attempt,
-                    self.policy.attempts,
-                    describe(error),
-                    delay,
-                )
+                delay = self._retry_after(what, error, attempt, start)
             time.sleep(delay)
+
+    async def call_async(self, what: str, request: Callable[[int], Awaitable[T]]) -> T:
+        """``call`` for a coroutine on an event loop: the same policy, log and counter; the waits do not block the
+        loop (the ranged parts of one download are retried each on its own, side by side)."""
+        start = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await request(attempt)
+            except Exception as error:
+                delay = self._retry_after(what, error, attempt, start)
+            await asyncio.sleep(delay)
+
+    def _retry_after(self, what: str, error: Exception, attempt: int, start: float) -> float:
+        """The wait before the next attempt, logged and counted; raises when ``error`` is not to be retried."""
+        if not is_transient(error):
+            raise error
+        elapsed = time.monotonic() - start
+        with self._lock:
+            delay = self._random.uniform(0, min(MAX_DELAY_S, BASE_DELAY_S * 2 ** (attempt - 1)))
+        if attempt >= self.policy.attempts or elapsed + delay >= self.policy.deadline_s:
+            raise RetriesExhausted(error, attempt, elapsed) from error
+        with self._lock:
+            self.count += 1
+        LOGGER.warning(
+            "%s: attempt %d of %d failed (%s); retrying in %.2f s",
+            what,
+            attempt,
+            self.policy.attempts,
+            describe(error),
+            delay,
+        )
+        return delay
