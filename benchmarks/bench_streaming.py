@@ -1,19 +1,21 @@
 """Streaming a corpus larger than the cache: the global shuffle against shuffle_window, per simulated machine.
 
-    python -m benchmarks.bench_streaming [--shards 64] [--shard-mib 1] [--latency-ms 20] [--mb-per-s 200]
+    python -m benchmarks.bench_streaming [--shards 64] [--shard-mib 1] [--latency-ms 20] [--mb-per-s 25] [--spare 4]
 
 A moto S3 server (``remote/s3_server.py``, counting the bytes it sends) holds a token storage of ``--shards``
-shards of ``--shard-mib`` MiB of uint32 tokens; every read goes through ``remote/link_proxy.py`` (20 ms a
-request, 200 MB/s shared). Each simulated machine is one process with its own cache directory (one rank per
-machine, ``rank=machine``, ``world_size=machines``), run one after the other so the server's byte counter
-belongs to it. Per machine count (1, 2, 4) and cache (100/50/25/10% of the machine's share, at least 4
-shards): bytes downloaded / the machine's share, the mix (distinct shards in a batch of 8, and in 128
-consecutive samples of the rank), the epoch's time against the link's limit (bytes / bandwidth) and the
-time to the first batch; the window is the cache's shards less ``--spare`` (3: docs/object-storage.md). The global order
-is read at one machine, its first eighth of an epoch when the cache is smaller than the corpus (bytes then
-scaled by 8: marked "est."). A mid-epoch resume at 25%: half an epoch, a new process loads the state and
-finishes it with the same cache directory. Results: ``results/streaming.json``, ``.md`` and ``.png``.
-The peers (LitData, MosaicML Streaming) are not driven by this script yet.
+shards of ``--shard-mib`` MiB of uint32 tokens; every read goes through ``remote/link_proxy.py`` (by default 20 ms a
+request, 25 MB/s shared). Each simulated machine is one process with its own cache directory (one rank per machine,
+``rank=machine``, ``world_size=machines``), run one after the other so the server's byte counter belongs to it. Per
+machine count (1, 2, 4) and cache (100/50/25/10% of the machine's share, at least ``--spare`` + 1 shards): bytes
+downloaded / the machine's share, the mix (distinct shards in a batch of 8, and in 128 consecutive samples of the
+rank), the epoch's time against the link's limit (bytes / bandwidth) and the time to the first batch; the window is
+the cache's shards less ``--spare`` (4: docs/object-storage.md). The global order is read at one machine, its first
+sixteenth of an epoch when the cache is smaller than the corpus (bytes then scaled by 16: marked "est."). A mid-epoch
+resume at 25%: half an epoch, a new process loads the state and finishes it with the same cache directory. Results:
+``results/streaming.json``, ``.md`` and ``.png``. The peers (``--peers``, all by default: LitData, and MosaicML
+Streaming in its default order and two settings tuned to the same window) read the same tokens from their own
+formats in ``--peer-python`` (``remote/streaming_peers.py``), on the same machines and caches; a peer that fails
+(a timeout of its own) has its error in its row, and the run goes on.
 """
 
 from __future__ import annotations
@@ -166,7 +168,7 @@ def main() -> None:
     parser.add_argument("--mb-per-s", type=float, default=25)
     parser.add_argument("--machines", default="1,2,4")
     parser.add_argument("--caches", default="100,50,25,10")
-    parser.add_argument("--spare", type=int, default=3, help="the window: the cache's shards less this many")
+    parser.add_argument("--spare", type=int, default=4, help="the window: the cache's shards less this many")
     parser.add_argument("--peer-python", default=str(REPOSITORY / ".venv-bench" / "bin" / "python"))
     parser.add_argument("--peers", default=",".join(PEERS), help="peers to drive ('' for guideloom alone)")
     parser.add_argument("--out", type=Path, default=RESULTS / "streaming.json", help="the results file (.json)")
@@ -240,6 +242,11 @@ class _Run:
         """The window that fits a cache of ``cache_shards``: the cache's shards less ``--spare``."""
         return max(1, cache_shards - self.arguments.spare)
 
+    @property
+    def smallest_cache(self) -> int:
+        """The fewest shards a cache measured holds: a window of one and the ``--spare`` shards."""
+        return self.arguments.spare + 1
+
     def per_machine(self, result: dict[str, Any], machines: int) -> dict[str, Any]:
         """A machine's result with its share of the corpus and the link's time for its bytes."""
         return result | {
@@ -251,7 +258,7 @@ class _Run:
 def _cache_rows(run: _Run, machines: int, percent: int) -> list[dict[str, Any]]:
     """The rows of one machine count and cache: the windowed order, and the global one on one machine."""
     cache_shards = run.cache_shards(machines, percent)
-    if cache_shards < 4:
+    if cache_shards < run.smallest_cache:
         return []
     orders: list[tuple[str, int | None]] = [("windowed", run.window(cache_shards))]
     if machines == 1:
@@ -315,7 +322,7 @@ def _peer_rows(
     """Each peer's row (of ``names``, default all) at one machine count and cache: its machines one after the
     other, each in a fresh process."""
     cache_shards = run.cache_shards(machines, percent)
-    if not run.peers or cache_shards < 4:
+    if not run.peers or cache_shards < run.smallest_cache:
         return []
     rows = []
     for library in run.peers["names"] if names is None else names:
@@ -325,30 +332,43 @@ def _peer_rows(
         partial = window is None and percent < 100 and not extra
         row: dict[str, Any] = {"order": library, "machines": machines, "cache_percent": percent}
         row.update({"window": window, "estimated": partial, "per_machine": []})
-        for each in range(machines):
-            options = _peer_options(run) | {
-                "library": library,
-                "endpoint": run.proxy,
-                "cache_dir": str(run.work / f"cache-{library}-{machines}-{percent}-{each}-{len(extra)}"),
-                "cache_bytes": cache_shards * run.shard_bytes,
-                "window": window or 1,
-                "samples_per_shard": run.peers["samples_per_shard"],
-                "machine": each,
-                "machines": machines,
-                "state_path": str(run.work / f"state-{library}.pt"),
-            }
-            if partial:
-                options["stop_after"] = run.epoch_batches // PART
-            result = _peer_epoch(run.arguments, options | extra.get("first", {}))
-            result["bytes"] *= PART if partial else 1
-            if extra:  # a resume: the rest of the epoch in a new process, from the saved state
-                rest = _peer_epoch(run.arguments, options | {"resume": True})
-                result = _merged(result, rest)
-            result = run.per_machine(result, machines)
-            row["per_machine"].append(result)
-            print(library, machines, percent, each, json.dumps(result), flush=True)
+        try:
+            _peer_machines(run, row, cache_shards, extra)
+        except RuntimeError as error:  # the peer's own failure (a timeout of its own) is its row's result
+            row["error"] = error.args[0].strip().splitlines()[-1][:300]
+            print(library, machines, percent, "failed:", row["error"], flush=True)
+            rows.append(row)
+            continue
         rows.append(_summary(row))
     return rows
+
+
+def _peer_machines(run: _Run, row: dict[str, Any], cache_shards: int, extra: dict[str, Any]) -> None:
+    """A peer's epoch on each machine of ``row``, one after the other, each in a fresh process."""
+    library, machines, percent = row["order"], row["machines"], row["cache_percent"]
+    window, partial = row["window"], row["estimated"]
+    for each in range(machines):
+        options = _peer_options(run) | {
+            "library": library,
+            "endpoint": run.proxy,
+            "cache_dir": str(run.work / f"cache-{library}-{machines}-{percent}-{each}-{len(extra)}"),
+            "cache_bytes": cache_shards * run.shard_bytes,
+            "window": window or 1,
+            "samples_per_shard": run.peers["samples_per_shard"],
+            "machine": each,
+            "machines": machines,
+            "state_path": str(run.work / f"state-{library}.pt"),
+        }
+        if partial:
+            options["stop_after"] = run.epoch_batches // PART
+        result = _peer_epoch(run.arguments, options | extra.get("first", {}))
+        result["bytes"] *= PART if partial else 1
+        if extra:  # a resume: the rest of the epoch in a new process, from the saved state
+            rest = _peer_epoch(run.arguments, options | {"resume": True})
+            result = _merged(result, rest)
+        result = run.per_machine(result, machines)
+        row["per_machine"].append(result)
+        print(library, machines, percent, each, json.dumps(result), flush=True)
 
 
 def _peer_epoch(arguments: argparse.Namespace, options: dict[str, Any]) -> dict[str, Any]:
@@ -383,7 +403,7 @@ def _merged(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
 
 def _resume_row(run: _Run) -> dict[str, Any]:
     """One machine, cache 25%: half an epoch, then a new process resumes from the state with the same cache."""
-    cache_shards = max(4, run.arguments.shards // 4)  # a quarter of the corpus, and room for a window of one
+    cache_shards = max(run.smallest_cache, run.arguments.shards // 4)  # a quarter of the corpus, or a window of one
     options: dict[str, Any] = {
         "url": run.url,
         "endpoint": run.proxy,

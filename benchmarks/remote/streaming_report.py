@@ -34,6 +34,12 @@ def table(results: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in results["rows"]:
+        if "error" in row:
+            lines.append(
+                f"| {label(row['order'])} | {row['machines']} | {row['cache_percent']}% | "
+                f"{row['window'] or '—'} | failed: {row['error']} | | | | |"
+            )
+            continue
         estimated = row["estimated"]
         times = (
             "— | —"
@@ -57,11 +63,12 @@ def plot(results: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-    lines = sorted({(row["order"], row["machines"]) for row in results["rows"] if "resumed" not in row["order"]})
+    measured = [row for row in results["rows"] if "error" not in row]
+    lines = sorted({(row["order"], row["machines"]) for row in measured if "resumed" not in row["order"]})
     for order, machines in lines:
         if machines > 1 and order != "windowed":
             continue
-        rows = [row for row in results["rows"] if (row["order"], row["machines"]) == (order, machines)]
+        rows = [row for row in measured if (row["order"], row["machines"]) == (order, machines)]
         caches = [row["cache_percent"] for row in rows]
         name = f"{label(order)}, {machines} machine{'s' if machines > 1 else ''}"
         left.plot(caches, [row["bytes_over_share_max"] for row in rows], marker="o", label=name)

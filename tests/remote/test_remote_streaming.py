@@ -133,12 +133,12 @@ def test_a_global_shuffle_through_a_small_cache_warns_once_with_a_window_that_fi
     url, largest = corpus
     options: dict[str, Any] = {"device": "cpu", "local_batch_size": 4, "sequence_length": SEQUENCE, "shuffle": True}
     storage = _storage(url, s3_server, tmp_path / "cache", 10 * largest)
-    with pytest.warns(UserWarning, match=r"expect about [\d,]+ bytes downloaded per epoch .*shuffle_window=7"):
+    with pytest.warns(UserWarning, match=r"expect about [\d,]+ bytes downloaded per epoch .*shuffle_window=6"):
         StatefulDataLoader.from_storage(storage, **options).close()
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # once per storage; and never for the windowed order
         StatefulDataLoader.from_storage(storage, **options).close()
-        StatefulDataLoader.from_storage(storage, **options, shuffle_window=7).close()
+        StatefulDataLoader.from_storage(storage, **options, shuffle_window=6).close()
 
 
 def test_a_window_larger_than_the_cache_warns_with_one_that_fits(
@@ -147,7 +147,7 @@ def test_a_window_larger_than_the_cache_warns_with_one_that_fits(
     url, largest = corpus
     options: dict[str, Any] = {"device": "cpu", "local_batch_size": 4, "sequence_length": SEQUENCE, "shuffle": True}
     storage = _storage(url, s3_server, tmp_path / "cache", 10 * largest)
-    with pytest.warns(UserWarning, match=r"shuffle_window=9 does not fit .* shuffle_window=7 fits"):
+    with pytest.warns(UserWarning, match=r"shuffle_window=9 does not fit .* shuffle_window=6 fits"):
         StatefulDataLoader.from_storage(storage, **options, shuffle_window=9).close()
 
 

@@ -15,6 +15,9 @@ from guideloom._sources.source import PinnedShards, SampleSource
 __all__ = ["check_windowed", "in_machine_shares", "local_world_size_of", "prepare_streaming", "warn_if_thrashing"]
 
 _warned: set[str] = set()  # storages whose thrashing was reported (once per process)
+# The cache's shards a suggested window leaves free: the shard it runs into and two downloads ahead (with one,
+# a request's wait for its first byte leaves the link idle between small shards; see docs/object-storage.md).
+DOWNLOAD_ROOM = 4
 
 
 def check_windowed(storage: object, shuffle_window: object, shuffle: bool) -> int | None:
@@ -131,7 +134,8 @@ def warn_if_thrashing(
                 f"shuffle_window={shuffle_window} does not fit the cache of {source.storage.location} "
                 f"({limit:,} bytes, {cached} of its largest shards): a window needs its shards, the next one and one "
                 "downloading, so the cache will evict shards still needed and download them again; "
-                f"shuffle_window={max(1, cached - 3)} fits (see docs/object-storage.md)",
+                f"shuffle_window={max(1, cached - DOWNLOAD_ROOM)} fits and leaves room for a second download ahead "
+                "(see docs/object-storage.md)",
                 stacklevel=3,
             )
         return
@@ -141,7 +145,7 @@ def warn_if_thrashing(
     warnings.warn(
         f"shuffle=True reads {source.storage.location} in one global order through a cache of {limit:,} bytes, "
         f"smaller than its {total:,} bytes: expect about {expected:,} bytes downloaded per epoch "
-        f"({expected / total:.0f}x the storage); shuffle_window={max(1, cached - 3)} reads each machine's share "
+        f"({expected / total:.0f}x the storage); shuffle_window={max(1, cached - DOWNLOAD_ROOM)} reads each machine's share "
         "about once (see docs/object-storage.md)",
         stacklevel=3,
     )
