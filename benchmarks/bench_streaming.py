@@ -335,7 +335,8 @@ def _peer_rows(
         try:
             _peer_machines(run, row, cache_shards, extra)
         except RuntimeError as error:  # the peer's own failure (a timeout of its own) is its row's result
-            row["error"] = error.args[0].strip().splitlines()[-1][:300]
+            last_line = error.args[0].strip().splitlines()[-1].replace(str(run.work), "<work>")
+            row["error"] = last_line.split(". ")[0][:300]  # its first sentence, without this run's directory
             print(library, machines, percent, "failed:", row["error"], flush=True)
             rows.append(row)
             continue
