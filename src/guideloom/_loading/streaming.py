@@ -145,7 +145,7 @@ def warn_if_thrashing(
     warnings.warn(
         f"shuffle=True reads {source.storage.location} in one global order through a cache of {limit:,} bytes, "
         f"smaller than its {total:,} bytes: expect about {expected:,} bytes downloaded per epoch "
-        f"({expected / total:.0f}x the storage); shuffle_window={max(1, cached - DOWNLOAD_ROOM)} reads each machine's share "
-        "about once (see docs/object-storage.md)",
+        f"({expected / total:.0f}x the storage); shuffle_window={max(1, cached - DOWNLOAD_ROOM)} reads each "
+        "machine's share about once (see docs/object-storage.md)",
         stacklevel=3,
     )
