@@ -74,6 +74,6 @@ def test_a_mixture_read_in_the_global_order_through_small_caches_warns_for_its_c
     storages = {name: _storage(url, s3_server, tmp_path / name, 8 * largest) for name, url in urls.items()}
     mixture = Mixture(storages, {"a": 1, "b": 1})
     options = {"device": "cpu", "local_batch_size": 4, "sequence_length": SEQUENCE, "shuffle": True}
-    with pytest.warns(UserWarning, match=r"in one global order .*shuffle_window=5") as warned:
+    with pytest.warns(UserWarning, match=r"in one global order .*shuffle_window=4") as warned:
         StatefulDataLoader.from_storage(mixture, **options).close()
     assert [str(warning.message).split(" in one")[0][-8:] for warning in warned] == ["corpus-a", "corpus-b"]
