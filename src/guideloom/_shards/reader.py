@@ -124,7 +124,7 @@ class StorageReader(Generic[Out]):
         From an object store, a shard not open yet gives it from its tail, without its data."""
         self.check_open()
         position, record = self.locate(index)
-        lengths = None if position in self._opened else self.shard_set.record_lengths(position)
+        lengths = self._lengths_from_tail(position)
         return self.shard(position).record_length(record) if lengths is None else int(lengths[record])
 
     def shard_lengths(self, position: int) -> np.ndarray:
@@ -136,8 +136,13 @@ class StorageReader(Generic[Out]):
         of guideloom 0.3, token storages), each record's size: bytes for documents, tokens for token storages.
         """
         self.check_open()
-        lengths = None if position in self._opened else self.shard_set.record_lengths(position)  # remote: its tail
+        lengths = self._lengths_from_tail(position)
         return self.shard(position).record_lengths() if lengths is None else lengths
+
+    def _lengths_from_tail(self, position: int) -> np.ndarray | None:
+        """A remote shard not open here: its record lengths from its object's tail, without its data; else None
+        (the open or local shard gives them)."""
+        return None if position in self._opened else self.shard_set.record_lengths(position)
 
     @property
     def fingerprint(self) -> str:
