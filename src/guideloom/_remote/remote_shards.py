@@ -184,8 +184,12 @@ class RemoteShards:
             del self._ahead[position]
         return [prefetched for _, prefetched in left]
 
+    def _settled(self, position: int) -> bool:
+        """Read, held or fetched ahead since it was hinted."""
+        return position in self._done or position in self._leases or position in self._ahead
+
     def _accounted(self, position: int) -> bool:
-        return any(position in known for known in (self._done, self._leases, self._ahead, self._fetching))
+        return self._settled(position) or position in self._fetching
 
     def _free_slots(self) -> int:
         in_flight = len(self._fetching)
@@ -199,7 +203,7 @@ class RemoteShards:
         failed = False
         with self._lock:  # the hinted shards read before this one and not held yet, maybe cached: not evicted for it
             before = self._wanted[: self._where.get(position, 0)]
-            before = [at for at in before if not any(at in known for known in (self._done, self._leases, self._ahead))]
+            before = [at for at in before if not self._settled(at)]
         keep = {self.files.cache.name_for(self.infos[at]) for at in before}
         try:
             prefetched = self.files.prefetch_checked(self.infos[position], self.header, keep)
