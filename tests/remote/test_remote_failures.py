@@ -101,6 +101,24 @@ def test_eviction_keeps_the_cache_within_two_shards_during_a_shuffled_epoch(
     assert len(s3_server.gets(bucket, "/shards/")) > 6  # shards were evicted and fetched again
 
 
+def test_shards_read_within_a_clock_tick_are_evicted_in_the_order_they_were_read(
+    s3_url: str, s3_server: S3Server, tmp_path: Path
+) -> None:
+    """Eviction follows the order of use to the nanosecond, not the file system's clock (it may tick only every
+    few milliseconds): a resumed epoch relies on the shards it needs first being evicted last."""
+    _fill(_storage(s3_url, s3_server, tmp_path / "w"))
+    storage = _storage(s3_url, s3_server, tmp_path / "cache")
+    with storage.sync_reader() as reader:
+        for _ in range(3):  # downloaded, then read again from the cache in a scrambled order
+            order = [3, 0, 5, 1, 4, 2]
+            for position in order:
+                reader.shard_tokens(position)
+            cached = {
+                int(path.name.split(".")[0]): path.stat().st_mtime_ns for path in (tmp_path / "cache").rglob("*.shard")
+            }
+            assert sorted(cached, key=cached.__getitem__) == order
+
+
 def test_the_server_stopped_mid_epoch_raises_then_the_loader_continues(
     s3_url: str, s3_server: S3Server, tmp_path: Path
 ) -> None:

@@ -17,6 +17,7 @@ import errno
 import fcntl
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable, Collection, Iterator
@@ -86,6 +87,21 @@ class Prefetched:
             return os.stat(self.lease.path).st_mtime_ns != self.mtime_ns
         except FileNotFoundError:
             return True
+
+
+_used_lock = threading.Lock()
+_last_used_ns = 0
+
+
+def mark_used(descriptor: int) -> None:
+    """Set the shard's modification time to now, to the nanosecond, later than any this process set before: the
+    order of use that eviction follows. (The file system's own clock may tick only every few milliseconds, and
+    shards used within one tick would be evicted in no particular order, a shard still needed among them.)"""
+    global _last_used_ns
+    with _used_lock:
+        now = _last_used_ns = max(time.time_ns(), _last_used_ns + 1)
+    with contextlib.suppress(OSError):
+        os.utime(descriptor, ns=(now, now))
 
 
 def _locked(path: Path, flags: int) -> int | None:
@@ -159,8 +175,7 @@ class ShardCache:
             if descriptor is None:
                 descriptor = self._fetch(info, download, check, None)[1]
             if descriptor is not None:
-                with contextlib.suppress(OSError):
-                    os.utime(descriptor)  # most recently used
+                mark_used(descriptor)
                 return CacheLease(final, descriptor)
 
     def prefetch(
@@ -244,7 +259,7 @@ class ShardCache:
     def cached_bytes(self) -> int:
         return sum(size for _, size, _ in self._entries())
 
-    def _entries(self) -> list[tuple[Path, int, float]]:
+    def _entries(self) -> list[tuple[Path, int, int]]:
         entries = []
         try:
             scan = list(os.scandir(self.directory))
@@ -254,7 +269,7 @@ class ShardCache:
             if entry.name.endswith(".shard"):
                 with contextlib.suppress(FileNotFoundError):
                     status = entry.stat(follow_symlinks=False)
-                    entries.append((Path(entry.path), status.st_size, status.st_mtime))
+                    entries.append((Path(entry.path), status.st_size, status.st_mtime_ns))
         return entries
 
     def make_room(self, size: int, keep: Collection[str] = ()) -> bool:
