@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import mmap
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from guideloom import DocumentStorage, StatefulDataLoader
-from guideloom._shards import resident_pages
+from guideloom._shards import resident_pages, shard_in_progress
 from tests.helpers.storages import RawFormat
 
 RECORD = 64 * 1024
@@ -32,6 +34,9 @@ def resident_bytes(shard: Path) -> int:
 @pytest.fixture
 def storage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> DocumentStorage[bytes, bytes]:
     monkeypatch.setattr(resident_pages, "RELEASE_BYTES", LIMIT)
+    # Written in pieces of 256 KiB, the shard is held in folios of at most that (a fault maps no more), so the
+    # bound shows at this small scale; the writer's 2 MiB pieces make folios twice the limit.
+    monkeypatch.setattr(shard_in_progress, "WRITE_BUFFER", 256 * 1024)
     storage = DocumentStorage(tmp_path / "records", RawFormat())
     with storage.sync_writer() as writer:
         for index in range(RECORDS):
@@ -75,9 +80,28 @@ def test_a_loader_epoch_in_the_main_process_leaves_at_most_the_limit_resident(
 def test_shards_mapping_no_more_than_the_limit_keep_their_pages(
     storage: DocumentStorage[bytes, bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(resident_pages, "RELEASE_BYTES", RECORD * (RECORDS + 16))  # a little more than the shard maps
+    # Records of 64 KiB are large: their bound, a sixteenth of the limit, is a little more than the shard maps.
+    monkeypatch.setattr(resident_pages, "RELEASE_BYTES", 16 * RECORD * (RECORDS + 16))
     with storage.sync_reader() as reader:
         for _ in range(3):  # twice the limit read: a release would leave the records before it unmapped
             for index in range(RECORDS):
                 assert reader.read(index)[:1] == bytes([index])
         assert resident_bytes(shard_path(storage)) >= RECORD * RECORDS  # nothing refaulted: every page stays mapped
+
+
+@pytest.mark.parametrize(("record", "releases"), [(1024, 4), (64 * 1024, 64)])
+def test_large_records_are_given_back_after_every_sixteenth_of_the_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, record: int, releases: int
+) -> None:
+    """Small records share folios, which a release would only fault in again; a large record's own are worth it."""
+    released: list[object] = []
+    monkeypatch.setattr(resident_pages, "release_pages", released.append)
+    (tmp_path / "shard").write_bytes(bytes(2 * LIMIT))  # maps more than either bound
+    with (tmp_path / "shard").open("rb") as file, mmap.mmap(file.fileno(), 0, prot=mmap.PROT_READ) as mapping:
+        shard = SimpleNamespace(mapping=mapping)
+        pages = resident_pages.ResidentPages(LIMIT)
+        for _ in range(4 * LIMIT // record):
+            pages.settle([shard])
+            pages.add(record, 1)
+        pages.settle([shard])
+    assert len(released) == releases

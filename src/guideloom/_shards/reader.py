@@ -221,7 +221,7 @@ class DocumentReader(StorageReader[Out]):
         positions = starts.searchsorted(indices, "right") - 1
         position_list = positions.tolist()
         encoded = self._record_views(position_list, (indices - starts[positions]).tolist())
-        self._pages.add(sum(map(len, encoded)))
+        self._pages.add(sum(map(len, encoded)), len(encoded))
         decoded = self._format.unpack_many(encoded, list(map(self._shard_ids.__getitem__, position_list)))
         if not isinstance(decoded, list) or len(decoded) != len(encoded):
             got = f"{len(decoded)} records" if isinstance(decoded, list) else f"a {type(decoded).__name__}"

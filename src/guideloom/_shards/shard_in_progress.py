@@ -25,7 +25,10 @@ from guideloom._shards.layout import ShardInfo, shard_size, shard_trailer
 from guideloom._shards.loss_masks import MaskBits
 from guideloom._shards.record_lengths import lengths_bytes
 
-WRITE_BUFFER = 256 * 1024  # one system call per many small records; larger payloads bypass it
+# One system call per many small records (larger payloads bypass it). Written in pieces this large, a shard is
+# held by the page cache in large folios, so a reader that maps it takes one page fault per 2 MiB read where
+# pieces of 256 KiB cost it 8 (docs/performance.md, "The loader's own cost").
+WRITE_BUFFER = 2 * 1024 * 1024
 BACKGROUND_CHUNK = 8 * 1024 * 1024
 
 
