@@ -12,7 +12,9 @@ Parts (``--parts``, all by default):
 
 The others (``benchmarks/documents_loading.py``) set guideloom's loader beside torch Datasets over flat
 files, every measurement in a fresh interpreter, the libraries interleaved, ``--repeats`` times; the
-medians are reported, and as guideloom's ratio to each row the median of the ratios of neighbouring runs:
+medians are reported, and as guideloom's ratio to each row the median of the ratios of neighbouring runs
+(without workers, in the process's CPU time too: an epoch in the main process runs on it alone, and other
+work on a shared machine takes wall time from a run, not CPU time):
 
 * ``records``: the same preference records (and an id) in a struct format whose ``unpack_many`` decodes a
   batch at once (its records copied into one buffer, as docs/performance.md writes it); one shuffled epoch of

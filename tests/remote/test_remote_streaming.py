@@ -151,6 +151,30 @@ def test_a_window_larger_than_the_cache_warns_with_one_that_fits(
         StatefulDataLoader.from_storage(storage, **options, shuffle_window=9).close()
 
 
+def test_machines_with_fewer_than_20_shards_a_share_are_warned_once_with_the_shard_size_that_fits(
+    s3_server: S3Server, tmp_path: Path, corpus: tuple[str, int]
+) -> None:
+    url, largest = corpus
+    options: dict[str, Any] = {"device": "cpu", "local_batch_size": 4, "sequence_length": SEQUENCE, "shuffle": True}
+    options |= {"shuffle_window": 4, "rank": 0}
+    storage = _storage(url, s3_server, tmp_path / "cache", SHARDS * largest)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # 20 shards a share: two more are 1.1x
+        StatefulDataLoader.from_storage(storage, **options, world_size=2).close()
+    with pytest.warns(UserWarning, match=r"about 10\.0 of its largest shards.* up to 1\.20x") as caught:
+        StatefulDataLoader.from_storage(storage, **options, world_size=4).close()
+    fitting = int(SHARDS * largest / 4 * (1.1 - 1) / 2)  # a twentieth of a share
+    assert f"shards of at most {fitting:,} bytes keep it within 1.1x" in str(caught[0].message)
+    assert caught[0].filename == __file__  # the user's line, not guideloom's
+    unlimited = _storage(url, s3_server, tmp_path / "unlimited", None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # without a limit, every shard read stays cached for the next epochs
+        StatefulDataLoader.from_storage(unlimited, **options, world_size=4).close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per storage
+        StatefulDataLoader.from_storage(storage, **options, world_size=4).close()
+
+
 def test_an_epoch_resumed_on_the_same_cache_downloads_each_shard_once(
     s3_server: S3Server, tmp_path: Path, corpus: tuple[str, int]
 ) -> None:

@@ -8,13 +8,23 @@ import warnings
 import numpy as np
 
 from guideloom._core.checks import check_int
+from guideloom._core.user_frames import users_stacklevel
 from guideloom._mixture.mixture import Mixture
 from guideloom._mixture.source import MixtureSource
 from guideloom._sources.source import PinnedShards, SampleSource
 
-__all__ = ["check_windowed", "in_machine_shares", "local_world_size_of", "prepare_streaming", "warn_if_thrashing"]
+__all__ = [
+    "check_windowed",
+    "in_machine_shares",
+    "local_world_size_of",
+    "prepare_streaming",
+    "warn_if_shares_are_small",
+    "warn_if_thrashing",
+]
 
 _warned: set[str] = set()  # storages whose thrashing was reported (once per process)
+_warned_shares: set[str] = set()  # storages whose small shares were reported (once per process)
+SHARES_WITHIN_BYTES = 1.1  # what a machine downloads per epoch, at most, against its share (docs/object-storage.md)
 # The cache's shards a suggested window leaves free: the shard it runs into and two downloads ahead (with one,
 # a request's wait for its first byte leaves the link idle between small shards; see docs/object-storage.md).
 DOWNLOAD_ROOM = 4
@@ -80,6 +90,7 @@ def prepare_streaming(
         # lengths come from the shards' tails, except from compressed shard objects: those are downloaded
         every_window = by_budget and getattr(one_storage, "compression", None) is not None
         warn_if_thrashing(one_storage, one_source, shuffle, shuffle_window, machines if every_window else 1)
+        warn_if_shares_are_small(one_storage, one_source, shuffle_window, machines)
         if shuffle_window is not None and isinstance(one_source, PinnedShards):
             one_source.hold_at_most(shuffle_window + 1)
     return in_machine_shares(source, shuffle_window, machines)
@@ -93,6 +104,34 @@ def in_machine_shares(source: SampleSource, shuffle_window: int | None, machines
     if source.window == shuffle_window and source.machines == machines:
         return source
     return source.windowed(shuffle_window, machines)
+
+
+def warn_if_shares_are_small(storage: object, source: SampleSource, shuffle_window: int | None, machines: int) -> None:
+    """Warn once per storage when a windowed read of a remote storage with a cache limit over several machines
+    gives each so few shards that the two it shares with its neighbours may take it past 1.1x its share per epoch.
+
+    Shares are equal in samples, so they begin and end inside shards; the machines on either side of such a
+    boundary both download its shard whole. A machine so downloads up to two shards more than its share.
+    """
+    if shuffle_window is None or machines < 2 or getattr(storage, "cache_limit", None) is None:
+        return  # without a limit every shard read stays cached: epochs after the first download less
+    if not isinstance(source, PinnedShards) or source.storage.location in _warned_shares:
+        return
+    sizes = source.snapshot.rows["size"].astype(np.int64)
+    share = int(sizes.sum()) / machines
+    largest = int(sizes.max()) if len(sizes) else 0
+    if share == 0 or share + 2 * largest <= SHARES_WITHIN_BYTES * share:
+        return
+    _warned_shares.add(source.storage.location)
+    fitting = int(share * (SHARES_WITHIN_BYTES - 1) / 2)
+    warnings.warn(
+        f"shuffle_window={shuffle_window} over {machines} machines gives each machine a share of "
+        f"{source.storage.location} of about {share / largest:.1f} of its largest shards: a share begins and ends "
+        "inside shards, which the machines on either side both download whole, so a machine may download up to "
+        f"{(share + 2 * largest) / share:.2f}x its share per epoch; shards of at most {fitting:,} bytes keep it "
+        f"within {SHARES_WITHIN_BYTES}x (see docs/object-storage.md)",
+        stacklevel=users_stacklevel(),
+    )
 
 
 def warn_if_thrashing(
@@ -124,7 +163,7 @@ def warn_if_thrashing(
                 "after them; this cache "
                 f"({limit:,} bytes, {cached} of its largest shards) is smaller and will download shards again: "
                 f"shuffle_window={max(1, (cached - 1) // windows - 2)} fits (see docs/object-storage.md)",
-                stacklevel=3,
+                stacklevel=users_stacklevel(),
             )
         return
     if shuffle_window is not None:
@@ -136,7 +175,7 @@ def warn_if_thrashing(
                 "downloading, so the cache will evict shards still needed and download them again; "
                 f"shuffle_window={max(1, cached - DOWNLOAD_ROOM)} fits and leaves room for a second download ahead "
                 "(see docs/object-storage.md)",
-                stacklevel=3,
+                stacklevel=users_stacklevel(),
             )
         return
     _warned.add(source.storage.location)
@@ -147,5 +186,5 @@ def warn_if_thrashing(
         f"smaller than its {total:,} bytes: expect about {expected:,} bytes downloaded per epoch "
         f"({expected / total:.0f}x the storage); shuffle_window={max(1, cached - DOWNLOAD_ROOM)} reads each "
         "machine's share about once (see docs/object-storage.md)",
-        stacklevel=3,
+        stacklevel=users_stacklevel(),
     )

@@ -8,17 +8,12 @@ the reader, not at guideloom's code.
 
 from __future__ import annotations
 
-import os
-import sys
 import warnings
 from collections.abc import Iterable
-from pathlib import Path
 
 from guideloom._core.errors import UntrustedFormatWarning
+from guideloom._core.user_frames import users_stacklevel
 
-_PACKAGE = (
-    str(Path(__file__).resolve().parents[1]) + os.sep
-)  # guideloom's own directory: frames there are not the user's
 _committed_here: dict[str, set[int]] = {}  # storage key -> ids of the shards this process committed
 _warned: set[str] = set()
 
@@ -39,14 +34,5 @@ def warn_untrusted(key: str, location: str, shard_ids: Iterable[int]) -> None:
         "Open one you trust with DocumentStorage(..., trusted=True) to silence this; JSON, MessagePack or your own "
         "format decode without running code",
         UntrustedFormatWarning,
-        stacklevel=_users_frame(),
+        stacklevel=users_stacklevel(),
     )
-
-
-def _users_frame() -> int:
-    """The ``stacklevel`` of the first frame outside guideloom, seen from the caller of ``warnings.warn``."""
-    level, frame = 1, sys._getframe(1)  # level 1: warn_untrusted itself
-    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):
-        frame = frame.f_back
-        level += 1
-    return level
