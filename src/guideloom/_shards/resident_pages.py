@@ -5,8 +5,8 @@ memory tools count every page a process has touched as resident (``RssFile``) fo
 mapping lives, so a loader reading a storage larger than its memory seems to hold all of it. The
 pages belong to the page cache, which reclaims them under pressure; dropping a process's mapping of
 them (``madvise(MADV_DONTNEED)``) changes nothing a view reads, since a later access maps the same
-page of the file again. So after every ``RELEASE_BYTES`` of records read, a document reader drops
-its open shards' pages, if those shards map more than that in all.
+page of the file again. So after every so many bytes of records read (the bound, below), a document
+reader drops its open shards' pages, if those shards map more than that in all.
 
 Every page dropped is mapped again (a page fault) when a shuffled epoch comes back to it, and a fault maps
 the whole folio of the page cache that holds the page (up to 2 MiB: a shard written in large pieces is held
@@ -26,8 +26,8 @@ from collections.abc import Iterable
 from typing import Protocol
 
 RELEASE_BYTES = 2**30  # small records read between two releases, and the mapped total below which none is needed
-LARGE_RECORD = 16 * 1024  # records at least this large on average have a bound 16 times smaller (64 MiB)
-LARGE_RECORD_BOUND_SHARE = 16
+LARGE_RECORD = 16 * 1024  # records at least this large on average ...
+LARGE_RECORD_BOUND_SHARE = 16  # ... have a bound this many times smaller (64 MiB)
 _DONTNEED: int | None = getattr(mmap, "MADV_DONTNEED", None)
 
 
