@@ -93,7 +93,9 @@ def test_each_machine_downloads_its_share_about_once_at_a_quarter_of_the_corpus(
         _machine_epoch(storages, machines, machine, shuffle_window=window, num_workers=workers)
         downloads = _downloads(s3_server, url, before)
         assert max(downloads.values()) == 1, f"machine {machine} downloaded a shard twice: {downloads}"
-        assert sum(downloads.values()) <= 1.1 * share + 1, f"machine {machine}: {sum(downloads.values())} for {share}"
+        # Its share, and the shards where it begins and ends (shared with the neighbours); none of another share
+        # for the last, short batch either.
+        assert sum(downloads.values()) <= share + 2, f"machine {machine}: {sum(downloads.values())} for {share}"
 
 
 def test_every_shard_is_downloaded_ahead_of_its_reader_as_slots_free(

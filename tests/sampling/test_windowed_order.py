@@ -27,34 +27,56 @@ def orders(draw: st.DrawFn) -> WindowedOrder:
         streams=machines,
         global_batch_size=machines * local_world_size * local_batch_size,
         clean_cuts=draw(st.none() | st.lists(st.integers(0, 29), max_size=4)),
+        ranks=machines * local_world_size,
     )
 
 
 def remade(order: WindowedOrder, **changes: Any) -> WindowedOrder:
     """``order``'s settings with ``changes``: the same storage and run, read from elsewhere or cut elsewhere."""
     settings = {"seed": order.seed, "epoch": order.epoch, "window": order.window, "streams": order.streams}
-    settings |= {"global_batch_size": order.global_batch_size, "clean_cuts": order.clean_cuts}
+    settings |= {"global_batch_size": order.global_batch_size, "clean_cuts": order.clean_cuts, "ranks": order.ranks}
     return WindowedOrder(order.counts, **(settings | changes))
 
 
 def whole_epoch(order: WindowedOrder) -> np.ndarray:
-    return order.sample_at(np.arange(order.start, order.sample_count))
+    """The samples of the epoch's positions from its start, the last batch's padding included."""
+    return order.sample_at(np.arange(order.start, order.padded_end))
+
+
+def once_each(order: WindowedOrder, samples: np.ndarray) -> np.ndarray:
+    """``samples`` read in an epoch of ``order`` (from its start) less the last batch's padding: those it repeats."""
+    padding = order.padded_end - order.sample_count
+    values, counts = np.unique(samples, return_counts=True)
+    assert int((counts - 1).sum()) == padding
+    return values
 
 
 @settings(max_examples=200, deadline=None)
 @given(orders())
 def test_an_epoch_reads_every_sample_exactly_once(order: WindowedOrder) -> None:
-    samples = whole_epoch(order)
-    assert np.array_equal(np.sort(samples), np.arange(order.sample_count))
+    assert np.array_equal(once_each(order, whole_epoch(order)), np.arange(order.sample_count))
+
+
+@settings(max_examples=200, deadline=None)
+@given(orders())
+def test_the_last_batch_pads_each_machine_with_its_own_samples(order: WindowedOrder) -> None:
+    """A machine's ranks read only its stream in the last, short batch too: it downloads no other's shards."""
+    plan = BatchPlan(order.sample_count, order.global_batch_size // order.ranks, order.ranks, False)
+    if plan.full_batch_count == plan.batch_count:
+        return  # no short batch
+    for rank in range(order.ranks):
+        machine = rank // (order.ranks // order.streams)
+        begin, end = order.stream_bounds(machine)
+        streams, _ = order.stream_offsets(plan.rank_positions(plan.batch_count - 1, rank))
+        assert begin == end or set(streams.tolist()) == {machine}  # (an empty share has nothing to repeat)
 
 
 @settings(max_examples=200, deadline=None)
 @given(orders())
 def test_machines_read_disjoint_shares_but_for_a_shard_at_each_share_boundary(order: WindowedOrder) -> None:
-    streams, _ = order.stream_offsets(np.arange(order.sample_count))
+    streams, _ = order.stream_offsets(np.arange(order.padded_end))  # the last batch too: it is read by machines
     shards = order.shards_of(whole_epoch(order))
-    full = np.arange(order.sample_count) < order.full_batches * order.global_batch_size
-    readers_of_shard = [set(streams[full & (shards == shard)].tolist()) for shard in range(len(order.counts))]
+    readers_of_shard = [set(streams[shards == shard].tolist()) for shard in range(len(order.counts))]
     extra_readers = sum(len(readers) - 1 for readers in readers_of_shard if readers)
     assert extra_readers <= order.streams - 1  # a shard is read twice only where one share ends and the next begins
 
@@ -87,16 +109,17 @@ def test_resuming_at_a_global_batch_continues_the_same_order(order: WindowedOrde
 def test_elastic_resumes_with_other_batch_sizes_skip_and_repeat_nothing(
     order: WindowedOrder, data: st.DataObject
 ) -> None:
-    """Two restarts, each with another global batch size (any: it need not split evenly between the machines)."""
+    """Two restarts, each with another global batch size and number of ranks (any: they need not split evenly
+    between the machines)."""
     read: list[np.ndarray] = []
     current = order
     for _ in range(2):
         whole_batches = (current.sample_count - current.start) // current.global_batch_size
         stop = current.start + data.draw(st.integers(0, whole_batches)) * current.global_batch_size
         read.append(current.sample_at(np.arange(current.start, stop)))
-        current = current.at(stop, data.draw(st.integers(1, 40)))
+        current = current.at(stop, data.draw(st.integers(1, 40)), data.draw(st.integers(1, 6)))
     read.append(whole_epoch(current))
-    assert np.array_equal(np.sort(np.concatenate(read)), np.arange(order.sample_count))
+    assert np.array_equal(once_each(current, np.concatenate(read)), np.arange(order.sample_count))
 
 
 @settings(max_examples=100, deadline=None)

@@ -32,16 +32,20 @@ def epoch_order(source: SampleSource, settings: OrderSettings, epoch: int, start
     """The order of epoch ``epoch`` of ``source`` from position ``start`` (the start of a global batch)."""
     windowed = settings.shuffle_window is not None and settings.shuffle
     if windowed and settings.batch_tokens is not None:  # positions dealt out over the streams in turn, from 0 on
-        return _Wrapped(_windowed(source, settings, epoch, 0, settings.streams), source.sample_count)
+        return _Wrapped(_windowed(source, settings, epoch, 0, settings.streams, settings.streams), source.sample_count)
     if not windowed or (source.orders_itself and not isinstance(source, MixtureSource)):
         shuffle = settings.shuffle and not source.orders_itself
         return EpochOrder(source.sample_count, shuffle=shuffle, seed=settings.seed, epoch=epoch)
     assert settings.local_batch_size is not None
-    return _windowed(source, settings, epoch, start, settings.local_batch_size * settings.world_size)
+    global_batch_size = settings.local_batch_size * settings.world_size
+    return _windowed(source, settings, epoch, start, global_batch_size, settings.world_size)
 
 
-def _windowed(source: SampleSource, settings: OrderSettings, epoch: int, start: int, global_batch_size: int) -> Order:
-    """The windowed order of ``source`` from ``start`` in global batches of ``global_batch_size``."""
+def _windowed(
+    source: SampleSource, settings: OrderSettings, epoch: int, start: int, global_batch_size: int, ranks: int
+) -> Order:
+    """The windowed order of ``source`` from ``start`` in global batches of ``global_batch_size``, read by
+    ``ranks``."""
     if isinstance(source, MixtureSource):
         if source.machines != settings.streams:
             raise RuntimeError(f"{source} is read in {source.machines} machine shares, not {settings.streams}")
@@ -52,13 +56,14 @@ def _windowed(source: SampleSource, settings: OrderSettings, epoch: int, start: 
             window=1,
             streams=source.machines,
             global_batch_size=global_batch_size,
+            ranks=ranks,
         )
         return _MachineSlots(slots.at(start, global_batch_size))
     assert settings.shuffle_window is not None
     key = (source.sample_count, settings.seed, epoch, settings.shuffle_window, settings.streams)
     for known, known_key, order in _recent:
         if known is source and known_key == key:
-            return order.at(start, global_batch_size)
+            return order.at(start, global_batch_size, ranks)
     counts = source.shard_sample_counts()  # type: ignore[attr-defined]  # every source that does not order itself
     order = WindowedOrder(
         counts,
@@ -69,6 +74,7 @@ def _windowed(source: SampleSource, settings: OrderSettings, epoch: int, start: 
         global_batch_size=global_batch_size,
         start=start,
         clean_cuts=source.clean_cuts() if hasattr(source, "clean_cuts") else None,
+        ranks=ranks,
     )
     _recent.insert(0, (source, key, order))
     del _recent[_RECENT:]

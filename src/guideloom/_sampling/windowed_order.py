@@ -8,8 +8,9 @@ So every block mixes K shards, one shard starts and one finishes per block, and 
 K + 1 shards at a time, however many it reads in the epoch.
 
 A global batch takes about ``global_batch_size / streams`` consecutive samples of every stream, stream after
-stream, so stream ``s`` goes to the ranks of machine ``s``; after the last whole global batch the streams'
-leftovers are concatenated.
+stream, so stream ``s`` goes to the ranks of machine ``s``. The last, short batch gives each of the ``ranks``
+the same number of positions (as `BatchPlan` cuts it); a machine's ranks take its own stream's leftover there,
+and where their positions outnumber it they repeat it (padding), so that no machine reads another's shards.
 Like `EpochOrder` everything is a pure function of a few integers (and the per-shard sample counts): a
 position's sample costs O(K + log shards), and how far an epoch went is its position alone: a global batch
 brings every stream to the count `taken_from_stream` gives for its end, whatever the batch sizes.
@@ -114,6 +115,8 @@ class WindowedOrder:
     shard after shard; see `shard_order` for ``clean_cuts``). Positions from ``start`` on are cut into
     global batches of ``global_batch_size``; ``start`` must be where a global batch began, and the same mapping
     results from any such start of a run with these settings, so a resumed run continues bit for bit.
+    ``ranks`` (a multiple of ``streams``, which it is by default) read the batches, machine after machine; the
+    last batch, short, is padded to the same number of positions for each (see `padded_end`).
     """
 
     def __init__(
@@ -127,6 +130,7 @@ class WindowedOrder:
         global_batch_size: int,
         start: int = 0,
         clean_cuts: npt.ArrayLike | None = None,
+        ranks: int | None = None,
     ) -> None:
         counts = np.asarray(shard_sample_counts, dtype=np.int64)
         if counts.ndim != 1 or (counts.size and int(counts.min()) < 0):
@@ -141,8 +145,12 @@ class WindowedOrder:
         self.global_batch_size = check_int("global_batch_size", global_batch_size, 1)
         self.start = check_int("start", start, 0)
         self.clean_cuts = None if clean_cuts is None else np.asarray(clean_cuts, np.int64)
+        self.ranks = self._checked_ranks(ranks)
         self._streams: dict[int, _Stream] = {}
         self._place()
+
+    def _checked_ranks(self, ranks: int | None) -> int:
+        return check_int("ranks", self.streams if ranks is None else ranks, 1)
 
     def _place(self) -> None:
         """How global batches from ``start`` take from the streams."""
@@ -153,10 +161,12 @@ class WindowedOrder:
     def __len__(self) -> int:
         return self.sample_count
 
-    def at(self, start: int, global_batch_size: int) -> WindowedOrder:
-        """This epoch's order from another ``start`` or global batch size, reusing its shares and windows."""
+    def at(self, start: int, global_batch_size: int, ranks: int | None = None) -> WindowedOrder:
+        """This epoch's order from another ``start``, global batch size or number of ranks, reusing its shares and
+        windows."""
         moved = copy.copy(self)
-        moved.__dict__.pop("_tail_starts", None)
+        moved.__dict__.pop("_leftovers", None)
+        moved.ranks = self._checked_ranks(self.ranks if ranks is None else ranks)
         moved.global_batch_size = check_int("global_batch_size", global_batch_size, 1)
         moved.start = check_int("start", start, 0)
         moved._place()
@@ -194,19 +204,33 @@ class WindowedOrder:
             found = self._streams[stream] = _stream(self.counts, self.shard_order, begin, end, self.window)
         return found
 
+    @property
+    def tail_start(self) -> int:
+        """Where the last, short global batch starts (``sample_count`` when there is none)."""
+        return self.start + self.full_batches * self.global_batch_size
+
+    @property
+    def _rank_tail(self) -> int:
+        """Positions each rank reads in the last batch (the batch's positions rounded up to a multiple of ranks)."""
+        return -(-(self.sample_count - self.tail_start) // self.ranks)
+
+    @property
+    def padded_end(self) -> int:
+        """The end of the last batch's positions, padding included: positions up to here have a sample."""
+        return self.tail_start + self._rank_tail * self.ranks
+
     @cached_property
-    def _tail_starts(self) -> npt.NDArray[np.int64]:
-        """Where each stream's leftover (after the last whole global batch) starts in the concatenated tail."""
-        streams = np.arange(self.streams)
-        taken = taken_from_stream(self.start + self.full_batches * self.global_batch_size, streams, self.streams)
-        lengths = np.diff(self._share_starts) - taken
-        return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    def _leftovers(self) -> npt.NDArray[np.int64]:
+        """Each stream's samples after the last whole global batch."""
+        taken = taken_from_stream(self.tail_start, np.arange(self.streams), self.streams)
+        leftovers: npt.NDArray[np.int64] = np.diff(self._share_starts) - taken
+        return leftovers
 
     def stream_offsets(self, positions: npt.ArrayLike) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        """The stream and the offset in it that each position (in ``start .. sample_count - 1``) reads."""
+        """The stream and the offset in it that each position (in ``start .. padded_end - 1``) reads."""
         pos = np.asarray(positions, dtype=np.int64)
-        if pos.size and (int(pos.min()) < self.start or int(pos.max()) >= self.sample_count):
-            raise IndexError(f"positions must lie in [{self.start}, {self.sample_count}), got {pos.min()}..{pos.max()}")
+        if pos.size and (int(pos.min()) < self.start or int(pos.max()) >= self.padded_end):
+            raise IndexError(f"positions must lie in [{self.start}, {self.padded_end}), got {pos.min()}..{pos.max()}")
         relative = pos - self.start
         batch, within = np.divmod(relative, self.global_batch_size)
         batch_starts = self.start + batch * self.global_batch_size
@@ -225,37 +249,41 @@ class WindowedOrder:
             streams[mask] = chosen
             offsets[mask] = taken_from_stream(batch_starts[mask], chosen, self.streams) + within[mask] - before[chosen]
         if tail.any():
-            leftover = relative[tail] - self.full_batches * self.global_batch_size
-            tail_streams = np.searchsorted(self._tail_starts, leftover, side="right") - 1
-            tail_start = self.start + self.full_batches * self.global_batch_size
-            streams[tail] = tail_streams
-            offsets[tail] = taken_from_stream(tail_start, tail_streams, self.streams) + leftover
-            offsets[tail] -= self._tail_starts[tail_streams]
+            streams[tail], offsets[tail] = self._tail_offsets(pos[tail] - self.tail_start)
         return streams, offsets
 
-    def sample_at(self, positions: npt.ArrayLike) -> npt.NDArray[np.int64]:
-        """The sample index at each position; positions past the end (padding) repeat the last ones backwards.
+    def _tail_offsets(self, slots: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """The last batch: stream ``s``'s leftover, then that leftover again, backwards (padding), in the slots
+        of group ``s``. Where the ranks are machines of as many each (``ranks`` a multiple of ``streams``), group
+        ``s`` is the slots of machine ``s``'s ranks: they outnumber any stream's leftover, so a machine reads no
+        other's samples. Otherwise (an epoch resumed on other machines reads the shares it began with) each group
+        is its stream's leftover, and the padding the last one's. A group whose stream has no leftover (fewer
+        leftover samples than streams) repeats the stream's last sample before the tail, or, where the stream is
+        empty, the last leftover there is."""
+        leftovers = self._leftovers
+        if self.ranks % self.streams == 0:
+            sizes = np.full(self.streams, self._rank_tail * (self.ranks // self.streams), np.int64)
+        else:
+            sizes = leftovers.copy()
+            sizes[-1] += self.padded_end - self.sample_count
+        group_starts = np.concatenate([[0], np.cumsum(sizes)])
+        groups = np.searchsorted(group_starts, slots, side="right") - 1
+        within = slots - group_starts[groups]
+        taken = taken_from_stream(self.tail_start, np.arange(self.streams), self.streams)
+        streams = np.where((leftovers + taken)[groups] > 0, groups, np.flatnonzero(leftovers)[-1])
+        counts = leftovers[streams]
+        repeated = np.maximum(counts, 1)  # a stream with none left repeats its sample before: offset taken - 1
+        within = np.where(within < counts, within, counts - 1 - (within - counts) % repeated)
+        return streams, taken[streams] + within
 
-        Padding falls to the last ranks, the last machine's: the end of the order is that machine's share.
-        """
-        streams, offsets = self.stream_offsets(self._unpadded(positions))
+    def sample_at(self, positions: npt.ArrayLike) -> npt.NDArray[np.int64]:
+        """The sample index at each position (``start .. padded_end - 1``; see `stream_offsets`)."""
+        streams, offsets = self.stream_offsets(positions)
         result = np.empty(streams.shape, np.int64)
         for stream in np.unique(streams).tolist():
             mask = streams == stream
             result[mask] = self.stream_samples(stream, offsets[mask])
         return result
-
-    def _unpadded(self, positions: npt.ArrayLike) -> npt.NDArray[np.int64]:
-        """The positions, those past the end (padding) replaced by the last ones backwards."""
-        pos = np.asarray(positions, dtype=np.int64)
-        if pos.size and int(pos.min()) < self.start:
-            raise IndexError(f"positions must be >= start ({self.start}), got {pos.min()}")
-        left = self.sample_count - self.start
-        if pos.size and left == 0:
-            raise IndexError("positions must be empty when no sample is left")
-        padding = (pos - self.sample_count) % max(left, 1)
-        unpadded: npt.NDArray[np.int64] = np.where(pos >= self.sample_count, self.sample_count - 1 - padding, pos)
-        return unpadded
 
     def stream_slots(self, positions: npt.ArrayLike) -> npt.NDArray[np.int64]:
         """Where each position's stream and offset put it when the streams are dealt out in turn:
@@ -263,7 +291,7 @@ class WindowedOrder:
 
         A mixture reads its positions this way: each machine's slots are its own, numbered in the order it reads
         them, so every machine blends its components by itself (see ``_mixture.machine_draws``)."""
-        streams, offsets = self.stream_offsets(self._unpadded(positions))
+        streams, offsets = self.stream_offsets(positions)
         slots: npt.NDArray[np.int64] = offsets * self.streams + streams
         return slots
 
