@@ -115,8 +115,8 @@ class WindowedOrder:
     shard after shard; see `shard_order` for ``clean_cuts``). Positions from ``start`` on are cut into
     global batches of ``global_batch_size``; ``start`` must be where a global batch began, and the same mapping
     results from any such start of a run with these settings, so a resumed run continues bit for bit.
-    ``ranks`` (a multiple of ``streams``, which it is by default) read the batches, machine after machine; the
-    last batch, short, is padded to the same number of positions for each (see `padded_end`).
+    ``ranks`` (by default one a stream) read the batches, machine after machine; the last batch, short, is
+    padded to the same number of positions for each (see `padded_end`).
     """
 
     def __init__(
