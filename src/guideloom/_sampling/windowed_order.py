@@ -165,7 +165,7 @@ class WindowedOrder:
         """This epoch's order from another ``start``, global batch size or number of ranks, reusing its shares and
         windows."""
         moved = copy.copy(self)
-        moved.__dict__.pop("_leftovers", None)
+        moved.__dict__.pop("_taken_before_tail", None)
         moved.ranks = self._checked_ranks(self.ranks if ranks is None else ranks)
         moved.global_batch_size = check_int("global_batch_size", global_batch_size, 1)
         moved.start = check_int("start", start, 0)
@@ -220,10 +220,14 @@ class WindowedOrder:
         return self.tail_start + self._rank_tail * self.ranks
 
     @cached_property
+    def _taken_before_tail(self) -> npt.NDArray[np.int64]:
+        """Each stream's samples in the whole global batches."""
+        return taken_from_stream(self.tail_start, np.arange(self.streams), self.streams)
+
+    @property
     def _leftovers(self) -> npt.NDArray[np.int64]:
         """Each stream's samples after the last whole global batch."""
-        taken = taken_from_stream(self.tail_start, np.arange(self.streams), self.streams)
-        leftovers: npt.NDArray[np.int64] = np.diff(self._share_starts) - taken
+        leftovers: npt.NDArray[np.int64] = np.diff(self._share_starts) - self._taken_before_tail
         return leftovers
 
     def stream_offsets(self, positions: npt.ArrayLike) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
@@ -269,7 +273,7 @@ class WindowedOrder:
         group_starts = np.concatenate([[0], np.cumsum(sizes)])
         groups = np.searchsorted(group_starts, slots, side="right") - 1
         within = slots - group_starts[groups]
-        taken = taken_from_stream(self.tail_start, np.arange(self.streams), self.streams)
+        taken = self._taken_before_tail
         streams = np.where((leftovers + taken)[groups] > 0, groups, np.flatnonzero(leftovers)[-1])
         counts = leftovers[streams]
         repeated = np.maximum(counts, 1)  # a stream with none left repeats its sample before: offset taken - 1
