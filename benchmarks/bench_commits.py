@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from guideloom import StatefulDataLoader, TokenStorage
+from guideloom._shards.checkpoints import checkpoints_of
 from guideloom._shards.layout import SHARDS_DIR, shard_file_name, shard_trailer
 
 HERE = Path(__file__).resolve().parent
@@ -41,7 +42,8 @@ def generate(path: Path, shards: int) -> None:
     offsets = [0, DOCUMENT, TOKENS]
     for shard in range(shards):
         data = np.random.default_rng(shard).integers(0, 50_000, TOKENS, dtype=np.uint32).tobytes()
-        trailer = shard_trailer(shard, offsets, len(data), zlib.crc32(data), header)
+        checkpoints = checkpoints_of(data, header.checkpoint_bytes)
+        trailer = shard_trailer(shard, offsets, len(data), zlib.crc32(data), header, checkpoints=checkpoints)
         (path / SHARDS_DIR / shard_file_name(shard)).write_bytes(data + trailer)
 
 

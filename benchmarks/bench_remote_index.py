@@ -37,6 +37,7 @@ from guideloom import TokenStorage
 from guideloom._remote.index_object import INDEX_OBJECT, index_object_bytes
 from guideloom._remote.remote_files import marker_name
 from guideloom._remote.store_pages import PAGE_SIZE
+from guideloom._shards.checkpoints import checkpoints_of
 from guideloom._shards.layout import SHARDS_DIR, ShardInfo, shard_file_name, shard_trailer
 from guideloom._shards.shard_table import ShardTable
 from tests.remote.fault_proxy import FaultProxy
@@ -82,7 +83,8 @@ def _populate(bucket: str, prefix: str, shards: int, storage: TokenStorage) -> S
     for shard in range(shards):
         data = ((np.arange(TOKENS) + shard) % 50_000).astype(np.uint16).tobytes()
         offsets = [0, TOKENS // 2, TOKENS]
-        body = data + shard_trailer(shard, offsets, len(data), zlib.crc32(data), header)
+        checkpoints = checkpoints_of(data, header.checkpoint_bytes)
+        body = data + shard_trailer(shard, offsets, len(data), zlib.crc32(data), header, checkpoints=checkpoints)
         info = ShardInfo(shard, len(offsets) - 1, TOKENS, zlib.crc32(data), len(body))
         backend.put_object(bucket, f"{prefix}/{SHARDS_DIR}/{shard_file_name(shard)}", body)
         backend.put_object(bucket, f"{prefix}/{SHARDS_DIR}/{marker_name(info)}", b"")

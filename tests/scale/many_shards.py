@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from guideloom import DocumentJsonFormat, DocumentStorage, TokenStorage
+from guideloom._shards.checkpoints import checkpoints_of
 from guideloom._shards.index import INDEX_NAME
 from guideloom._shards.layout import SHARDS_DIR, ShardInfo, StorageHeader, shard_file_name, shard_size, shard_trailer
 from guideloom._shards.local_listing import reindex
@@ -26,12 +27,12 @@ def _write_shard(
 ) -> ShardInfo:
     header = storage.create()
     data_crc = zlib.crc32(data)
+    checkpoints = checkpoints_of(data, header.checkpoint_bytes)
     (path / SHARDS_DIR / shard_file_name(shard)).write_bytes(
-        data + shard_trailer(shard, offsets, len(data), data_crc, header)
+        data + shard_trailer(shard, offsets, len(data), data_crc, header, checkpoints=checkpoints)
     )
-    return ShardInfo(
-        shard, len(offsets) - 1, len(data) // header.element_size, data_crc, shard_size(len(offsets) - 1, len(data))
-    )
+    size = shard_size(len(offsets) - 1, len(data), header)
+    return ShardInfo(shard, len(offsets) - 1, len(data) // header.element_size, data_crc, size)
 
 
 def _index(path: Path, header: StorageHeader, infos: list[ShardInfo], indexed: bool) -> None:

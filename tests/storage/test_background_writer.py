@@ -69,10 +69,10 @@ def test_large_document_shards_verify_and_read_back(tmp_path: Path, monkeypatch:
     assert storage.verify() == []
 
 
-def failing_sync(path: Path, start: int, stop: int, crc: int, sync: bool) -> Any:
+def failing_sync(path: Path, start: int, stop: int, crc: int, sync: bool, *checkpointing: Any) -> Any:
     if sync:
         raise OSError(errno.EIO, "Input/output error (injected)")
-    return real_checksum(path, start, stop, crc, sync)
+    return real_checksum(path, start, stop, crc, sync, *checkpointing)
 
 
 real_checksum = guideloom._shards.shard_in_progress._file_checksum

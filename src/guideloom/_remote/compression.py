@@ -85,7 +85,7 @@ def shuffle_plan(record_count: int, data_size: int, element_size: int, body_size
     Within a block, the bytes are regrouped by their position in the element (all first bytes, then
     all second bytes, ...), as Blosc's shuffle does: the high bytes of token ids and of offsets are
     mostly zero, and zstd then stores them almost for free. Data, padding, index and what follows
-    (a masked storage's loss mask bits) up to ``body_size`` (the shard without its footer) are
+    (record lengths, a loss mask, checkpoints) up to ``body_size`` (the shard without its footer) are
     blocks of their own, at most SHUFFLE_BLOCK bytes.
     """
     index_end = padded(data_size) + 8 * (record_count + 1)

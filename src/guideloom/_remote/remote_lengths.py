@@ -3,7 +3,7 @@
 A shard object ends with its record offsets, its record lengths (where the storage records them) and
 its footer, all after the data (docs/format.md), and the listing already says how large the data is.
 So a planner that needs only lengths (``batch_tokens``, packed records) reads ``offsets | lengths |
-footer`` with one ranged GET instead of downloading the shard. The tail is checked as opening the
+checkpoints | footer`` with one ranged GET instead of downloading the shard. The tail is checked as opening the
 shard checks it: the footer's checksum, flags, header and counts (which must be the listing's, so a
 replaced shard is never read as the listed one), the offsets' checksum and order, no negative
 length. The lengths themselves have no checksum of their own in a shard (the data checksum covers
@@ -37,7 +37,7 @@ from guideloom._remote.shard_cache import DOWNLOAD_ATTEMPTS, ShardCache, exclusi
 from guideloom._shards.footer import FOOTER, decode_footer
 from guideloom._shards.header import LAYOUT_VERSION, StorageHeader
 from guideloom._shards.index_check import index_problem
-from guideloom._shards.layout import SHARDS_DIR, ShardFile, ShardInfo, padded, shard_file_name
+from guideloom._shards.layout import SHARDS_DIR, ShardFile, ShardInfo, padded, shard_file_name, shard_size
 from guideloom._shards.record_lengths import lengths_problem, sizes_as_lengths
 
 # What follows a side file's lengths: a magic, the record count and the CRC-32 of the lengths' bytes.
@@ -163,7 +163,8 @@ def tail_lengths(raw: bytes, info: ShardInfo, header: StorageHeader) -> np.ndarr
     """The record lengths in a shard's tail (its bytes from the offsets on), checked as opening the shard
     checks them, or what is wrong with it."""
     records = info.record_count
-    tail_size = 8 * (records + 1) + (8 * records if header.record_lengths else 0) + FOOTER.size
+    data_size = info.element_count * header.element_size
+    tail_size = shard_size(records, data_size, header) - padded(data_size)  # with the sections after the lengths
     if len(raw) != tail_size:
         return f"its tail is {len(raw)} bytes, not the {tail_size} the listing gives"
     footer = decode_footer(raw[-FOOTER.size :])

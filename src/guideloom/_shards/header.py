@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from guideloom._core.errors import CorruptStorageError, FormatMismatchError, StorageNotFoundError
+from guideloom._shards.checkpoints import CHECKPOINTS_FLAG, valid_checkpoint_bytes
 from guideloom._shards.loss_masks import LOSS_MASK_FLAG
 from guideloom._shards.record_lengths import RECORD_LENGTHS_FLAG
 
@@ -41,6 +42,9 @@ class StorageHeader:
     loss_mask: bool = False  # tokens only: a mask bit per token beside the tokens (absent from 0.2 headers)
     compression: str | None = None
     record_lengths: bool = False  # documents only: a length per record beside the offsets (absent before 0.4)
+    # The piece size of the shards' checkpoints; None (absent from the JSON) in storages created without them.
+    # New storages get CHECKPOINT_BYTES from the storage classes, so that a header built here mirrors its JSON.
+    checkpoint_bytes: int | None = None
 
     def to_json(self) -> bytes:
         fields: dict[str, Any] = {"layout_version": self.layout_version, "kind": self.kind}
@@ -54,6 +58,8 @@ class StorageHeader:
             fields["compression"] = self.compression
         if self.record_lengths:  # likewise: headers of storages without lengths are those of 0.3
             fields["record_lengths"] = True
+        if self.checkpoint_bytes is not None:  # likewise: headers of storages created before checkpoints
+            fields["checkpoint_bytes"] = self.checkpoint_bytes
         return json.dumps(fields, sort_keys=True).encode() + b"\n"
 
     @functools.cached_property
@@ -76,7 +82,11 @@ class StorageHeader:
     @property
     def footer_flags(self) -> int:
         """The footer flags of this storage's shards."""
-        return (LOSS_MASK_FLAG if self.loss_mask else 0) | (RECORD_LENGTHS_FLAG if self.record_lengths else 0)
+        return (
+            (LOSS_MASK_FLAG if self.loss_mask else 0)
+            | (RECORD_LENGTHS_FLAG if self.record_lengths else 0)
+            | (CHECKPOINTS_FLAG if self.checkpoint_bytes is not None else 0)
+        )
 
 
 def why_not_a_directory(path: Path) -> str:
@@ -128,10 +138,27 @@ def parse_header(raw: bytes, header_path: str) -> StorageHeader:
     if compression is not None and compression not in COMPRESSIONS:
         raise FormatMismatchError(f"{header_path} records compression {compression!r}: this guideloom cannot read it")
     record_lengths = fields.get("record_lengths", False)
+    checkpoint_bytes = fields.get("checkpoint_bytes")
+    if "checkpoint_bytes" in fields and not valid_checkpoint_bytes(checkpoint_bytes):
+        raise CorruptStorageError(
+            f"{header_path} records checkpoint_bytes {checkpoint_bytes!r}: it must be a power of two from 4096 to 2**26"
+        )
     if kind == "documents" and isinstance(document_format, str) and dtype is None and "loss_mask" not in fields:
         if record_lengths is True or "record_lengths" not in fields:
-            return StorageHeader(kind, format=document_format, compression=compression, record_lengths=record_lengths)
+            return StorageHeader(
+                kind,
+                format=document_format,
+                compression=compression,
+                record_lengths=record_lengths,
+                checkpoint_bytes=checkpoint_bytes,
+            )
     if kind == "tokens" and dtype in TOKEN_DTYPES and document_format is None and loss_mask in (True, False):
         if "record_lengths" not in fields:
-            return StorageHeader(kind, dtype=dtype, loss_mask=loss_mask is True, compression=compression)
+            return StorageHeader(
+                kind,
+                dtype=dtype,
+                loss_mask=loss_mask is True,
+                compression=compression,
+                checkpoint_bytes=checkpoint_bytes,
+            )
     raise CorruptStorageError(f"{header_path} describes no valid storage: {fields!r}")

@@ -9,7 +9,8 @@ A storage is a directory::
 A shard file is ``data | padding to 8 bytes | offsets | footer``: the records'
 bytes (or tokens) back to back, ``record_count + 1`` little-endian uint64
 offsets in elements of the data, and a fixed 64-byte footer with counts and
-CRC-32 checksums. Shards appear only by an atomic hard link of a fully written
+CRC-32 checksums; before the footer, the storage's header may call for record
+lengths, a loss mask and checkpoints (in that order). Shards appear only by an atomic hard link of a fully written
 and fsynced file, so a reader never sees a partial shard.
 """
 
@@ -21,13 +22,21 @@ import os
 import stat
 import sys
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from guideloom._core.errors import CorruptStorageError, FormatMismatchError, StorageNotFoundError
+from guideloom._shards.checkpoints import (
+    CHECKPOINTS_FLAG,
+    checkpoint_count,
+    checkpoints_section,
+    checkpoints_size,
+    piece_range,
+    running_checkpoints,
+)
 from guideloom._shards.footer import FOOTER as FOOTER  # also imported from here
 from guideloom._shards.footer import decode_footer, shard_footer
 from guideloom._shards.header import HEADER_NAME, LAYOUT_VERSION, why_not_a_directory
@@ -46,7 +55,7 @@ INDEX_NAME = "shards.index"  # the record of commits (see _shards.index)
 SHARDS_DIR = "shards"
 INCOMPLETE_DIR = "incomplete"
 
-KNOWN_FLAGS = LOSS_MASK_FLAG | RECORD_LENGTHS_FLAG
+KNOWN_FLAGS = LOSS_MASK_FLAG | RECORD_LENGTHS_FLAG | CHECKPOINTS_FLAG
 
 
 @dataclass(frozen=True)
@@ -61,11 +70,14 @@ class ShardInfo:
 
 
 def shard_size(record_count: int, data_size: int, header: StorageHeader | None = None) -> int:
-    """Bytes of a shard file with these counts (data, padding, offsets, the record lengths or loss mask that
-    ``header``'s shards hold, footer)."""
-    mask = padded_mask_size(data_size // header.element_size) if header is not None and header.loss_mask else 0
-    lengths = 8 * record_count if header is not None and header.record_lengths else 0
-    return padded(data_size) + 8 * (record_count + 1) + lengths + mask + FOOTER.size
+    """Bytes of a shard file with these counts (data, padding, offsets, the record lengths, loss mask and checkpoints
+    that ``header``'s shards hold, footer)."""
+    if header is None:
+        return padded(data_size) + 8 * (record_count + 1) + FOOTER.size
+    mask = padded_mask_size(data_size // header.element_size) if header.loss_mask else 0
+    lengths = 8 * record_count if header.record_lengths else 0
+    checkpoints = 0 if header.checkpoint_bytes is None else checkpoints_size(data_size, header.checkpoint_bytes)
+    return padded(data_size) + 8 * (record_count + 1) + lengths + mask + checkpoints + FOOTER.size
 
 
 def fsync_directory(path: Path) -> None:
@@ -141,17 +153,24 @@ def shard_trailer(
     header: StorageHeader,
     loss_mask: bytes = b"",
     lengths: bytes = b"",
+    checkpoints: Sequence[int] | np.ndarray = (),
 ) -> bytes:
     """What a writer appends after a shard's data: padding to 8 bytes, the record offsets, the record lengths
-    of a storage that records them, the packed loss mask of a masked storage (padded to 8 bytes), the footer.
+    of a storage that records them, the packed loss mask of a masked storage (padded to 8 bytes), the data's
+    checkpoints where the header gives ``checkpoint_bytes`` (padded to 8 bytes), the footer.
 
     ``ShardFile`` reads it back; ``offsets`` are the ``record_count + 1`` element offsets of the records;
-    ``data_crc`` covers the data and then ``lengths`` and ``loss_mask``.
+    ``data_crc`` covers the data and then ``lengths`` and ``loss_mask``. A wrong count of checkpoints is a
+    ValueError: the file would be refused as truncated.
     """
+    expected = 0 if header.checkpoint_bytes is None else checkpoint_count(data_size, header.checkpoint_bytes)
+    if len(checkpoints) != expected:
+        raise ValueError(f"shard {shard} needs {expected} checkpoints for {data_size} bytes, got {len(checkpoints)}")
     index = np.asarray(offsets, dtype="<u8").tobytes()
     footer = shard_footer(shard, len(offsets) - 1, data_size, data_crc, zlib.crc32(index), header)
     mask = loss_mask + bytes(padded(len(loss_mask)) - len(loss_mask))
-    return bytes(padded(data_size) - data_size) + index + lengths + mask + footer
+    section = checkpoints_section(checkpoints) if header.checkpoint_bytes is not None else b""
+    return bytes(padded(data_size) - data_size) + index + lengths + mask + section + footer
 
 
 def padded(size: int) -> int:
@@ -252,6 +271,14 @@ class ShardFile:
             if header.loss_mask
             else None
         )
+        # The running CRC-32 of the data at the end of each piece (uint32, mapped) where the header gives
+        # checkpoint_bytes, else None: the last section before the footer.
+        self.checkpoint_bytes = header.checkpoint_bytes
+        self.checkpoints: np.ndarray | None = None
+        if self.checkpoint_bytes is not None:
+            count = checkpoint_count(self.data_size, self.checkpoint_bytes)
+            start = size - FOOTER.size - checkpoints_size(self.data_size, self.checkpoint_bytes)
+            self.checkpoints = np.frombuffer(self._mapping, "<u4", count, start)
         # Indexing a memoryview gives Python ints several times faster than NumPy scalars do.
         index_bytes = self.view[padded(data_size) : padded(data_size) + 8 * (self.record_count + 1)]
         problem = index_problem(index_bytes, self.offsets, self.index_crc, self.element_count)
@@ -302,15 +329,32 @@ class ShardFile:
         return start, stop
 
     def verify(self) -> str | None:
-        """Recompute the checksums; the problem found, or None."""
-        data_crc = zlib.crc32(self.view[: self.data_size])
+        """Recompute the checksums and checkpoints; the problem found, or None."""
+        trailer_end = len(self.view) - FOOTER.size  # where the last section (and its padding) ends
+        computed: list[int] = []  # the checkpoints the data gives
+        if self.checkpoint_bytes is None:
+            data_crc = zlib.crc32(self.view[: self.data_size])
+        else:
+            computed, data_crc = running_checkpoints(self.view[: self.data_size], self.checkpoint_bytes)
+            computed += [data_crc] if self.data_size % self.checkpoint_bytes else []
+            trailer_end -= checkpoints_size(self.data_size, self.checkpoint_bytes)
+            if any(self.view[trailer_end + 4 * len(computed) : len(self.view) - FOOTER.size]):
+                return f"shard {self.id}: padding after the checkpoints is not zero ({self.path})"
         if self.lengths is not None:  # the data checksum goes on over the record lengths
-            data_crc = zlib.crc32(self.view[self.mask_start : len(self.view) - FOOTER.size], data_crc)
+            data_crc = zlib.crc32(self.view[self.mask_start : self.mask_start + 8 * self.record_count], data_crc)
         if self.mask_bits is not None:  # the data checksum goes on over the packed mask
             data_crc = zlib.crc32(self.view[self.mask_start : self.mask_start + len(self.mask_bits)], data_crc)
             mask_end = self.mask_start + len(self.mask_bits)
-            if any(self.view[mask_end : len(self.view) - FOOTER.size]):
+            if any(self.view[mask_end:trailer_end]):
                 return f"shard {self.id}: padding after the loss mask is not zero ({self.path})"
+        if self.checkpoints is not None and self.checkpoint_bytes is not None:
+            stored = self.checkpoints.tolist()
+            bad = next((piece for piece, crc in enumerate(computed) if crc != stored[piece]), None)
+            if bad is not None:
+                where = piece_range(bad, self.checkpoint_bytes, self.data_size)
+                if data_crc == self.data_crc:  # the data is sound: the checkpoint is what changed
+                    return f"shard {self.id}: the checkpoint of {where} is damaged ({self.path})"
+                return f"shard {self.id}: {where} do not match their checkpoint ({self.path})"
         if data_crc != self.data_crc:
             what = "data or loss mask checksum" if self.mask_bits is not None else "data checksum"
             what = "data or record lengths checksum" if self.lengths is not None else what
@@ -330,6 +374,7 @@ class ShardFile:
         self.offsets = np.empty(0, "<u8")
         self.mask_bits = None
         self.lengths = None
+        self.checkpoints = None
         record_offsets, self._record_offsets = getattr(self, "_record_offsets", None), memoryview(b"").cast("Q")
         if record_offsets is not None:
             record_offsets.release()
@@ -348,4 +393,6 @@ def _flags_differ(flags: int, header: StorageHeader) -> str:
     """How a shard's footer flags contradict its header's, in words."""
     if (flags ^ header.footer_flags) & LOSS_MASK_FLAG:
         return "holds a loss mask" if flags & LOSS_MASK_FLAG else "holds no loss mask"
-    return "holds record lengths" if flags & RECORD_LENGTHS_FLAG else "holds no record lengths"
+    if (flags ^ header.footer_flags) & RECORD_LENGTHS_FLAG:
+        return "holds record lengths" if flags & RECORD_LENGTHS_FLAG else "holds no record lengths"
+    return "holds checkpoints" if flags & CHECKPOINTS_FLAG else "holds no checkpoints"

@@ -147,7 +147,9 @@ class RollingWriter(Generic[In]):
         self._files_made += 1
         temporary = self._target.incomplete / f"rolling.{self._token}.{self._files_made}"
         header = self._header
-        return ShardInProgress(0, temporary, self._background, header.loss_mask, header.record_lengths)  # id: later
+        return ShardInProgress(  # its id: later
+            0, temporary, self._background, header.loss_mask, header.record_lengths, header.checkpoint_bytes
+        )
 
     def close(self, commit: bool = True) -> None:
         """Commit (or, with ``commit=False``, discard) the shard being filled; full ones are committed already."""

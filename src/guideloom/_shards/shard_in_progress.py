@@ -1,5 +1,6 @@
 """One shard being written: its file in ``incomplete/``, record offsets (and lengths, a loss mask), and the
-checksum a background thread grows as the data is written; finished with its trailer and made durable.
+checksum and checkpoints a background thread grows as the data is written; finished with its trailer and made
+durable.
 
 A writer (``SyncWriter``, ``RollingWriter``) keeps one per open shard and hands the finished file to
 its commit target; relabelling rewrites only the footer, the one place that names the shard's id.
@@ -19,6 +20,7 @@ from typing import IO
 
 import numpy as np
 
+from guideloom._shards.checkpoints import closing_checkpoints, running_checkpoints
 from guideloom._shards.footer import shard_footer
 from guideloom._shards.header import StorageHeader
 from guideloom._shards.layout import ShardInfo, shard_size, shard_trailer
@@ -54,14 +56,21 @@ class Background:
         self._executor = None
 
 
-def _file_checksum(path: Path, start: int, stop: int, crc: int, sync: bool) -> int:
-    """``crc`` extended over bytes ``[start, stop)`` of the file at ``path`` (read back from the page cache)."""
+def _file_checksum(
+    path: Path, start: int, stop: int, crc: int, sync: bool, checkpoint_bytes: int | None, checkpoints: list[int]
+) -> int:
+    """``crc`` extended over bytes ``[start, stop)`` of the file at ``path`` (read back from the page cache); with
+    ``checkpoint_bytes``, the running CRC-32 at every multiple of it in the range is appended to ``checkpoints``."""
     descriptor = os.open(path, os.O_RDONLY)
     try:
         base = start - start % mmap.ALLOCATIONGRANULARITY
         with mmap.mmap(descriptor, stop - base, access=mmap.ACCESS_READ, offset=base) as mapping:
             with memoryview(mapping) as whole, whole[start - base :] as view:
-                crc = zlib.crc32(view, crc)
+                if checkpoint_bytes is None:
+                    crc = zlib.crc32(view, crc)
+                else:
+                    found, crc = running_checkpoints(view, checkpoint_bytes, crc, start)
+                    checkpoints += found
         if sync:
             os.fdatasync(descriptor)
         return crc
@@ -78,7 +87,13 @@ class ShardInProgress:
     """
 
     def __init__(
-        self, shard: int, path: Path, background: Background, masked: bool = False, measured: bool = False
+        self,
+        shard: int,
+        path: Path,
+        background: Background,
+        masked: bool = False,
+        measured: bool = False,
+        checkpoint_bytes: int | None = None,
     ) -> None:
         self.shard = shard
         self.path = path
@@ -94,6 +109,8 @@ class ShardInProgress:
         self.mask_bits = MaskBits() if masked else None  # the loss mask of a masked storage's shard
         self.created = False  # whether its file was created (it is never created twice)
         self.lengths: list[int] | None = [] if measured else None  # of a storage that records lengths
+        self.checkpoint_bytes = checkpoint_bytes  # of a storage whose shards hold checkpoints, else None
+        self.checkpoints: list[int] = []  # of the data before ``handed_off``, as ``data_crc``
 
     @property
     def record_count(self) -> int:
@@ -137,8 +154,10 @@ class ShardInProgress:
             self.failure = self.failure or error
             raise
 
-    def _checksum(self, start: int, stop: int) -> None:
-        self.data_crc = _file_checksum(self.path, start, stop, self.data_crc, sync=True)
+    def _checksum(self, start: int, stop: int, sync: bool = True) -> None:
+        """Extend the data checksum and the checkpoints over data bytes ``[start, stop)``, flushing them if ``sync``."""
+        checkpoints, checkpoint_bytes = self.checkpoints, self.checkpoint_bytes
+        self.data_crc = _file_checksum(self.path, start, stop, self.data_crc, sync, checkpoint_bytes, checkpoints)
 
     def suspend(self) -> None:
         """Close the file to bound open descriptors; it reopens on the next write."""
@@ -159,13 +178,17 @@ class ShardInProgress:
                 f"shard {self.shard} cannot be committed: writing it failed earlier ({self.failure})"
             ) from self.failure
         if self.data_size > self.handed_off:
-            self.data_crc = _file_checksum(self.path, self.handed_off, self.data_size, self.data_crc, sync=False)
+            self._checksum(self.handed_off, self.data_size, sync=False)
             self.handed_off = self.data_size
+        if self.checkpoint_bytes is not None:
+            self.checkpoints += closing_checkpoints(self.data_size, self.checkpoint_bytes, self.data_crc)
         mask = b"" if self.mask_bits is None else self.mask_bits.finish()
         lengths = b"" if self.lengths is None else lengths_bytes(self.lengths)
         self.data_crc = zlib.crc32(mask, zlib.crc32(lengths, self.data_crc))  # it covers them after the data
         self.header = header
-        trailer = shard_trailer(self.shard, self.offsets, self.data_size, self.data_crc, header, mask, lengths)
+        trailer = shard_trailer(
+            self.shard, self.offsets, self.data_size, self.data_crc, header, mask, lengths, self.checkpoints
+        )
         self.file.write(trailer)
         self.file.flush()
         os.fsync(self.file.fileno())

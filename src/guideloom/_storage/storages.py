@@ -15,6 +15,7 @@ from guideloom._core.errors import FormatMismatchError, StorageNotFoundError
 from guideloom._remote.compression import DEFAULT_LEVEL, check_compression, recorded_compression
 from guideloom._remote.shard_cache import check_cache_arguments
 from guideloom._shards.async_reader import AsyncReader
+from guideloom._shards.checkpoints import CHECKPOINT_BYTES
 from guideloom._shards.formats import DocumentPickleFormat, DocumentStorageFormat, format_identity
 from guideloom._shards.header import StorageHeader
 from guideloom._shards.layout import ShardInfo
@@ -42,6 +43,9 @@ class StorageBase:
     home: Location
     location: str
     compression: str | None = None  # of the shard objects on a store: requested, else as recorded
+    # The piece size of the shards' checkpoints: CHECKPOINT_BYTES for a new storage, an existing one's as recorded
+    # (None in storages created without checkpoints, whose shards go on without them).
+    checkpoint_bytes: int | None = CHECKPOINT_BYTES
     _requested_compression: str | None = None
 
     def _locate(self, path: object, options: LocationOptions) -> None:
@@ -154,6 +158,7 @@ class StorageBase:
             return None
         if self._requested_compression is None:  # compression=None opens a storage as recorded
             self._use_compression(recorded_compression(found, self.home))
+        self.checkpoint_bytes = found.checkpoint_bytes
         self._adopt_recorded(found)
         expected = self._expected_header()
         if found != expected:
@@ -163,10 +168,10 @@ class StorageBase:
         return found
 
     def create(self) -> StorageHeader:
-        """Create the directory and header if needed; safe when writers race to do it."""
-        header = self._expected_header()
-        self.home.create(header, self._existing_header)
-        return header
+        """Create the directory and header if needed; safe when writers race to do it. The header returned is the
+        one on disk, whoever created it (an existing storage's record lengths and checkpoints as recorded)."""
+        self.home.create(self._expected_header(), self._existing_header)
+        return self._expected_header()
 
     def open_reader(self, shard_ids: list[int] | ShardTable | None = None) -> StorageReader[Any]:
         """A reader of the given shards (a loader's pinned snapshot, or their ids), or of all committed now."""
@@ -248,7 +253,13 @@ class DocumentStorage(StorageBase, Generic[In, Out]):
 
     def _expected_header(self) -> StorageHeader:
         identity = format_identity(self.format)
-        return StorageHeader("documents", identity, compression=self.compression, record_lengths=self.record_lengths)
+        return StorageHeader(
+            "documents",
+            identity,
+            compression=self.compression,
+            record_lengths=self.record_lengths,
+            checkpoint_bytes=self.checkpoint_bytes,
+        )
 
     def _adopt_recorded(self, found: StorageHeader) -> None:
         self.record_lengths = found.record_lengths
@@ -329,7 +340,13 @@ class TokenStorage(StorageBase):
         self._existing_header()
 
     def _expected_header(self) -> StorageHeader:
-        return StorageHeader("tokens", dtype=self.dtype.name, loss_mask=self.loss_mask, compression=self.compression)
+        return StorageHeader(
+            "tokens",
+            dtype=self.dtype.name,
+            loss_mask=self.loss_mask,
+            compression=self.compression,
+            checkpoint_bytes=self.checkpoint_bytes,
+        )
 
     def encode(self, tokens: TokenInput) -> tuple[memoryview, int]:
         """One document's ids as the bytes a shard stores, and their count; an id the dtype cannot hold is an error."""
