@@ -68,7 +68,9 @@ def test_a_corrupt_object_is_downloaded_three_times_then_named(
     client.put_object(Bucket=bucket, Key=key, Body=bytes(damaged))
     storage = _storage(s3_url, s3_server, tmp_path / "r")
     with storage.sync_reader() as reader:
-        with pytest.raises(CorruptStorageError, match=r"shard 1 failed its checks 3 times.*data bytes 0\.\.\d+ do not match their checkpoint"):
+        with pytest.raises(
+            CorruptStorageError, match=r"shard 1 failed its checks 3 times.*do not match their checkpoint"
+        ):
             reader.read(len(reader) - 1)
         assert reader.read(0).tolist()  # the other shard is fine
     assert s3_server.gets(bucket, "000000000001.shard").count(f"/{bucket}/{key}") == 3 + 1  # + the fetch above

@@ -16,6 +16,7 @@ from tests.helpers.storages import RawFormat
 from tests.remote.s3_support import S3Server
 
 SHARDS, PER_SHARD = 6, 50
+CHECKPOINTS = 8  # a shard's checkpoints section, before its footer: one checkpoint (under 64 KiB of data), padded
 LENGTHS = record_lengths(SHARDS * PER_SHARD, seed=4, longest=200)
 
 
@@ -148,7 +149,10 @@ def overwrite_object(s3_server: S3Server, url: str, name: str, change: Any) -> N
 
 @pytest.mark.parametrize(
     ("where", "message"),
-    [(-64 - 8 * PER_SHARD - 8, "its record index is damaged"), (-64 - 8, "its record lengths are damaged")],
+    [
+        (-64 - CHECKPOINTS - 8 * PER_SHARD - 8, "its record index is damaged"),
+        (-64 - CHECKPOINTS - 8, "its record lengths are damaged"),
+    ],
     ids=["offsets", "lengths"],
 )
 def test_a_damaged_tail_is_named(s3_server: S3Server, s3_url: str, tmp_path: Path, where: int, message: str) -> None:

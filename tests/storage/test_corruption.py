@@ -246,7 +246,7 @@ def test_flipped_data_bit_is_found_by_verify(storage_path: Path) -> None:
     problems = DocumentStorage(storage_path, RawFormat()).verify()
     assert len(problems) == 1
     assert "shard 2" in problems[0]
-    assert "checksum" in problems[0]
+    assert "data bytes 0.." in problems[0] and "do not match their checkpoint" in problems[0]  # the damaged piece
 
 
 def test_unknown_footer_flags_with_a_valid_checksum_are_format_mismatch(tmp_path: Path) -> None:
