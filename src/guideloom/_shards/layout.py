@@ -10,8 +10,9 @@ A shard file is ``data | padding to 8 bytes | offsets | footer``: the records'
 bytes (or tokens) back to back, ``record_count + 1`` little-endian uint64
 offsets in elements of the data, and a fixed 64-byte footer with counts and
 CRC-32 checksums; before the footer, the storage's header may call for record
-lengths, a loss mask and checkpoints (in that order). Shards appear only by an atomic hard link of a fully written
-and fsynced file, so a reader never sees a partial shard.
+lengths, a loss mask and checkpoints (in that order). Shards appear only by an
+atomic hard link of a fully written and fsynced file, so a reader never sees a
+partial shard.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from guideloom._shards.checkpoints import (
     checkpoint_count,
     checkpoints_section,
     checkpoints_size,
+    closing_checkpoints,
     piece_range,
     running_checkpoints,
 )
@@ -336,7 +338,7 @@ class ShardFile:
             data_crc = zlib.crc32(self.view[: self.data_size])
         else:
             computed, data_crc = running_checkpoints(self.view[: self.data_size], self.checkpoint_bytes)
-            computed += [data_crc] if self.data_size % self.checkpoint_bytes else []
+            computed += closing_checkpoints(self.data_size, self.checkpoint_bytes, data_crc)
             trailer_end -= checkpoints_size(self.data_size, self.checkpoint_bytes)
             if any(self.view[trailer_end + 4 * len(computed) : len(self.view) - FOOTER.size]):
                 return f"shard {self.id}: padding after the checkpoints is not zero ({self.path})"
