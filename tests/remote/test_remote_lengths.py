@@ -11,12 +11,13 @@ import boto3
 import pytest
 
 from guideloom import CorruptStorageError, DocumentStorage, StatefulDataLoader
+from guideloom._shards.checkpoints import CHECKPOINT_BYTES, checkpoints_size
+from guideloom._shards.footer import decode_footer
 from tests.documents.records import identifier, record, record_lengths
 from tests.helpers.storages import RawFormat
 from tests.remote.s3_support import S3Server
 
 SHARDS, PER_SHARD = 6, 50
-CHECKPOINTS = 8  # a shard's checkpoints section, before its footer: one checkpoint (under 64 KiB of data), padded
 LENGTHS = record_lengths(SHARDS * PER_SHARD, seed=4, longest=200)
 
 
@@ -148,17 +149,20 @@ def overwrite_object(s3_server: S3Server, url: str, name: str, change: Any) -> N
 
 
 @pytest.mark.parametrize(
-    ("where", "message"),
-    [
-        (-64 - CHECKPOINTS - 8 * PER_SHARD - 8, "its record index is damaged"),
-        (-64 - CHECKPOINTS - 8, "its record lengths are damaged"),
-    ],
+    ("before_checkpoints", "message"),
+    [(8 * PER_SHARD + 8, "its record index is damaged"), (8, "its record lengths are damaged")],
     ids=["offsets", "lengths"],
 )
-def test_a_damaged_tail_is_named(s3_server: S3Server, s3_url: str, tmp_path: Path, where: int, message: str) -> None:
+def test_a_damaged_tail_is_named(
+    s3_server: S3Server, s3_url: str, tmp_path: Path, before_checkpoints: int, message: str
+) -> None:
     write(remote(s3_url, s3_server, tmp_path / "writer"))
 
     def damage(raw: bytearray) -> None:
+        footer = decode_footer(bytes(raw[-64:]))
+        assert footer is not None
+        # The number ``before_checkpoints`` bytes before the checkpoints (the last section before the footer).
+        where = len(raw) - 64 - checkpoints_size(footer.data_size, CHECKPOINT_BYTES) - before_checkpoints
         raw[where + 7] = 0xFF  # the last byte of a little-endian number: an offset out of order, a negative length
 
     overwrite_object(s3_server, s3_url, "000000000002.shard", damage)

@@ -154,12 +154,22 @@ def test_a_window_larger_than_the_cache_warns_with_one_that_fits(
 
 
 def test_machines_with_fewer_than_20_shards_a_share_are_warned_once_with_the_shard_size_that_fits(
-    s3_server: S3Server, tmp_path: Path, corpus: tuple[str, int]
+    s3_url: str, s3_server: S3Server, tmp_path: Path, corpus: tuple[str, int]
 ) -> None:
+    """Compressed shard objects cannot be read in parts: a share's boundary shards are downloaded whole."""
     url, largest = corpus
     options: dict[str, Any] = {"device": "cpu", "local_batch_size": 4, "sequence_length": SEQUENCE, "shuffle": True}
     options |= {"shuffle_window": 4, "rank": 0}
-    storage = _storage(url, s3_server, tmp_path / "cache", SHARDS * largest)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # shards read in parts: a machine downloads only its part of those
+        StatefulDataLoader.from_storage(
+            _storage(url, s3_server, tmp_path / "parts", SHARDS * largest), **options, world_size=4
+        ).close()
+    compressed = f"{s3_url}-zstd"
+    _write_corpus(
+        TokenStorage(compressed, storage_options=s3_server.options, cache_dir=tmp_path / "w", compression="zstd")
+    )
+    storage = _storage(compressed, s3_server, tmp_path / "cache", SHARDS * largest)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # 20 shards a share: two more are 1.1x
         StatefulDataLoader.from_storage(storage, **options, world_size=2).close()
@@ -168,7 +178,7 @@ def test_machines_with_fewer_than_20_shards_a_share_are_warned_once_with_the_sha
     fitting = int(SHARDS * largest / 4 * (1.1 - 1) / 2)  # a twentieth of a share
     assert f"shards of at most {fitting:,} bytes keep it within 1.1x" in str(caught[0].message)
     assert caught[0].filename == __file__  # the user's line, not guideloom's
-    unlimited = _storage(url, s3_server, tmp_path / "unlimited", None)
+    unlimited = _storage(compressed, s3_server, tmp_path / "unlimited", None)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # without a limit, every shard read stays cached for the next epochs
         StatefulDataLoader.from_storage(unlimited, **options, world_size=4).close()

@@ -34,7 +34,7 @@ class MeasuredRaw(RawFormat):
 
 
 def in_small_pieces(storage: StorageBase) -> Any:
-    """``storage``, to be created with pieces of ``P`` bytes (what a header may give; new storages get 64 KiB)."""
+    """``storage``, to be created with pieces of ``P`` bytes (what a header may give; new storages get 4 KiB)."""
     storage.checkpoint_bytes = P
     return storage
 
@@ -81,14 +81,14 @@ def test_each_checkpoint_is_the_crc_of_the_data_up_to_its_piece_end(
     assert storage.verify() == []
 
 
-def test_a_new_storage_records_64_kib_pieces_and_flag_4(tmp_path: Path) -> None:
+def test_a_new_storage_records_4_kib_pieces_and_flag_4(tmp_path: Path) -> None:
     storage = TokenStorage(tmp_path / "tokens", "uint32")
     with storage.sync_writer() as writer:
-        writer.append(0, np.arange(40_000))  # 160,000 bytes: two whole pieces and a short one
+        writer.append(0, np.arange(2_500))  # 10,000 bytes: two whole pieces and a short one
     assert json.loads((tmp_path / "tokens" / "guideloom.json").read_text())["checkpoint_bytes"] == CHECKPOINT_BYTES
     assert footer_fields(shard_file(tmp_path / "tokens", 0))[2] == 4
     checkpoints, data = shard_checkpoints(storage)
-    assert checkpoints == [zlib.crc32(data[:65536]), zlib.crc32(data[:131072]), zlib.crc32(data)]
+    assert checkpoints == [zlib.crc32(data[:4096]), zlib.crc32(data[:8192]), zlib.crc32(data)]
 
 
 def test_shards_of_a_rolling_writer_keep_their_checkpoints_when_relabelled(tmp_path: Path) -> None:

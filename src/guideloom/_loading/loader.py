@@ -30,7 +30,13 @@ from guideloom._loading.orders import epoch_order
 from guideloom._loading.ranks import check_process_group, resolve_ranks
 from guideloom._loading.snapshot_broadcast import in_job
 from guideloom._loading.state import OrderSettings, build_state, check_state
-from guideloom._loading.streaming import check_windowed, in_machine_shares, local_world_size_of, prepare_streaming
+from guideloom._loading.streaming import (
+    check_windowed,
+    in_machine_shares,
+    local_world_size_of,
+    plan_boundary_parts,
+    prepare_streaming,
+)
 from guideloom._loading.transport import Batcher, Transport, make_transport
 from guideloom._mixture.mixture import Mixture
 from guideloom._sampling.epoch_order import BatchPlan
@@ -284,6 +290,7 @@ class StatefulDataLoader:
 
     def _index_batches(self, plan: BatchPlan) -> Iterator[np.ndarray]:
         order = epoch_order(self._source, self._settings(), self.epoch, plan.start)
+        plan_boundary_parts(self._source, order, self.rank)
         return index_batches(self._source, order, self.epoch, plan, self.rank)
 
     def _settings(self) -> OrderSettings:

@@ -96,7 +96,7 @@ class RemoteLengths:
 
     def _from_cached_shard(self, info: ShardInfo) -> np.ndarray | None:
         """The lengths of the shard's copy in the cache, if it is there (it is held while they are copied)."""
-        lease = self.cache.hold(info)
+        lease = self.cache.hold(self.cache.entry_for(info))
         if lease is None:
             return None
         try:

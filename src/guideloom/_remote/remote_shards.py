@@ -11,24 +11,33 @@ the machine holds waits for a slot instead of evicting.
 Where worker processes read and the loader's process only hints, the hinting process holds the shards
 it fetched until the readers have left them: it learns how far they read from the shards' modification
 times (`Prefetched.read`).
+
+A windowed loader also names, each epoch, the parts of the boundary shards of its machine's share that it
+reads (`plan_parts`): those are downloaded as parts (`_remote.shard_parts`), unless the whole shard is
+cached. The plan goes to ``plans/<key>.json`` in the cache directory, the key the loader's own, so that its
+worker processes find it when they open a shard, and no other loader's plan is read.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import queue
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from guideloom._remote.remote_lengths import RemoteLengths
 from guideloom._remote.shard_cache import CacheLease, Prefetched
+from guideloom._remote.shard_parts import can_read_parts, is_whole, part_bytes, part_entry
 from guideloom._shards.header import StorageHeader
 from guideloom._shards.layout import ShardFile
+from guideloom._shards.shard_access import WantedPart
 from guideloom._shards.shard_table import ShardTable
 
 if TYPE_CHECKING:
@@ -37,6 +46,7 @@ if TYPE_CHECKING:
 PREFETCH_THREADS = 4  # downloads in flight at once, in the order the loader needs the shards
 IDLE_CHECK_S = 0.05  # how often idle prefetch threads look for room freed by other processes
 CLOSE_WAIT_S = 10.0  # how long closing waits for the downloads in flight
+PLANS = "plans"  # loaders' plans of the parts of shards they read, in the storage's cache directory
 
 
 class RemoteShards:
@@ -56,6 +66,10 @@ class RemoteShards:
         self.max_open = max_open if self._slots is None else min(max_open, max(1, self._slots - 1))
         self._leases: dict[int, CacheLease] = {}
         self.lengths = RemoteLengths(files.store, header, files.cache, files.directory / "lengths")
+        self.reads_parts = can_read_parts(header)
+        self._plan_path: Path | None = None
+        self._plan: dict[int, WantedPart] = {}  # by shard position
+        self._plan_seen: tuple[int, int] | None = None  # the plan file (inode, modification time) read last
         self._start_in_this_process()
 
     def _start_in_this_process(self) -> None:
@@ -80,7 +94,9 @@ class RemoteShards:
                 prefetched.lease.release()  # this process's copy of the parent's descriptor
             self._start_in_this_process()
 
-    def open(self, position: int) -> ShardFile:
+    def open(self, position: int, whole: bool = False) -> ShardFile:
+        """The shard at ``position``: the part of it the plan names (unless ``whole``, or it is cached whole), else
+        all of it."""
         self._in_this_process()
         info = self.infos[position]
         with self._lock:
@@ -90,9 +106,12 @@ class RemoteShards:
         with self._lock:
             while position in self._fetching:  # fetched ahead this moment: wait rather than download it too
                 self._lock.wait()
-        lease = self.files.download_checked(info, self.header)
+        wanted = None if whole else self._wanted_part(position)
+        lease = self.files.download_checked(info, self.header, wanted)
         try:
             shard = ShardFile(lease.path.parent, info.id, self.header, file=lease.path)
+            if wanted is not None:
+                shard.present = part_bytes(shard.offsets, wanted, self.header, shard.data_size)
         except BaseException:
             lease.release()
             raise
@@ -106,6 +125,68 @@ class RemoteShards:
         if prefetched is not None:
             prefetched.lease.release()
         return shard
+
+    def plan_parts(self, key: str, parts: dict[int, WantedPart]) -> None:
+        """Read these shards (by position) in parts from now on, the others whole, here and in the processes that
+        read under ``key``."""
+        if not self.reads_parts:
+            return
+        self._in_this_process()
+        self.read_parts_of(key)
+        assert self._plan_path is not None
+        infos = self.infos
+        plan = {f"{infos[position].id}.{infos[position].data_crc}": part.to_json() for position, part in parts.items()}
+        self._plan_path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self._plan_path.with_name(f"{key}.{os.getpid()}.{threading.get_ident()}.part")
+        temporary.write_text(json.dumps({"parts": plan}))
+        os.replace(temporary, self._plan_path)
+        with self._lock:
+            self._plan, self._plan_seen = dict(parts), None
+
+    def read_parts_of(self, key: str) -> None:
+        if self.reads_parts:
+            self._plan_path = self.files.directory / PLANS / f"{key}.json"
+
+    def _wanted_part(self, position: int) -> WantedPart | None:
+        """The part of the shard at ``position`` that the plan names, unless the whole shard is cached."""
+        if not self.reads_parts:
+            return None
+        self._read_plan()
+        wanted = self._plan.get(position)
+        if wanted is None or is_whole(self.infos[position], wanted, self.header):
+            return None
+        lease = self.files.cache.hold(self.files.cache.entry_for(self.infos[position]))
+        if lease is not None:  # cached whole: read there
+            lease.release()
+            return None
+        return wanted
+
+    def _read_plan(self) -> None:
+        """The plan as the cache directory holds it now (read again when it was replaced)."""
+        if self._plan_path is None:
+            return
+        try:
+            status = self._plan_path.stat()
+        except FileNotFoundError:
+            return
+        seen = (status.st_ino, status.st_mtime_ns)  # each plan is a new file, renamed into place
+        if seen == self._plan_seen:
+            return
+        plan: dict[int, WantedPart] = {}
+        try:
+            parts = json.loads(self._plan_path.read_text()).get("parts", {})
+        except (OSError, ValueError, AttributeError):
+            parts = {}  # a damaged plan: every shard is read whole
+        ids = self.infos.ids
+        for key, raw in parts.items() if isinstance(parts, dict) else ():
+            shard, _, crc = str(key).partition(".")
+            position = int(np.searchsorted(ids, int(shard))) if shard.isdigit() else len(ids)
+            wanted = WantedPart.from_json(raw)
+            if position < len(ids) and self.infos[position].id == int(shard) and wanted is not None:
+                if str(self.infos[position].data_crc) == crc:  # the shard planned, not one replaced since
+                    plan[position] = wanted
+        with self._lock:
+            self._plan, self._plan_seen = plan, seen
 
     def record_lengths(self, position: int) -> np.ndarray | None:
         """A shard's record lengths from its object's tail, without its data (None for compressed objects)."""
@@ -204,9 +285,10 @@ class RemoteShards:
         with self._lock:  # the hinted shards read before this one and not held yet, maybe cached: not evicted for it
             before = self._wanted[: self._where.get(position, 0)]
             before = [at for at in before if not self._settled(at)]
-        keep = {self.files.cache.name_for(self.infos[at]) for at in before}
+        keep = {self._entry_name(at) for at in before}
         try:
-            prefetched = self.files.prefetch_checked(self.infos[position], self.header, keep)
+            wanted = self._wanted_part(position)
+            prefetched = self.files.prefetch_checked(self.infos[position], self.header, keep, wanted)
         except Exception:
             failed = True  # the reader meets the failure when it reads the shard
         with self._lock:
@@ -225,6 +307,12 @@ class RemoteShards:
         if prefetched is not None or failed:
             self._top_up()
 
+    def _entry_name(self, position: int) -> str:
+        """The name of what the cache holds for the shard at ``position``: its part the plan names, or it whole."""
+        wanted = self._plan.get(position) if self.reads_parts else None
+        info = self.infos[position]
+        return self.files.cache.name_for(info) if wanted is None else part_entry(info, wanted).name
+
     def _stopped_one(self, position: int) -> None:
         with self._lock:
             self._fetching.discard(position)
@@ -241,6 +329,19 @@ class RemoteShards:
             lease.release()
         if prefetcher is not None:
             prefetcher.stop(self._stopped_one)
+
+
+def clean_plans(directory: Path, older_than: float) -> list[Path]:
+    """Delete the plans (and half-written ones) in ``directory`` untouched for ``older_than`` seconds."""
+    removed = []
+    now = time.time()
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.scandir(directory):
+            with contextlib.suppress(FileNotFoundError):
+                if now - entry.stat(follow_symlinks=False).st_mtime >= older_than:
+                    os.unlink(entry.path)
+                    removed.append(Path(entry.path))
+    return removed
 
 
 class _Prefetcher:

@@ -16,6 +16,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
 import socket
 import threading
 import time
@@ -23,6 +24,7 @@ import uuid
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from guideloom._core.checks import check_path
 from guideloom._core.errors import CorruptStorageError
@@ -30,6 +32,25 @@ from guideloom._remote.compression import DamagedDownload
 from guideloom._shards.layout import ShardInfo
 
 DOWNLOAD_ATTEMPTS = 3
+
+
+PART_NAME = re.compile(r".*\.[er][0-9]+-[0-9]+\.shard")  # a part of a shard (see _remote.shard_parts)
+
+
+def held_bytes(name: str, status: os.stat_result) -> int:
+    """The bytes an entry holds: a whole shard's size, or the blocks of a part of one (a sparse file as large as
+    the shard, only its pieces and tail written)."""
+    if PART_NAME.fullmatch(name) is None:
+        return status.st_size
+    return min(status.st_size, status.st_blocks * 512)
+
+
+class CacheEntry(NamedTuple):
+    """What the cache holds under one name: a whole shard (`ShardCache.entry_for`), or a part of one."""
+
+    name: str
+    size: int  # the bytes it holds (what eviction counts)
+    shard: int  # the shard id, to name it in errors
 
 
 def check_cache_arguments(cache_dir: object, cache_limit_bytes: object) -> tuple[Path | None, int | None]:
@@ -144,22 +165,24 @@ class ShardCache:
         self.limit_bytes = limit_bytes
         self._token = f"{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
 
-    def path_for(self, info: ShardInfo) -> Path:
-        return self.directory / self.name_for(info)
-
     @staticmethod
     def name_for(info: ShardInfo) -> str:
         return f"{info.id:012d}.{info.data_crc:08x}.{info.size}.shard"
 
-    def hold(self, info: ShardInfo) -> CacheLease | None:
-        """The cached shard held for reading if it is in the cache (nothing is downloaded), else None."""
-        final = self.path_for(info)
+    @classmethod
+    def entry_for(cls, info: ShardInfo) -> CacheEntry:
+        """The entry of the whole shard."""
+        return CacheEntry(cls.name_for(info), info.size, info.id)
+
+    def hold(self, entry: CacheEntry) -> CacheLease | None:
+        """The cached entry held for reading if it is in the cache (nothing is downloaded), else None."""
+        final = self.directory / entry.name
         descriptor = _locked(final, fcntl.LOCK_SH)
         return None if descriptor is None else CacheLease(final, descriptor)
 
     def acquire(
         self,
-        info: ShardInfo,
+        entry: CacheEntry,
         download: Callable[[Path], None],
         check: Callable[[Path], str | None],
     ) -> CacheLease:
@@ -169,18 +192,18 @@ class ShardCache:
         found in a downloaded copy (or None). A copy that fails the check is downloaded again, up to
         DOWNLOAD_ATTEMPTS times, then CorruptStorageError names the shard.
         """
-        final = self.path_for(info)
+        final = self.directory / entry.name
         while True:
             descriptor = _locked(final, fcntl.LOCK_SH)
             if descriptor is None:
-                descriptor = self._fetch(info, download, check, None)[1]
+                descriptor = self._fetch(entry, download, check, None)[1]
             if descriptor is not None:
                 mark_used(descriptor)
                 return CacheLease(final, descriptor)
 
     def prefetch(
         self,
-        info: ShardInfo,
+        entry: CacheEntry,
         download: Callable[[Path], None],
         check: Callable[[Path], str | None],
         keep: Collection[str] = (),
@@ -188,25 +211,25 @@ class ShardCache:
         """The shard held ahead of its reader, downloaded first if it fits the limit next to the shards held and
         those named in ``keep`` (needed soon); None when it does not fit now. A download is marked unread (see
         `Prefetched`)."""
-        final = self.path_for(info)
+        final = self.directory / entry.name
         while True:
             descriptor = _locked(final, fcntl.LOCK_SH)
             if descriptor is None:
-                cached, descriptor = self._fetch(info, download, check, keep)
+                cached, descriptor = self._fetch(entry, download, check, keep)
                 if not cached:
                     return None
             if descriptor is not None:
                 return Prefetched.of(final, descriptor)
 
-    def fetch(self, info: ShardInfo, download: Callable[[Path], None], check: Callable[[Path], str | None]) -> None:
-        """Make sure the shard is cached (one process downloads it, the others wait for it)."""
-        descriptor = self._fetch(info, download, check, None)[1]
+    def fetch(self, entry: CacheEntry, download: Callable[[Path], None], check: Callable[[Path], str | None]) -> None:
+        """Make sure the entry is cached (one process downloads it, the others wait for it)."""
+        descriptor = self._fetch(entry, download, check, None)[1]
         if descriptor is not None:
             os.close(descriptor)
 
     def _fetch(
         self,
-        info: ShardInfo,
+        entry: CacheEntry,
         download: Callable[[Path], None],
         check: Callable[[Path], str | None],
         keep: Collection[str] | None,
@@ -215,11 +238,11 @@ class ShardCache:
         descriptor holding it when this call downloaded it: held from before it appears, so that no eviction
         takes it before its reader has it."""
         prefetching = keep is not None
-        final = self.path_for(info)
+        final = self.directory / entry.name
         with exclusive_lock(self.directory, final.name):
             if final.exists():
                 return True, None
-            if not self.make_room(info.size, keep or ()) and prefetching:
+            if not self.make_room(entry.size, keep or ()) and prefetching:
                 return False, None  # a reader asking for it downloads it anyway; a prefetch waits for room
             problem = ""
             for _ in range(DOWNLOAD_ATTEMPTS):
@@ -240,12 +263,12 @@ class ShardCache:
                             raise
                         return True, held
                 except DamagedDownload as error:  # an object that cannot be decoded: as a failed check
-                    problem = f"shard {info.id} cannot be decompressed: {error}"
+                    problem = f"shard {entry.shard} cannot be decompressed: {error}"
                 except OSError as error:
                     if error.errno == errno.ENOSPC:
                         raise OSError(
                             errno.ENOSPC,
-                            f"the cache directory {self.directory} is full while downloading shard {info.id} "
+                            f"the cache directory {self.directory} is full while downloading shard {entry.shard} "
                             "(free space there, choose another cache_dir, or set cache_limit_bytes)",
                         ) from error
                     raise
@@ -253,7 +276,7 @@ class ShardCache:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(part)
             raise CorruptStorageError(
-                f"shard {info.id} failed its checks {DOWNLOAD_ATTEMPTS} times after download: {problem}"
+                f"shard {entry.shard} failed its checks {DOWNLOAD_ATTEMPTS} times after download: {problem}"
             )
 
     def cached_bytes(self) -> int:
@@ -269,7 +292,7 @@ class ShardCache:
             if entry.name.endswith(".shard"):
                 with contextlib.suppress(FileNotFoundError):
                     status = entry.stat(follow_symlinks=False)
-                    entries.append((Path(entry.path), status.st_size, status.st_mtime_ns))
+                    entries.append((Path(entry.path), held_bytes(entry.name, status), status.st_mtime_ns))
         return entries
 
     def make_room(self, size: int, keep: Collection[str] = ()) -> bool:

@@ -204,6 +204,19 @@ class WindowedOrder:
             found = self._streams[stream] = _stream(self.counts, self.shard_order, begin, end, self.window)
         return found
 
+    def end_parts(self, stream: int) -> tuple[list[tuple[int, int]], npt.NDArray[np.int64]]:
+        """The samples (index ranges ``first .. stop - 1``) of the first and the last part of stream ``stream``, which
+        may be parts of shards the neighbouring streams read too, and the shards (positions) the stream reads whole."""
+        share = self.stream(stream)
+        if not len(share.part_sizes):
+            return [], np.empty(0, np.int64)
+        whole = share.shard_positions[share.part_sizes == self.counts[share.shard_positions]]
+        ranges = []
+        for part in sorted({0, len(share.part_sizes) - 1}):
+            first = int(self.shard_firsts[share.shard_positions[part]] + share.part_starts[part])
+            ranges.append((first, first + int(share.part_sizes[part])))
+        return ranges, whole
+
     @property
     def tail_start(self) -> int:
         """Where the last, short global batch starts (``sample_count`` when there is none)."""

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 CHECKPOINTS_FLAG = 4  # the footer flag of a shard that holds checkpoints
-CHECKPOINT_BYTES = 65536  # the piece size of new storages
+CHECKPOINT_BYTES = 4096  # the piece size of new storages: a page
 MIN_CHECKPOINT_BYTES = 4096
 MAX_CHECKPOINT_BYTES = 2**26
 

@@ -257,6 +257,8 @@ class ShardFile:
         self.index_crc = int(index_crc)
         self.element_count = self.data_size // header.element_size
         self.view = memoryview(self._mapping)
+        # The data bytes a part of a shard holds (see _remote.shard_parts); None: the whole shard.
+        self.present: tuple[int, int] | None = None
         self.offsets = np.frombuffer(self._mapping, "<u8", self.record_count + 1, padded(data_size))
         self.mask_start = padded(data_size) + 8 * (self.record_count + 1)
         # The stored record lengths (int64, mapped) of a storage that records them, else None.

@@ -73,7 +73,7 @@ class StorageReader(Generic[Out]):
 
         Opening a shard later closes the surplus, least recently used first.
         """
-        return [self.shard(position, keep_open=True) for position in range(len(self.infos))]
+        return [self.whole_shard(position, keep_open=True) for position in range(len(self.infos))]
 
     def shard(self, position: int, keep_open: bool = False) -> ShardFile:
         """The shard at ``position`` (in ascending id order), opened if it is not yet.
@@ -91,6 +91,16 @@ class StorageReader(Generic[Out]):
         shard = opened[position] = self.shard_set.open(position)
         while not keep_open and len(opened) > self.shard_set.max_open:
             self._forget(next(iter(opened)))
+        return shard
+
+    def whole_shard(self, position: int, keep_open: bool = False) -> ShardFile:
+        """The shard at ``position`` with all its data: a part of it open (a remote shard's, see ``ShardFile.present``)
+        is closed and the whole shard opened instead."""
+        shard = self.shard(position, keep_open)
+        if shard.present is None:
+            return shard
+        self._forget(position)
+        shard = self._opened[position] = self.shard_set.open(position, whole=True)
         return shard
 
     def _forget(self, position: int) -> None:
@@ -196,7 +206,8 @@ class DocumentReader(StorageReader[Out]):
         super().__init__(shard_set, header)
         self._format = document_format
         self._pages = ResidentPages()  # the records' mapped pages, dropped as they add up (see resident_pages)
-        self._spans: dict[int, tuple[memoryview, memoryview, int]] = {}  # an open shard's bytes, offsets and size
+        # An open shard's bytes, offsets, and the bytes it holds (a part of a remote shard holds some).
+        self._spans: dict[int, tuple[memoryview, memoryview, int, int]] = {}
 
     def read_encoded(self, index: int) -> tuple[memoryview, int]:
         """The record's bytes (a read-only view into the mapping) and its shard id."""
@@ -205,6 +216,8 @@ class DocumentReader(StorageReader[Out]):
         position, record = self.locate(index)
         shard = self.shard(position)
         start, stop = shard.record_bounds(record)
+        if shard.present is not None and not shard.present[0] <= start <= stop <= shard.present[1]:
+            shard = self.whole_shard(position)
         self._pages.add(stop - start)
         return shard.view[start:stop], shard.id
 
@@ -243,25 +256,39 @@ class DocumentReader(StorageReader[Out]):
                 span = self._span(position, record)
             elif position != last:  # most recently used: the shard closed for room is the one left longest ago
                 opened.move_to_end(position)
-            view, offsets, size = span
+            view, offsets, low, high = span
             last = position
             start, stop = offsets[record], offsets[record + 1]
-            if stop > size or start > stop:  # a damaged index: the shard's own check names it
-                start, stop = self.shard(position).record_bounds(record)
+            if start < low or stop > high or start > stop:  # a damaged index, or a record outside a part
+                append(self._record_outside(position, record))
+                continue
             append(view[start:stop])
         return views
+
+    def _record_outside(self, position: int, record: int) -> memoryview:
+        """A record that its shard's span does not hold: checked (a damaged index is named), from the whole shard
+        where the span is a part of it."""
+        shard = self.shard(position)
+        start, stop = shard.record_bounds(record)
+        if shard.present is not None and not shard.present[0] <= start <= stop <= shard.present[1]:
+            self._spans.pop(position, None)
+            shard = self.whole_shard(position)
+            self._span(position, record)
+        return shard.view[start:stop]
 
     @functools.cached_property
     def _shard_ids(self) -> list[int]:
         return self.infos.ids.tolist()  # type: ignore[no-any-return]
 
-    def _span(self, position: int, record: int) -> tuple[memoryview, memoryview, int]:
-        """The view, record offsets and size of the shard at ``position``, opened now; an IndexError naming the
-        global index if ``position`` is before the first shard or after the last (``record`` counted from there)."""
+    def _span(self, position: int, record: int) -> tuple[memoryview, memoryview, int, int]:
+        """The view, record offsets and the data it holds (``low .. high - 1``: all of it, or a part's) of the shard
+        at ``position``, opened now; an IndexError naming the global index if ``position`` is before the first shard
+        or after the last (``record`` counted from there)."""
         if not 0 <= position < len(self.infos):
             check_index(record + int(self.record_starts[position]), len(self))
         shard = self.shard(position)
-        span = self._spans[position] = (shard.view, shard.record_offsets, shard.element_count)
+        low, high = (0, shard.element_count) if shard.present is None else shard.present
+        span = self._spans[position] = (shard.view, shard.record_offsets, low, high)
         return span
 
     def _forget(self, position: int) -> None:
@@ -277,6 +304,7 @@ class TokenReader(StorageReader[np.ndarray]):
         assert header.dtype is not None
         self.dtype = np.dtype(header.dtype).newbyteorder("<")
         self._tokens: dict[int, np.ndarray] = {}  # the token views of the open shards
+        self._part_tokens: dict[int, tuple[np.ndarray, int, int]] = {}  # of open parts: tokens, and which they hold
         self.token_starts = _starts(self.infos.rows["element_count"])
 
     @property
@@ -306,7 +334,7 @@ class TokenReader(StorageReader[np.ndarray]):
         for number, (row, position, offset) in enumerate(zip(targets, positions.tolist(), offsets, strict=True)):
             tokens = token_arrays.get(position)
             if tokens is None:
-                tokens = self.shard_tokens(position)
+                tokens = self._tokens_holding(position, offset, offset + length)
             else:  # most recently used: the shard closed for room is the one the order left longest ago
                 opened.move_to_end(position)
             if offset + length <= len(tokens):
@@ -318,6 +346,7 @@ class TokenReader(StorageReader[np.ndarray]):
 
     def _forget(self, position: int) -> None:
         self._tokens.pop(position, None)
+        self._part_tokens.pop(position, None)
         super()._forget(position)
 
     def shard_tokens(self, position: int) -> np.ndarray:
@@ -325,11 +354,29 @@ class TokenReader(StorageReader[np.ndarray]):
         self.check_open()
         tokens = self._tokens.get(position)
         if tokens is None:
-            shard = self.shard(position)
+            shard = self.whole_shard(position)
             tokens = self._tokens[position] = np.frombuffer(shard.view, self.dtype, shard.element_count)
         else:
             self._opened.move_to_end(position)
         return tokens
+
+    def _tokens_holding(self, position: int, start: int, stop: int) -> np.ndarray:
+        """The tokens of the shard at ``position`` (a view as `shard_tokens` gives), of which ``start .. stop - 1``
+        are read: a part of the shard open there serves them if it holds them, else the whole shard."""
+        part = self._part_tokens.get(position)
+        if part is None and position not in self._tokens:
+            shard = self.shard(position)
+            if shard.present is not None:
+                low, high = shard.present
+                size = self.dtype.itemsize
+                tokens = np.frombuffer(shard.view, self.dtype, shard.element_count)
+                part = self._part_tokens[position] = (tokens, low // size, -(-high // size))
+        if part is not None:
+            tokens, low, high = part
+            if low <= start and min(stop, len(tokens)) <= high:
+                self._opened.move_to_end(position)
+                return tokens
+        return self.shard_tokens(position)
 
     def prefetch_tokens(self, starts: np.ndarray) -> None:
         """A hint: the tokens at these stream positions are read soon, in this order."""
@@ -341,9 +388,8 @@ class TokenReader(StorageReader[np.ndarray]):
         """Document ``index``'s tokens: a read-only view into the mapping."""
         self.check_open()
         position, record = self.locate(index)
-        tokens = self.shard_tokens(position)
         start, stop = self.shard(position).record_bounds(record)
-        return tokens[start:stop]
+        return self._tokens_holding(position, start, stop)[start:stop]
 
     def loss_mask(self, index: int) -> np.ndarray:
         """Document ``index``'s loss mask: a bool array as long as its tokens (unpacked from the stored bits)."""
@@ -376,7 +422,7 @@ class TokenReader(StorageReader[np.ndarray]):
             shard_start = int(self.token_starts[position])
             begin = start + written - shard_start
             take = min(stop - start - written, int(self.token_starts[position + 1]) - shard_start - begin)
-            out[written : written + take] = self.shard_tokens(position)[begin : begin + take]
+            out[written : written + take] = self._tokens_holding(position, begin, begin + take)[begin : begin + take]
             written += take
             position += 1
         return out
@@ -394,4 +440,4 @@ class TokenReader(StorageReader[np.ndarray]):
 
     def close(self) -> None:
         super().close()
-        self._tokens = {}
+        self._tokens, self._part_tokens = {}, {}

@@ -8,8 +8,9 @@ from typing import Any
 import numpy as np
 
 from guideloom._shards.reader import DocumentReader
+from guideloom._shards.shard_access import WantedPart
 from guideloom._sources.describe import SamplePieces, record_keys, record_pieces
-from guideloom._sources.source import PinnedShards
+from guideloom._sources.source import PinnedShards, spans_in_shards
 
 
 class DocumentSource(PinnedShards[DocumentReader[Any]]):
@@ -28,6 +29,11 @@ class DocumentSource(PinnedShards[DocumentReader[Any]]):
     def shard_sample_counts(self) -> np.ndarray:
         """Records per shard, in storage order (what a windowed order walks), from the snapshot alone."""
         return self.snapshot.rows["record_count"].astype(np.int64)
+
+    def sample_parts(self, first: int, stop: int) -> dict[int, WantedPart]:
+        """The records ``first .. stop - 1`` of each shard they are in."""
+        counts = self.snapshot.rows["record_count"].astype(np.int64)
+        return spans_in_shards(counts, first, stop, in_records=True)
 
     def fetch(self, indices: np.ndarray, epoch: int) -> list[Any]:
         return self.reader.read_many(indices)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from guideloom._shards.shard_access import WantedPart
 from guideloom._sources.describe import SamplePieces, packed_keys, packed_pieces
 from guideloom._sources.token_windows import TokenSource
 from guideloom._windows.boundaries import PieceRows, split_batch
@@ -43,6 +44,10 @@ class PackedRowSource(TokenSource[PieceRows]):
     def shard_sample_counts(self) -> np.ndarray:
         """Packed rows per shard, in storage order (packing never crosses a shard)."""
         return np.asarray(self.packed.row_counts, np.int64)
+
+    def sample_parts(self, first: int, stop: int) -> dict[int, WantedPart]:
+        """Nothing: a packed row's documents lie anywhere in its shard, so its shards are read whole."""
+        return {}
 
     def clean_cuts(self) -> None:
         """Packing never crosses a shard: a windowed order may put shards in any order."""

@@ -16,6 +16,7 @@ import numpy as np
 
 from guideloom._core.errors import StateMismatchError
 from guideloom._shards.reader import StorageReader
+from guideloom._shards.shard_access import WantedPart
 from guideloom._shards.shard_table import ShardTable
 from guideloom._sources.describe import SamplePieces
 from guideloom._sources.recorded_shards import ShardSetDigest, cut_settings, describe_shards, over_recorded_shards
@@ -90,6 +91,18 @@ class SampleSource(Protocol):
     def close(self) -> None: ...
 
 
+def spans_in_shards(sizes: np.ndarray, first: int, stop: int, in_records: bool) -> dict[int, WantedPart]:
+    """Elements (or records) ``first .. stop - 1`` of shards of these ``sizes`` laid end to end, shard by shard
+    (by position), each counted within its shard."""
+    ends = np.cumsum(sizes)
+    starts = ends - sizes
+    touched = np.flatnonzero((starts < stop) & (ends > first) & (sizes > 0))
+    return {
+        position: WantedPart(max(first - start, 0), min(stop, end) - start, in_records)
+        for position, start, end in zip(touched.tolist(), starts[touched].tolist(), ends[touched].tolist(), strict=True)
+    }
+
+
 class _OpensReaders(Protocol[ReaderT_co]):
     @property
     def location(self) -> str: ...
@@ -112,6 +125,7 @@ class PinnedShards(Generic[ReaderT]):
         self._reader_pid = -1
         self._identity: dict[str, Any] | None = None  # the snapshot never changes: computed once
         self._open_at_most: int | None = None  # see hold_at_most
+        self._parts_key: str | None = None  # see read_parts
 
     @property
     def shard_ids(self) -> list[int]:
@@ -127,6 +141,8 @@ class PinnedShards(Generic[ReaderT]):
             if self._open_at_most is not None:
                 shard_set = self._reader.shard_set
                 shard_set.max_open = min(shard_set.max_open, self._open_at_most)
+            if self._parts_key is not None:
+                self._reader.shard_set.read_parts_of(self._parts_key)
         return self._reader
 
     def hold_at_most(self, shards: int) -> None:
@@ -137,6 +153,38 @@ class PinnedShards(Generic[ReaderT]):
         if self._reader is not None:
             shard_set = self._reader.shard_set
             shard_set.max_open = min(shard_set.max_open, shards)
+
+    def read_parts(self, key: str) -> None:
+        """Read shards in the parts that this source's plans name (`plan_parts`), in every process: a windowed
+        loader's machine reads only its part of the shards its share begins and ends in. ``key`` names the plans
+        (the loader's own)."""
+        self._parts_key = key
+        if self._reader is not None:
+            self._reader.shard_set.read_parts_of(key)
+
+    @property
+    def reads_parts(self) -> bool:
+        """Whether this source names the parts of shards it reads (`read_parts`)."""
+        return self._parts_key is not None
+
+    @property
+    def reads_in_parts(self) -> bool:
+        """Whether it reads shards in parts: it names them, can say what its samples read of each shard, and its
+        storage's shards can be read in parts (uncompressed, with checkpoints; see docs/format.md)."""
+        if not self.reads_parts or not self.sample_parts(0, 1):  # it cannot say what its first sample reads
+            return False
+        header = self.reader.header
+        return header.compression is None and header.checkpoint_bytes is not None
+
+    def plan_parts(self, parts: dict[int, WantedPart]) -> None:
+        """From now on read these shards (by position) in these parts, the others whole (see `read_parts`)."""
+        if self._parts_key is not None:
+            self.reader.shard_set.plan_parts(self._parts_key, parts)
+
+    def sample_parts(self, first: int, stop: int) -> dict[int, WantedPart]:
+        """What samples ``first .. stop - 1`` read of each shard they read (by position); empty where the source
+        cannot say (its shards are then read whole)."""
+        return {}
 
     @property
     def orders_itself(self) -> bool:

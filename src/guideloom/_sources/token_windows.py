@@ -14,9 +14,10 @@ import torch
 
 from guideloom._core.checks import check_sequence_length
 from guideloom._shards.reader import TokenReader
+from guideloom._shards.shard_access import WantedPart
 from guideloom._shards.shard_table import ShardTable
 from guideloom._sources.describe import SamplePieces, window_keys, window_pieces
-from guideloom._sources.source import PinnedShards
+from guideloom._sources.source import PinnedShards, spans_in_shards
 from guideloom._storage.storages import TokenStorage
 
 if TYPE_CHECKING:
@@ -65,6 +66,12 @@ class TokenSource(PinnedShards[TokenReader], Generic[SamplesT], ABC):
         token_ends = np.cumsum(self.snapshot.rows["element_count"].astype(np.int64))
         window_ends = np.minimum(-(-token_ends // self.sequence_length), self.sample_count)
         return np.diff(window_ends, prepend=0)
+
+    def sample_parts(self, first: int, stop: int) -> dict[int, WantedPart]:
+        """The tokens windows ``first .. stop - 1`` read of each shard: a window is ``sequence_length`` tokens of the
+        stream, and may run on into the next shard."""
+        sizes = self.snapshot.rows["element_count"].astype(np.int64)
+        return spans_in_shards(sizes, first * self.sequence_length, stop * self.sequence_length, in_records=False)
 
     def clean_cuts(self) -> np.ndarray | None:
         """The shards that no window of the shard before runs into (0 among them): a windowed order walks shards

@@ -1,0 +1,139 @@
+"""A part of a shard, downloaded alone: the data a machine needs of it and the shard's tail, checked piece by piece.
+
+A windowed epoch cuts the shards into equal machine shares, so a share begins and ends inside a shard,
+and a machine needs only its part of such a boundary shard. A shard of a storage with checkpoints holds
+the running CRC-32 of its data at the end of every ``checkpoint_bytes`` (docs/format.md), so the data
+pieces that cover the part can be verified without the rest: a ranged read of those pieces and one of the
+tail (offsets, record lengths, loss mask, checkpoints, footer) make a *part* of the shard.
+
+A part is cached as a sparse file as large as the shard, the pieces and the tail at their own offsets,
+under a name that says what it was wanted for (elements or records ``first .. stop - 1``); so every
+reader maps it as it maps a whole shard, and ``ShardFile.present`` says which data bytes it holds.
+Readers read only there (see ``_shards.reader``): a read outside the part opens the whole shard instead.
+Storages without checkpoints, and compressed ones (an object that cannot be read by range), have no parts.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from guideloom._core.errors import CorruptStorageError
+from guideloom._remote.object_store import ObjectStore
+from guideloom._remote.shard_cache import CacheEntry
+from guideloom._shards.checkpoints import pieces_problem
+from guideloom._shards.header import StorageHeader
+from guideloom._shards.layout import ShardFile, ShardInfo, padded
+from guideloom._shards.shard_access import WantedPart
+
+__all__ = ["can_read_parts", "download_part", "is_whole", "part_bytes", "part_entry", "part_problem"]
+
+READ_BYTES = 8 << 20  # a part's data is read by range in pieces of at most this many bytes (memory per read)
+
+
+def can_read_parts(header: StorageHeader) -> bool:
+    """Whether this storage's shards can be read in parts: uncompressed objects with checkpoints."""
+    return header.compression is None and header.checkpoint_bytes is not None
+
+
+def part_entry(info: ShardInfo, wanted: WantedPart) -> CacheEntry:
+    """The cache entry of a shard's part; its size is the whole shard's until it is downloaded (what room a
+    download makes at most); the cache counts a part's own blocks (see `held_bytes`)."""
+    unit = "r" if wanted.in_records else "e"
+    name = f"{info.id:012d}.{info.data_crc:08x}.{info.size}.{unit}{wanted.first}-{wanted.stop}.shard"
+    return CacheEntry(name, info.size, info.id)
+
+
+def is_whole(info: ShardInfo, wanted: WantedPart, header: StorageHeader) -> bool:
+    """Whether the part ``wanted`` names holds all the shard's data (a small shard): read it whole instead."""
+    if wanted.in_records:
+        return wanted.first == 0 and wanted.stop >= info.record_count
+    checkpoint_bytes = header.checkpoint_bytes
+    assert checkpoint_bytes is not None
+    data_size = info.element_count * header.element_size
+    return (
+        wanted.first * header.element_size < checkpoint_bytes
+        and wanted.stop * header.element_size > (data_size - 1) // checkpoint_bytes * checkpoint_bytes
+    )
+
+
+def part_bytes(offsets: np.ndarray, wanted: WantedPart, header: StorageHeader, data_size: int) -> tuple[int, int]:
+    """The data bytes a part holds: the whole pieces that cover what it was wanted for."""
+    checkpoint_bytes = header.checkpoint_bytes
+    assert checkpoint_bytes is not None
+    last = len(offsets) - 1
+    if wanted.in_records:
+        first, stop = min(wanted.first, last), min(wanted.stop, last)
+        low, high = int(offsets[first]), int(offsets[stop])
+    else:
+        elements = data_size // header.element_size
+        low, high = min(wanted.first, elements), min(wanted.stop, elements)
+    low, high = low * header.element_size, high * header.element_size
+    if low >= high:
+        return 0, 0
+    return low // checkpoint_bytes * checkpoint_bytes, min(-(-high // checkpoint_bytes) * checkpoint_bytes, data_size)
+
+
+def download_part(
+    store: ObjectStore, object_name: str, info: ShardInfo, header: StorageHeader, wanted: WantedPart, path: Path
+) -> None:
+    """Write the part of the shard object ``object_name`` at ``path``: its tail, and the data pieces ``wanted``
+    needs, each at its offset in a file as large as the shard (checked afterwards, by `part_problem`)."""
+    data_size = info.element_count * header.element_size
+    tail_start = padded(data_size)
+    tail = _read(store, object_name, info, tail_start, info.size)
+    record_count = info.record_count
+    offsets = np.frombuffer(tail, "<u8", record_count + 1) if len(tail) >= 8 * (record_count + 1) else None
+    if offsets is None or (record_count and (offsets[1:] < offsets[:-1]).any()) or int(offsets[-1:].sum()) > data_size:
+        raise CorruptStorageError(f"shard {info.id} has a damaged record index ({store.name_of(object_name)})")
+    low, high = part_bytes(offsets, wanted, header, data_size)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    try:
+        os.ftruncate(descriptor, info.size)
+        os.pwrite(descriptor, tail, tail_start)
+        for start in range(low, high, READ_BYTES):
+            stop = min(start + READ_BYTES, high)
+            os.pwrite(descriptor, _read(store, object_name, info, start, stop), start)
+    finally:
+        os.close(descriptor)
+
+
+def _read(store: ObjectStore, object_name: str, info: ShardInfo, start: int, stop: int) -> bytes:
+    raw = store.read(object_name, start, stop)
+    if raw is None:
+        raise CorruptStorageError(
+            f"shard {info.id} vanished: {store.name_of(object_name)} was deleted from the store after this reader "
+            "listed it"
+        )
+    if len(raw) != stop - start:
+        raise CorruptStorageError(
+            f"shard {info.id}: {store.name_of(object_name)} gave {len(raw)} bytes for its bytes {start}..{stop - 1}: "
+            "object truncated?"
+        )
+    return raw
+
+
+def part_problem(shard: ShardFile, wanted: WantedPart, header: StorageHeader) -> str | None:
+    """The problem with a downloaded part (its tail already checked by opening it), or None: its data pieces
+    against their checkpoints, and the checkpoints and the tail against the footer's data checksum."""
+    checkpoints, checkpoint_bytes = shard.checkpoints, header.checkpoint_bytes
+    if checkpoints is None or checkpoint_bytes is None:
+        return f"shard {shard.id} has no checkpoints ({shard.path})"
+    low, high = part_bytes(shard.offsets, wanted, header, shard.data_size)
+    problem = pieces_problem(
+        shard.view[low:high], low // checkpoint_bytes, checkpoints, checkpoint_bytes, shard.data_size
+    )
+    if problem is not None:
+        return f"shard {shard.id}: {problem} ({shard.path})"
+    # The footer's data checksum is the last checkpoint continued over the record lengths and the loss mask.
+    crc = int(checkpoints[-1]) if len(checkpoints) else 0
+    if shard.lengths is not None:
+        crc = zlib.crc32(shard.lengths.tobytes(), crc)
+    if shard.mask_bits is not None:
+        crc = zlib.crc32(shard.mask_bits.tobytes(), crc)
+    if crc != shard.data_crc:
+        return f"shard {shard.id}: its checkpoints do not match its data checksum ({shard.path})"
+    return None

@@ -1,0 +1,172 @@
+"""Parts of shards: a machine whose windowed share begins or ends inside a shard downloads only its part of it.
+
+Machines are separate cache directories; the server's log says which bytes of which shard object each one
+downloaded. The shards hold 512 KiB of tokens each, a checkpoint every 4 KiB.
+"""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+from typing import Any
+
+import boto3
+import numpy as np
+import pytest
+
+from guideloom import CorruptStorageError, DocumentJsonFormat, DocumentStorage, StatefulDataLoader, TokenStorage
+from guideloom._remote.shard_cache import ShardCache
+from guideloom._shards.checkpoints import CHECKPOINT_BYTES
+from guideloom._shards.shard_access import WantedPart
+from tests.remote.s3_support import S3Server
+
+SHARDS, TOKENS = 12, 128 * 1024  # uint32 tokens a shard: 512 KiB
+SEQUENCE = 1025
+
+
+def _tokens(shard: int) -> np.ndarray:
+    return np.random.default_rng(shard).integers(0, 50_000, TOKENS, dtype=np.uint32)
+
+
+@pytest.fixture
+def corpus(s3_url: str, s3_server: S3Server, tmp_path: Path) -> tuple[str, Path]:
+    """The same token storage on the object store and on local disk."""
+    local = TokenStorage(tmp_path / "local")
+    remote = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "writer")
+    for storage in (local, remote):
+        with storage.sync_writer() as writer:
+            for shard in range(SHARDS):
+                writer.append(shard, _tokens(shard))
+    return s3_url, tmp_path / "local"
+
+
+def _bytes_by_shard(s3_server: S3Server, bucket: str, since: tuple[int, int], size: int) -> collections.Counter[int]:
+    """Bytes of each shard object (by id) downloaded since ``since`` (whole GETs, ranged GETs)."""
+    got: collections.Counter[int] = collections.Counter()
+    for path in s3_server.gets(bucket, ".shard")[since[0] :]:
+        got[int(path.rsplit("/", 1)[1].removesuffix(".shard"))] += size
+    for path, byte_range in s3_server.byte_ranges(bucket, ".shard")[since[1] :]:
+        first, last = byte_range.removeprefix("bytes=").split("-")
+        got[int(path.rsplit("/", 1)[1].removesuffix(".shard"))] += int(last) - int(first) + 1
+    return got
+
+
+def _log_position(s3_server: S3Server, bucket: str) -> tuple[int, int]:
+    return len(s3_server.gets(bucket, ".shard")), len(s3_server.byte_ranges(bucket, ".shard"))
+
+
+def _loader(storage: Any, machines: int, machine: int, **options: Any) -> StatefulDataLoader:
+    return StatefulDataLoader.from_storage(
+        storage,
+        device="cpu",
+        local_batch_size=4,
+        sequence_length=SEQUENCE,
+        shuffle=True,
+        seed=5,
+        shuffle_window=2,
+        rank=machine,
+        world_size=machines,
+        local_world_size=1,
+        **options,
+    )
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_each_machine_downloads_its_share_and_only_its_part_of_the_shards_it_shares(
+    s3_server: S3Server, tmp_path: Path, corpus: tuple[str, Path], workers: int
+) -> None:
+    url, local = corpus
+    bucket, machines = url.removeprefix("s3://").split("/")[0], 4
+    size = int(TokenStorage(local).snapshot().rows["size"].max())
+    for machine in range(machines):
+        since = _log_position(s3_server, bucket)
+        storage = TokenStorage(url, storage_options=s3_server.options, cache_dir=tmp_path / f"machine-{machine}")
+        with _loader(storage, machines, machine, num_workers=workers) as loader:
+            batches = [batch.numpy() for batch in loader]
+        with _loader(TokenStorage(local), machines, machine) as loader:
+            expected = [batch.numpy() for batch in loader]
+        assert len(batches) == len(expected) and all(map(np.array_equal, batches, expected))
+        downloaded = _bytes_by_shard(s3_server, bucket, since, size)
+        share = sum(len(batch) for batch in batches) * SEQUENCE * 4  # the bytes of its tokens (about 3 shards)
+        parts = [shard for shard, count in downloaded.items() if count < size]
+        assert len(parts) <= 3, downloaded  # the shards it shares: where its share begins and ends, or runs into
+        # Each of those is its part, in whole pieces, and the shard's tail (a few hundred bytes here).
+        assert sum(downloaded.values()) <= share + 2 * (CHECKPOINT_BYTES + 4096), (downloaded, share)
+        assert max(downloaded.values()) <= size, downloaded  # nothing twice
+
+
+def test_a_read_outside_the_planned_part_reads_the_whole_shard(
+    s3_server: S3Server, tmp_path: Path, corpus: tuple[str, Path]
+) -> None:
+    url, local = corpus
+    bucket = url.removeprefix("s3://").split("/")[0]
+    size = int(TokenStorage(local).snapshot().rows["size"].max())
+    storage = TokenStorage(url, storage_options=s3_server.options, cache_dir=tmp_path / "machine")
+    with storage.open_reader() as reader, TokenStorage(local).open_reader() as expected:
+        reader.shard_set.plan_parts("plan", {3: WantedPart(0, 4096, in_records=False)})  # 16 KiB of tokens
+        early = 3 * TOKENS // SEQUENCE + 1  # a window early in shard 3: in the part
+        late = (4 * TOKENS - 2 * SEQUENCE) // SEQUENCE  # near the shard's end: outside it
+        since = _log_position(s3_server, bucket)
+        part = -(-16384 // CHECKPOINT_BYTES) * CHECKPOINT_BYTES + size - 4 * TOKENS  # its pieces and the tail
+        for window, downloaded in [(early, part), (late, size)]:
+            got, wanted = (np.empty((1, SEQUENCE), np.uint32) for _ in range(2))
+            reader.read_windows(np.array([window]), SEQUENCE, got)
+            expected.read_windows(np.array([window]), SEQUENCE, wanted)
+            assert np.array_equal(got, wanted)
+            assert _bytes_by_shard(s3_server, bucket, since, size) == {3: downloaded}  # the part, then the shard
+            since = _log_position(s3_server, bucket)
+
+
+def test_a_part_whose_piece_was_damaged_on_the_store_is_named(
+    s3_server: S3Server, tmp_path: Path, corpus: tuple[str, Path]
+) -> None:
+    url, _ = corpus
+    bucket = url.removeprefix("s3://").split("/")[0]
+    client = boto3.client("s3", endpoint_url=s3_server.endpoint)
+    key = "corpus/shards/000000000005.shard"
+    damaged = bytearray(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+    damaged[3 * CHECKPOINT_BYTES + 17] ^= 1
+    client.put_object(Bucket=bucket, Key=key, Body=bytes(damaged))
+    storage = TokenStorage(url, storage_options=s3_server.options, cache_dir=tmp_path / "machine")
+    with storage.open_reader() as reader:
+        reader.shard_set.plan_parts("plan", {5: WantedPart(2 * CHECKPOINT_BYTES // 4, TOKENS, in_records=False)})
+        with pytest.raises(CorruptStorageError, match=rf"shard 5.*data bytes {3 * CHECKPOINT_BYTES}\.\."):
+            reader.read_tokens(5 * TOKENS + TOKENS - 10, 5 * TOKENS + TOKENS)
+
+
+def test_each_machine_reads_only_its_part_of_the_documents_it_shares(
+    s3_url: str, s3_server: S3Server, tmp_path: Path
+) -> None:
+    bucket, machines, per_shard = s3_url.removeprefix("s3://").split("/")[0], 2, 300
+    writer = DocumentStorage(s3_url, DocumentJsonFormat(), storage_options=s3_server.options, cache_dir=tmp_path / "w")
+    with writer.sync_writer() as records:
+        for index in range(5 * per_shard):
+            records.append(index // per_shard, {"id": index, "text": "x" * 1000})
+    size = int(writer.snapshot().rows["size"].max())
+    read, shared = [], []
+    for machine in range(machines):
+        since = _log_position(s3_server, bucket)
+        storage = DocumentStorage(
+            s3_url, DocumentJsonFormat(), storage_options=s3_server.options, cache_dir=tmp_path / f"m{machine}"
+        )
+        options: dict[str, Any] = {"device": "cpu", "local_batch_size": 5, "shuffle": True, "seed": 2}
+        options |= {"shuffle_window": 2, "rank": machine, "world_size": machines}
+        with StatefulDataLoader.from_storage(storage, **options) as loader:
+            mine = [record["id"] for batch in loader for record in batch]
+        read += mine
+        downloaded = _bytes_by_shard(s3_server, bucket, since, size)
+        shared.append([shard for shard, count in downloaded.items() if count < size])
+        assert sum(downloaded.values()) <= len(mine) * 1030 + 2 * CHECKPOINT_BYTES + 5 * 4096, downloaded
+    assert sorted(read) == list(range(5 * per_shard))
+    assert len(shared[0]) == 1 and shared[0] == shared[1]  # the shard where the two shares meet, a part each
+
+
+def test_the_cache_counts_a_part_by_the_bytes_it_holds(tmp_path: Path) -> None:
+    cache = ShardCache(tmp_path, None)
+    (tmp_path / "000000000001.0000abcd.9000000.e0-100.shard").write_bytes(b"")
+    with open(tmp_path / "000000000001.0000abcd.9000000.e0-100.shard", "r+b") as part:
+        part.truncate(9_000_000)
+        part.seek(4_000_000)
+        part.write(b"x" * 8192)
+    (tmp_path / "000000000002.0000abcd.5000.shard").write_bytes(b"y" * 5000)
+    assert 8192 <= cache.cached_bytes() - 5000 <= 8192 + 65536  # the part's blocks, not its 9 MB
