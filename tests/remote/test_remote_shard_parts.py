@@ -55,7 +55,7 @@ def _log_position(s3_server: S3Server, bucket: str) -> tuple[int, int]:
     return len(s3_server.gets(bucket, ".shard")), len(s3_server.byte_ranges(bucket, ".shard"))
 
 
-def _loader(storage: Any, machines: int, machine: int, **options: Any) -> StatefulDataLoader:
+def _loader(storage: Any, machines: int, rank: int, ranks: int = 1, **options: Any) -> StatefulDataLoader:
     return StatefulDataLoader.from_storage(
         storage,
         device="cpu",
@@ -64,30 +64,43 @@ def _loader(storage: Any, machines: int, machine: int, **options: Any) -> Statef
         shuffle=True,
         seed=5,
         shuffle_window=2,
-        rank=machine,
-        world_size=machines,
-        local_world_size=1,
+        rank=rank,
+        world_size=machines * ranks,
+        local_world_size=ranks,
         **options,
     )
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+def _machine_batches(storages: list[Any], machines: int, machine: int, **options: Any) -> list[np.ndarray]:
+    """The batches of one machine's ranks (a storage object each), read in lockstep."""
+    ranks = len(storages)
+    loaders = [
+        _loader(storage, machines, machine * ranks + local, ranks, **options) for local, storage in enumerate(storages)
+    ]
+    try:
+        return [batch.numpy() for step in zip(*loaders, strict=True) for batch in step]
+    finally:
+        for loader in loaders:
+            loader.close()
+
+
+@pytest.mark.parametrize(("machines", "ranks", "workers"), [(4, 1, 0), (4, 1, 2), (2, 2, 0)])
 def test_each_machine_downloads_its_share_and_only_its_part_of_the_shards_it_shares(
-    s3_server: S3Server, tmp_path: Path, corpus: tuple[str, Path], workers: int
+    s3_server: S3Server, tmp_path: Path, corpus: tuple[str, Path], machines: int, ranks: int, workers: int
 ) -> None:
+    """A machine's ranks share its cache: they name the same parts, and download each once."""
     url, local = corpus
-    bucket, machines = url.removeprefix("s3://").split("/")[0], 4
+    bucket = url.removeprefix("s3://").split("/")[0]
     size = int(TokenStorage(local).snapshot().rows["size"].max())
     for machine in range(machines):
         since = _log_position(s3_server, bucket)
-        storage = TokenStorage(url, storage_options=s3_server.options, cache_dir=tmp_path / f"machine-{machine}")
-        with _loader(storage, machines, machine, num_workers=workers) as loader:
-            batches = [batch.numpy() for batch in loader]
-        with _loader(TokenStorage(local), machines, machine) as loader:
-            expected = [batch.numpy() for batch in loader]
+        cache = tmp_path / f"machine-{machine}"
+        remote = [TokenStorage(url, storage_options=s3_server.options, cache_dir=cache) for _ in range(ranks)]
+        batches = _machine_batches(remote, machines, machine, num_workers=workers)
+        expected = _machine_batches([TokenStorage(local) for _ in range(ranks)], machines, machine)
         assert len(batches) == len(expected) and all(map(np.array_equal, batches, expected))
         downloaded = _bytes_by_shard(s3_server, bucket, since, size)
-        share = sum(len(batch) for batch in batches) * SEQUENCE * 4  # the bytes of its tokens (about 3 shards)
+        share = sum(len(batch) for batch in batches) * SEQUENCE * 4  # the bytes of its tokens
         parts = [shard for shard, count in downloaded.items() if count < size]
         assert len(parts) <= 3, downloaded  # the shards it shares: where its share begins and ends, or runs into
         # Each of those is its part, in whole pieces, and the shard's tail (a few hundred bytes here).

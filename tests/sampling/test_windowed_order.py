@@ -83,6 +83,24 @@ def test_machines_read_disjoint_shares_but_for_a_shard_at_each_share_boundary(or
 
 @settings(max_examples=200, deadline=None)
 @given(orders())
+def test_a_machine_reads_its_end_parts_and_its_whole_shards_and_nothing_else(order: WindowedOrder) -> None:
+    """What a machine names for partial downloads: the samples at its share's two ends, the shards it reads whole."""
+    streams, _ = order.stream_offsets(np.arange(order.padded_end))
+    samples = whole_epoch(order)
+    for machine in range(order.streams):
+        mine = np.unique(samples[streams == machine])
+        ranges, whole = order.end_parts(machine)
+        in_parts = np.zeros(len(mine), bool)
+        for first, stop in ranges:
+            in_parts |= (mine >= first) & (mine < stop)
+        assert np.array_equal(mine[~in_parts], mine[np.isin(order.shards_of(mine), whole) & ~in_parts])
+        for first, stop in ranges:  # a range is all the machine reads of its shard
+            shard = int(order.shards_of(np.array([first]))[0])
+            assert np.array_equal(mine[order.shards_of(mine) == shard], np.arange(first, stop))
+
+
+@settings(max_examples=200, deadline=None)
+@given(orders())
 def test_a_machine_has_at_most_window_shards_begun_and_unfinished(order: WindowedOrder) -> None:
     for stream in range(order.streams):
         share = order.stream(stream)

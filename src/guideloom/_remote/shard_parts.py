@@ -85,11 +85,11 @@ def download_part(
     data_size = info.element_count * header.element_size
     tail_start = padded(data_size)
     tail = _read(store, object_name, info, tail_start, info.size)
-    record_count = info.record_count
-    offsets = np.frombuffer(tail, "<u8", record_count + 1) if len(tail) >= 8 * (record_count + 1) else None
-    if offsets is None or (record_count and (offsets[1:] < offsets[:-1]).any()) or int(offsets[-1:].sum()) > data_size:
-        raise CorruptStorageError(f"shard {info.id} has a damaged record index ({store.name_of(object_name)})")
-    low, high = part_bytes(offsets, wanted, header, data_size)
+    records = info.record_count
+    offsets = np.frombuffer(tail, "<u8", records + 1) if len(tail) >= 8 * (records + 1) else None
+    # A damaged tail gets no data: opening the part names it (and the download is tried again).
+    sound = offsets is not None and bool((offsets[1:] >= offsets[:-1]).all()) and offsets[-1] == info.element_count
+    low, high = part_bytes(offsets, wanted, header, data_size) if sound and offsets is not None else (0, 0)
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
     try:
         os.ftruncate(descriptor, info.size)
@@ -123,9 +123,10 @@ def part_problem(shard: ShardFile, wanted: WantedPart, header: StorageHeader) ->
     if checkpoints is None or checkpoint_bytes is None:
         return f"shard {shard.id} has no checkpoints ({shard.path})"
     low, high = part_bytes(shard.offsets, wanted, header, shard.data_size)
-    problem = pieces_problem(
-        shard.view[low:high], low // checkpoint_bytes, checkpoints, checkpoint_bytes, shard.data_size
-    )
+    problem = None
+    if high > low:
+        with shard.view[low:high] as view:
+            problem = pieces_problem(view, low // checkpoint_bytes, checkpoints, checkpoint_bytes, shard.data_size)
     if problem is not None:
         return f"shard {shard.id}: {problem} ({shard.path})"
     # The footer's data checksum is the last checkpoint continued over the record lengths and the loss mask.
