@@ -1,7 +1,7 @@
 """Parts of shards: a machine whose windowed share begins or ends inside a shard downloads only its part of it.
 
 Machines are separate cache directories; the server's log says which bytes of which shard object each one
-downloaded. The shards hold 512 KiB of tokens each, a checkpoint every 4 KiB.
+downloaded. The shards hold about 500 KiB of tokens each, a checkpoint every 4 KiB.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from guideloom._shards.checkpoints import CHECKPOINT_BYTES
 from guideloom._shards.shard_access import WantedPart
 from tests.remote.s3_support import S3Server
 
-SHARDS, TOKENS = 12, 128 * 1024  # uint32 tokens a shard: 512 KiB
-SEQUENCE = 1025
+SHARDS, TOKENS = 10, 130_000  # uint32 tokens a shard: about 500 KiB; shares of 2.5 shards
+SEQUENCE = 2049  # windows run on into the next shard by up to 8 KiB: more than a piece
 
 
 def _tokens(shard: int) -> np.ndarray:

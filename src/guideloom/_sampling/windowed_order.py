@@ -205,16 +205,22 @@ class WindowedOrder:
         return found
 
     def end_parts(self, stream: int) -> tuple[list[tuple[int, int]], npt.NDArray[np.int64]]:
-        """The samples (index ranges ``first .. stop - 1``) of the first and the last part of stream ``stream``, which
-        may be parts of shards the neighbouring streams read too, and the shards (positions) the stream reads whole."""
+        """The samples (index ranges ``first .. stop - 1``) of stream ``stream`` that may read shards the neighbouring
+        streams read too, and the shards (positions) the stream reads whole.
+
+        Those samples are its first part and its last part, and the sample before the last part: a sample may run
+        on into the shards after its own (a token window), so into the last part's shard.
+        """
         share = self.stream(stream)
-        if not len(share.part_sizes):
+        parts = len(share.part_sizes)
+        if not parts:
             return [], np.empty(0, np.int64)
         whole = share.shard_positions[share.part_sizes == self.counts[share.shard_positions]]
-        ranges = []
-        for part in sorted({0, len(share.part_sizes) - 1}):
-            first = int(self.shard_firsts[share.shard_positions[part]] + share.part_starts[part])
-            ranges.append((first, first + int(share.part_sizes[part])))
+        firsts = self.shard_firsts[share.shard_positions] + share.part_starts
+        ranges = [(int(firsts[part]), int(firsts[part] + share.part_sizes[part])) for part in sorted({0, parts - 1})]
+        if parts > 2:
+            before_last = int(firsts[parts - 2] + share.part_sizes[parts - 2])
+            ranges.append((before_last - 1, before_last))
         return ranges, whole
 
     @property
