@@ -1,7 +1,9 @@
-"""The local shard cache of remote storages: whole shards, verified, shared by every process of a machine.
+"""The local shard cache of remote storages: whole shards (or parts of them), verified, shared by every process of
+a machine.
 
 A cached shard is ``<dir>/<id>.<data crc>.<size>.shard`` (the name changes if the remote shard is
-replaced, so a stale copy is never served). Downloads go to a unique ``.part`` file, are verified,
+replaced, so a stale copy is never served); a part of one adds what it holds before ``.shard`` (see
+``_remote.shard_parts``) and counts as the blocks it holds. Downloads go to a unique ``.part`` file, are verified,
 then renamed into place, under an exclusive ``flock`` on ``<dir>/locks/<name>.lock``: one download in
 flight per shard however many ranks and workers ask. A reader holds a shared ``flock`` on the cached
 file while it maps it; eviction (least recently used first, by modification time, which every use
@@ -49,7 +51,7 @@ class CacheEntry(NamedTuple):
     """What the cache holds under one name: a whole shard (`ShardCache.entry_for`), or a part of one."""
 
     name: str
-    size: int  # the bytes it holds (what eviction counts)
+    size: int  # the room its download makes in the cache (a whole shard's size; a part holds less)
     shard: int  # the shard id, to name it in errors
 
 
