@@ -68,8 +68,8 @@ class TokenSource(PinnedShards[TokenReader], Generic[SamplesT], ABC):
         return np.diff(window_ends, prepend=0)
 
     def sample_parts(self, first: int, stop: int) -> dict[int, WantedPart]:
-        """The tokens windows ``first .. stop - 1`` read of each shard: a window is ``sequence_length`` tokens of the
-        stream, and may run on into the next shard."""
+        """The tokens that windows ``first .. stop - 1`` read of each shard: a window is ``sequence_length`` tokens of
+        the stream, and may run on into the next shard."""
         sizes = self.snapshot.rows["element_count"].astype(np.int64)
         return spans_in_shards(sizes, first * self.sequence_length, stop * self.sequence_length, in_records=False)
 
