@@ -319,11 +319,17 @@ class RemoteShards:
             self._lock.notify_all()
 
     def close(self) -> None:
+        """Release every shard held, once no download can start any more: a download that started after the
+        release would make its room by evicting the reader's window, which a run resumed from this cache reads
+        first."""
         self._in_this_process()
+        with self._lock:
+            prefetcher, self._prefetcher = self._prefetcher, None
+        if prefetcher is not None:
+            prefetcher.skip_queued(self._stopped_one)
         with self._lock:
             leases = [*self._leases.values(), *(prefetched.lease for prefetched in self._ahead.values())]
             self._leases, self._ahead = {}, {}
-            prefetcher, self._prefetcher = self._prefetcher, None
             self._wanted, self._where, self._next = [], {}, 0
         for lease in leases:
             lease.release()
@@ -381,6 +387,10 @@ class _Prefetcher:
                 self._work(position)
             else:
                 self._skip(position)
+
+    def skip_queued(self, skip: Callable[[int], None]) -> None:
+        """From now on skip what is queued (``skip`` hears of each) instead of downloading it."""
+        self._skip = skip
 
     def stop(self, skip: Callable[[int], None]) -> None:
         """Skip what is queued (``skip`` hears of each), and let the downloads in flight finish: a run resumed from
