@@ -34,7 +34,7 @@ import numpy as np
 
 from guideloom._remote.remote_lengths import RemoteLengths
 from guideloom._remote.shard_cache import CacheLease, Prefetched
-from guideloom._remote.shard_parts import can_read_parts, is_whole, part_bytes, part_entry
+from guideloom._remote.shard_parts import is_whole, part_bytes, part_entry
 from guideloom._shards.header import StorageHeader
 from guideloom._shards.layout import ShardFile
 from guideloom._shards.shard_access import WantedPart
@@ -66,7 +66,7 @@ class RemoteShards:
         self.max_open = max_open if self._slots is None else min(max_open, max(1, self._slots - 1))
         self._leases: dict[int, CacheLease] = {}
         self.lengths = RemoteLengths(files.store, header, files.cache, files.directory / "lengths")
-        self.reads_parts = can_read_parts(header)
+        self.reads_parts = header.readable_in_parts
         self._plan_path: Path | None = None
         self._plan: dict[int, WantedPart] = {}  # by shard position
         self._plan_seen: tuple[int, int] | None = None  # the plan file (inode, modification time) read last

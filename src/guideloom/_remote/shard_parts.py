@@ -10,7 +10,8 @@ A part is cached as a sparse file as large as the shard, the pieces and the tail
 under a name that says what it was wanted for (elements or records ``first .. stop - 1``); so every
 reader maps it as it maps a whole shard, and ``ShardFile.present`` says which data bytes it holds.
 Readers read only there (see ``_shards.reader``): a read outside the part opens the whole shard instead.
-Storages without checkpoints, and compressed ones (an object that cannot be read by range), have no parts.
+Storages without checkpoints, and compressed ones (an object that cannot be read by range), have no parts
+(``StorageHeader.readable_in_parts``).
 """
 
 from __future__ import annotations
@@ -29,14 +30,9 @@ from guideloom._shards.header import StorageHeader
 from guideloom._shards.layout import ShardFile, ShardInfo, padded
 from guideloom._shards.shard_access import WantedPart
 
-__all__ = ["can_read_parts", "download_part", "is_whole", "part_bytes", "part_entry", "part_problem"]
+__all__ = ["download_part", "is_whole", "part_bytes", "part_entry", "part_problem"]
 
 READ_BYTES = 8 << 20  # a part's data is read by range in pieces of at most this many bytes (memory per read)
-
-
-def can_read_parts(header: StorageHeader) -> bool:
-    """Whether this storage's shards can be read in parts: uncompressed objects with checkpoints."""
-    return header.compression is None and header.checkpoint_bytes is not None
 
 
 def part_entry(info: ShardInfo, wanted: WantedPart) -> CacheEntry:

@@ -80,6 +80,12 @@ class StorageHeader:
         return described if self.compression is None else f"{described}, compressed with {self.compression}"
 
     @property
+    def readable_in_parts(self) -> bool:
+        """Whether a part of a shard can be read alone (``_remote.shard_parts``): its object read by range (not
+        compressed) and its pieces checked against their checkpoints."""
+        return self.compression is None and self.checkpoint_bytes is not None
+
+    @property
     def footer_flags(self) -> int:
         """The footer flags of this storage's shards."""
         return (

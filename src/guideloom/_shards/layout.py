@@ -255,6 +255,7 @@ class ShardFile:
         self.data_size = int(data_size)
         self.data_crc = int(data_crc)
         self.index_crc = int(index_crc)
+        self.element_size = header.element_size
         self.element_count = self.data_size // header.element_size
         self.view = memoryview(self._mapping)
         # The data bytes a part of a shard holds (see _remote.shard_parts); None: the whole shard.
@@ -321,6 +322,14 @@ class ShardFile:
     def record_offsets(self) -> memoryview:
         """Where each record starts (in elements), then where the last ends: indexing gives Python ints."""
         return self._record_offsets
+
+    def holds(self, start: int, stop: int) -> bool:
+        """Whether data elements ``start .. stop - 1`` are in the mapping: all of a whole shard's are, a part's only
+        within the bytes it holds (``present``)."""
+        if self.present is None:
+            return True
+        low, high = self.present
+        return low <= start * self.element_size and stop * self.element_size <= high
 
     def record_bounds(self, record: int) -> tuple[int, int]:
         """Element offsets of a record, checked so a damaged index can never read out of bounds."""

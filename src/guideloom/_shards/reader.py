@@ -216,7 +216,7 @@ class DocumentReader(StorageReader[Out]):
         position, record = self.locate(index)
         shard = self.shard(position)
         start, stop = shard.record_bounds(record)
-        if shard.present is not None and not shard.present[0] <= start <= stop <= shard.present[1]:
+        if not shard.holds(start, stop):
             shard = self.whole_shard(position)
         self._pages.add(stop - start)
         return shard.view[start:stop], shard.id
@@ -270,7 +270,7 @@ class DocumentReader(StorageReader[Out]):
         where the span is a part of it."""
         shard = self.shard(position)
         start, stop = shard.record_bounds(record)
-        if shard.present is not None and not shard.present[0] <= start <= stop <= shard.present[1]:
+        if not shard.holds(start, stop):
             self._spans.pop(position, None)
             shard = self.whole_shard(position)
             self._span(position, record)
@@ -304,7 +304,7 @@ class TokenReader(StorageReader[np.ndarray]):
         assert header.dtype is not None
         self.dtype = np.dtype(header.dtype).newbyteorder("<")
         self._tokens: dict[int, np.ndarray] = {}  # the token views of the open shards
-        self._part_tokens: dict[int, tuple[np.ndarray, int, int]] = {}  # of open parts: tokens, and which they hold
+        self._part_tokens: dict[int, tuple[np.ndarray, ShardFile]] = {}  # the token views of the open parts
         self.token_starts = _starts(self.infos.rows["element_count"])
 
     @property
@@ -367,13 +367,10 @@ class TokenReader(StorageReader[np.ndarray]):
         if part is None and position not in self._tokens:
             shard = self.shard(position)
             if shard.present is not None:
-                low, high = shard.present
-                size = self.dtype.itemsize
-                tokens = np.frombuffer(shard.view, self.dtype, shard.element_count)
-                part = self._part_tokens[position] = (tokens, low // size, -(-high // size))
+                part = self._part_tokens[position] = (np.frombuffer(shard.view, self.dtype, shard.element_count), shard)
         if part is not None:
-            tokens, low, high = part
-            if low <= start and min(stop, len(tokens)) <= high:
+            tokens, shard = part
+            if shard.holds(start, min(stop, len(tokens))):
                 self._opened.move_to_end(position)
                 return tokens
         return self.shard_tokens(position)

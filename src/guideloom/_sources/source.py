@@ -173,8 +173,7 @@ class PinnedShards(Generic[ReaderT]):
         storage's shards can be read in parts (uncompressed, with checkpoints; see docs/format.md)."""
         if not self.reads_parts or not self.sample_parts(0, 1):  # it cannot say what its first sample reads
             return False
-        header = self.reader.header
-        return header.compression is None and header.checkpoint_bytes is not None
+        return self.reader.header.readable_in_parts
 
     def plan_parts(self, parts: dict[int, WantedPart]) -> None:
         """From now on read these shards (by position) in these parts, the others whole (see `read_parts`)."""
