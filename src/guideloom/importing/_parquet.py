@@ -1,0 +1,93 @@
+"""Parquet files: read with pyarrow, a row group range per piece, in batches (``iter_batches``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from guideloom.importing._arrow_columns import batch_rows, fields_of_schema, first_binary_values
+from guideloom.importing._errors import ImportInputError
+from guideloom.importing._stream import Described, Piece, Row
+
+BATCH_ROWS = 4096
+
+
+def _open(path: Path) -> Any:
+    try:
+        import pyarrow.parquet as parquet
+    except ImportError as error:
+        raise ImportError("reading Parquet needs pyarrow: pip install pyarrow") from error
+    try:
+        return parquet.ParquetFile(path)
+    except OSError as error:
+        if isinstance(error, FileNotFoundError | PermissionError):
+            raise
+        raise ImportInputError(f"{path}: not a readable Parquet file ({error})") from None
+    except Exception as error:
+        raise ImportInputError(f"{path}: not a readable Parquet file ({error})") from None
+
+
+def describe(path: Path, shard_size: int) -> Described:
+    """The file's fields and its pieces: consecutive row groups of about ``shard_size`` bytes each."""
+    file = _open(path)
+    try:
+        metadata = file.metadata
+        schema = file.schema_arrow
+        first: dict[str, Any] = {}
+        if metadata.num_row_groups and metadata.num_rows:
+            for batch in file.iter_batches(batch_size=16, row_groups=[0]):
+                first = first_binary_values(batch)
+                break
+        fields = fields_of_schema(schema, first)
+        pieces: list[Piece] = []
+        groups: list[int] = []
+        size = rows = first_row = 0
+        for group in range(metadata.num_row_groups):
+            facts = metadata.row_group(group)
+            groups.append(group)
+            size += facts.total_byte_size
+            rows += facts.num_rows
+            if size >= shard_size or group == metadata.num_row_groups - 1:
+                pieces.append(Piece(path, "parquet", first_row, rows, size, (tuple(groups),)))
+                first_row, groups, size, rows = first_row + rows, [], 0, 0
+    except ImportInputError:
+        raise
+    except Exception as error:
+        raise ImportInputError(f"{path}: a damaged Parquet file ({error})") from None
+    total = sum(piece.size for piece in pieces) or 1
+    file_size = path.stat().st_size
+    pieces = [  # sizes as bytes of the file, for progress in bytes read
+        Piece(piece.path, piece.kind, piece.first_row, piece.rows, piece.size * file_size // total, piece.detail)
+        for piece in pieces
+    ]
+    return Described(fields, pieces)
+
+
+def rows(piece: Piece, fields: Any, start: int) -> Iterator[Row]:
+    """The piece's rows from row ``start`` of the file on."""
+    file = _open(piece.path)
+    (groups,) = piece.detail
+    row = piece.first_row
+    metadata = file.metadata
+    wanted: list[int] = []
+    for group in groups:  # whole row groups before ``start`` are not read at all
+        count = metadata.row_group(group).num_rows
+        if row + count <= start:
+            row += count
+            continue
+        wanted.append(group)
+    if not wanted:
+        return
+    total_rows = max(1, piece.rows or 1)
+    try:
+        batches = file.iter_batches(batch_size=BATCH_ROWS, row_groups=wanted, use_threads=False)
+        for batch in batches:
+            for values in batch_rows(batch, fields):
+                if row >= start:
+                    yield row, values, piece.size * (row + 1 - piece.first_row) // total_rows
+                row += 1
+    except ImportInputError:
+        raise
+    except Exception as error:
+        raise ImportInputError(f"{piece.path}: a damaged Parquet file near row {row} ({error})") from None

@@ -1,0 +1,162 @@
+"""Running a planned import: in this process or in worker processes, with a progress bar, and what it wrote."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from guideloom._core.text import plural
+from guideloom._storage.storages import local_path
+from guideloom.importing._plan import DEFAULT_SHARD_SIZE, ImportPlan, plan_import
+from guideloom.importing._pool import run_pool
+from guideloom.importing._schema import describe_fields
+from guideloom.importing._write import Cancelled, JobResult, import_job
+
+
+@dataclass(frozen=True)
+class OptionNames:
+    """How the caller spells each option in messages: Python arguments, or the command's options."""
+
+    workers: str
+    shard_size: str
+
+
+PYTHON_NAMES = OptionNames("workers", "shard_size")
+CLI_NAMES = OptionNames("--workers", "--shard-size")
+
+
+@dataclass(frozen=True)
+class ImportSummary:
+    """What one import run wrote (a run that finishes an interrupted import counts what it wrote itself)."""
+
+    rows: int  #: rows written by this run
+    shards: int  #: shards committed by this run
+    bytes: int  #: input bytes read by this run
+    skipped: dict[str, int] = field(default_factory=dict)  #: rows left out by this run, by reason
+    inputs: int = 0  #: inputs of the import
+    seconds: float = 0.0
+    processes: int = 0  #: worker processes started (0: the calling process did the work)
+    finished_before: int = 0  #: jobs an earlier run had finished (nothing read for them)
+    fields: str = ""  #: the records' fields, as written
+
+    def describe(self) -> str:
+        """The run in a few lines, as ``guideloom import`` prints it."""
+        rate = self.bytes / self.seconds / 2**20 if self.seconds > 0 else 0.0
+        where = f"{plural(self.processes, 'worker process', 'worker processes')}" if self.processes else "in this process"
+        lines = [
+            f"imported {plural(self.rows, 'row')} from {plural(self.inputs, 'input')} "
+            f"({self.bytes / 2**20:.1f} MiB) into {plural(self.shards, 'shard')} in {self.seconds:.1f} s "
+            f"= {rate:.1f} MiB/s ({where})",
+            f"fields: {self.fields}",
+        ]
+        if self.finished_before:
+            lines.append(f"{plural(self.finished_before, 'job')} finished by an earlier run: nothing more to write there")
+        for reason, count in sorted(self.skipped.items()):
+            lines.append(f"skipped {plural(count, 'row')}: {reason}")
+        return "\n".join(lines)
+
+
+class _Progress:
+    """A tqdm bar of input bytes with rows/s beside it (none when tqdm is missing or progress is off)."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.rows = 0
+        self.started = time.perf_counter()
+        self.bar: Any = None
+        if enabled:
+            try:
+                from tqdm import tqdm
+            except ImportError:
+                return
+            self.bar = tqdm(
+                total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="import", file=sys.stderr
+            )
+
+    def update(self, rows: int, size: int) -> None:
+        self.rows += rows
+        if self.bar is not None:
+            elapsed = max(1e-9, time.perf_counter() - self.started)
+            self.bar.set_postfix_str(f"{self.rows:,} rows, {self.rows / elapsed:,.0f} rows/s", refresh=False)
+            self.bar.update(size)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _check_workers(workers: object, name: str) -> int | None:
+    if workers is None:
+        return None
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"{name} must be a positive int, got {workers!r}")
+    return workers
+
+
+def execute(plan: ImportPlan, workers: int | None, progress: bool, started: float) -> ImportSummary:
+    """Write the planned jobs with ``workers`` processes (None: the cores; 1: this process)."""
+    jobs = plan.jobs
+    count = (os.cpu_count() or 1) if workers is None else workers
+    processes = 0 if count == 1 or len(jobs) <= 1 else min(count, len(jobs))
+    results: dict[int, JobResult] = {}
+    bar = _Progress(sum(job.size for job in jobs), progress)
+    update: Callable[[int, int], object] = bar.update
+    try:
+        if processes:
+            pool_results, failure = run_pool(jobs, plan.settings, processes, update)
+            results.update(pool_results)
+            if failure is not None:
+                raise failure
+        else:
+            for job in jobs:
+                results[job.number] = import_job(job, plan.settings, update)
+    except BaseException as error:
+        if not isinstance(error, Cancelled | KeyboardInterrupt):
+            error.add_note("shards committed before the failure stay; run the same import again to finish it")
+        raise
+    finally:
+        bar.close()
+    skipped: Counter[str] = Counter()
+    for result in results.values():
+        skipped.update(result.skipped)
+    return ImportSummary(
+        rows=sum(result.rows for result in results.values()),
+        shards=sum(len(result.shards) for result in results.values()),
+        bytes=sum(result.bytes for result in results.values()),
+        skipped=dict(skipped),
+        inputs=len(plan.inputs),
+        seconds=time.perf_counter() - started,
+        processes=processes,
+        finished_before=len(plan.finished),
+        fields=describe_fields(plan.settings.fields),
+    )
+
+
+def import_records(
+    sources: Any,
+    destination: str | os.PathLike[str],
+    *,
+    schema: object = None,
+    workers: int | None = None,
+    shard_size: int | str = DEFAULT_SHARD_SIZE,
+    progress: bool = False,
+) -> ImportSummary:
+    """Import ``sources`` into the document storage at ``destination`` (see ``guideloom.importing``).
+
+    ``schema`` gives the fields instead of inferring them: a mapping of field names to types, a JSON
+    file or ``"module:attribute"``. ``workers`` processes write whole jobs (default: one per core; 1:
+    this process). ``shard_size`` (an int of bytes or a string such as ``"64MiB"``) is the bytes of
+    records after which a shard is committed. Run again after an interruption, the same call finishes
+    the import with every row once; over a finished import it writes nothing. ``progress=True`` shows
+    a progress bar on stderr.
+    """
+    started = time.perf_counter()
+    workers = _check_workers(workers, PYTHON_NAMES.workers)
+    if not isinstance(progress, bool):
+        raise TypeError(f"progress must be a bool, got {type(progress).__name__}")
+    plan = plan_import(sources, local_path(destination, "destination"), schema, shard_size, PYTHON_NAMES)
+    return execute(plan, workers, progress, started)
