@@ -1,0 +1,114 @@
+"""Each source format imported: every source row read back equal, in the sources' order, with inferred fields."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from guideloom.importing import import_records
+from tests.helpers.import_inputs import (
+    FLAC,
+    JPEG,
+    PNG,
+    stored_records,
+    write_jsonl,
+    write_litdata,
+    write_mds,
+    write_webdataset,
+)
+
+ROWS = [{"text": f"row {i}", "ids": list(range(i % 5 + 1)), "score": i / 4} for i in range(40)]
+
+
+def test_parquet_files_in_a_folder_keep_each_files_row_order(tmp_path: Path) -> None:
+    folder = tmp_path / "parquet"
+    folder.mkdir()
+    pq.write_table(pa.Table.from_pylist(ROWS[:25]), folder / "a.parquet", row_group_size=7)
+    pq.write_table(pa.Table.from_pylist(ROWS[25:]), folder / "b.parquet", row_group_size=4)
+    summary = import_records([folder], tmp_path / "out", shard_size="1KiB", workers=1)
+    assert stored_records(tmp_path / "out") == ROWS
+    assert (summary.rows, summary.skipped) == (40, {})
+    assert summary.shards > 2  # rolled over at the shard size
+
+
+def test_jsonl_and_zstd_jsonl(tmp_path: Path) -> None:
+    plain = write_jsonl(tmp_path / "a.jsonl", ROWS[:10])
+    packed = write_jsonl(tmp_path / "b.jsonl.zst", ROWS[10:], compress=True)
+    import_records([plain, packed], tmp_path / "out", workers=1)
+    assert stored_records(tmp_path / "out") == ROWS
+
+
+def test_a_saved_dataset_with_image_and_audio_features(tmp_path: Path) -> None:
+    datasets = pytest.importorskip("datasets")
+    features = datasets.Features(
+        {"caption": datasets.Value("string"), "image": datasets.Image(), "sound": datasets.Audio(decode=False)}
+    )
+    rows = {
+        "caption": ["a", "b", "c"],
+        "image": [{"bytes": PNG, "path": None}] * 3,
+        "sound": [{"bytes": FLAC, "path": None}] * 3,
+    }
+    table = pa.Table.from_pydict(rows, schema=features.arrow_schema)  # encoding audio would need torchcodec
+    datasets.Dataset(table).save_to_disk(str(tmp_path / "saved"))
+    summary = import_records([tmp_path / "saved"], tmp_path / "out", workers=1)
+    assert "image: Image()" in summary.fields and "sound: Audio()" in summary.fields
+    assert stored_records(tmp_path / "out") == [{"caption": c, "image": PNG, "sound": FLAC} for c in "abc"]
+
+
+def test_an_arrow_ipc_file(tmp_path: Path) -> None:
+    table = pa.Table.from_pylist(ROWS)
+    with pa.ipc.new_file(str(tmp_path / "rows.arrow"), table.schema) as writer:
+        writer.write_table(table, max_chunksize=9)
+    import_records([tmp_path / "rows.arrow"], tmp_path / "out", workers=1)
+    assert stored_records(tmp_path / "out") == ROWS
+
+
+def test_a_webdataset_tar_by_key_and_extension(tmp_path: Path) -> None:
+    samples = [
+        {"__key__": f"s{i:03d}".encode(), "jpg": JPEG, "txt": f"caption {i}".encode(), "cls": str(i % 3).encode(),
+         "json": json.dumps({"i": i}).encode()}  # fmt: skip
+        for i in range(12)
+    ]
+    write_webdataset(tmp_path / "shard-0.tar", samples)
+    summary = import_records([tmp_path / "shard-0.tar"], tmp_path / "out", workers=1)
+    assert stored_records(tmp_path / "out") == [
+        {"__key__": f"s{i:03d}", "jpg": JPEG, "txt": f"caption {i}", "cls": i % 3, "json": {"i": i}} for i in range(12)
+    ]
+    assert "jpg: Image()" in summary.fields and "cls: Scalar(int64)" in summary.fields
+
+
+def test_an_mds_folder(tmp_path: Path) -> None:
+    rows = [{"text": f"t{i}", "n": i, "tokens": [i, i + 1, i + 2], "image": PNG} for i in range(8)]
+    folder = write_mds(tmp_path / "mds", {"text": "str", "n": "int", "tokens": "ndarray:int32", "image": "bytes"}, rows)
+    summary = import_records([folder], tmp_path / "out", workers=1)
+    assert stored_records(tmp_path / "out") == rows
+    assert "tokens: Tokens(int32)" in summary.fields and "image: Image()" in summary.fields
+
+
+def test_a_litdata_folder(tmp_path: Path) -> None:
+    items = [{"text": f"t{i}", "n": i, "x": i / 2, "ids": np.arange(i + 1, dtype=np.int32)} for i in range(7)]
+    formats = {"text": "str", "n": "int", "x": "float", "ids": "no_header_numpy:2"}
+    write_litdata(tmp_path / "lit", formats, items)
+    import_records([tmp_path / "lit"], tmp_path / "out", workers=1)
+    assert stored_records(tmp_path / "out") == [{**item, "ids": item["ids"].tolist()} for item in items]
+
+
+def test_several_formats_into_one_storage_in_the_order_given(tmp_path: Path) -> None:
+    pq.write_table(pa.Table.from_pylist(ROWS[:20]), tmp_path / "a.parquet")
+    write_jsonl(tmp_path / "b.jsonl", ROWS[20:])
+    import_records([tmp_path / "b.jsonl", tmp_path / "a.parquet"], tmp_path / "out", workers=1)
+    assert stored_records(tmp_path / "out") == ROWS[20:] + ROWS[:20]
+
+
+def test_worker_processes_write_the_same_records(tmp_path: Path) -> None:
+    for part in range(4):
+        pq.write_table(pa.Table.from_pylist(ROWS[part * 10 : part * 10 + 10]), tmp_path / f"p{part}.parquet")
+    inputs = sorted(tmp_path.glob("*.parquet"))
+    summary = import_records(inputs, tmp_path / "out", workers=2, shard_size=100)
+    assert summary.processes == 2
+    assert stored_records(tmp_path / "out") == ROWS
