@@ -78,7 +78,7 @@ def test_a_run_stopped_by_a_bad_row_goes_on_where_it_stopped_once_fixed(tmp_path
     good = [{"text": f"t{i}", "n": i} for i in range(2000)]
     bad = [*good[:1500], {"text": 5, "n": 1500}, *good[1501:]]  # after the rows the fields are inferred from
     path = write_jsonl(tmp_path / "rows.jsonl", bad)
-    with pytest.raises(ImportInputError, match="rows.jsonl: row 1500 does not fit the schema: field 'text'"):
+    with pytest.raises(ImportInputError, match=r"rows\.jsonl: row 1500 does not fit the schema: field 'text'"):
         import_records([path], tmp_path / "out", shard_size=1024, workers=1)
     committed = stored_records(tmp_path / "out")
     assert 0 < len(committed) <= 1500 and committed == good[: len(committed)]

@@ -70,8 +70,13 @@ def test_an_arrow_ipc_file(tmp_path: Path) -> None:
 
 def test_a_webdataset_tar_by_key_and_extension(tmp_path: Path) -> None:
     samples = [
-        {"__key__": f"s{i:03d}".encode(), "jpg": JPEG, "txt": f"caption {i}".encode(), "cls": str(i % 3).encode(),
-         "json": json.dumps({"i": i}).encode()}  # fmt: skip
+        {
+            "__key__": f"s{i:03d}".encode(),
+            "jpg": JPEG,
+            "txt": f"caption {i}".encode(),
+            "cls": str(i % 3).encode(),
+            "json": json.dumps({"i": i}).encode(),
+        }
         for i in range(12)
     ]
     write_webdataset(tmp_path / "shard-0.tar", samples)

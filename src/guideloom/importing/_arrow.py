@@ -87,7 +87,7 @@ def describe(path: Path, shard_size: int) -> Described:
                 first = first_binary_values(batch)
                 break
         fields = fields_of_schema(reader.schema, first)
-    except (ImportInputError, OSError):
+    except (ImportInputError, FileNotFoundError, PermissionError):
         raise
     except Exception as error:
         raise ImportInputError(f"{path}: a damaged Arrow file ({error})") from None
@@ -108,7 +108,7 @@ def rows(piece: Piece, fields: Any, start: int) -> Iterator[Row]:
                 if row >= start:
                     yield row, values, position
                 row += 1
-    except (ImportInputError, OSError):
+    except (ImportInputError, FileNotFoundError, PermissionError):
         raise
     except Exception as error:
         raise ImportInputError(f"{piece.path}: a damaged Arrow file near row {row} ({error})") from None

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from guideloom.importing._schema import FieldSpec, Fields
+from guideloom.importing._schema import Fields, FieldSpec
 
 MEDIA_MAGIC = (
     (b"\xff\xd8\xff", "image"),
@@ -216,8 +216,10 @@ def column_values(column: Any, spec: FieldSpec) -> list[Any]:
 def batch_rows(batch: Any, fields: Fields) -> list[dict[str, Any]]:
     """The rows of an Arrow record batch as dicts, each column converted as its field stores it."""
     names = batch.schema.names
-    columns = [column_values(column, fields[name]) if name in fields else column.to_pylist()
-               for name, column in zip(names, batch.columns, strict=True)]
+    columns = [
+        column_values(column, fields[name]) if name in fields else column.to_pylist()
+        for name, column in zip(names, batch.columns, strict=True)
+    ]
     return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
 
 

@@ -16,6 +16,7 @@ other formats are refused, naming the leaf.
 
 from __future__ import annotations
 
+import itertools
 import json
 import struct
 from collections.abc import Iterator
@@ -26,11 +27,22 @@ import numpy as np
 
 from guideloom.importing._arrow_columns import sniff_media
 from guideloom.importing._errors import ImportInputError
-from guideloom.importing._schema import FieldSpec, Fields
+from guideloom.importing._schema import Fields, FieldSpec
 from guideloom.importing._stream import Described, Piece, Row
 
-NUMPY_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
-                "float64")  # fmt: skip  (LitData's dtype numbers, in its order)
+NUMPY_DTYPES = (
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+)  # fmt: skip  (LitData's dtype numbers, in its order)
 
 
 def is_litdata(path: Path) -> bool:
@@ -58,7 +70,7 @@ def _index(path: Path) -> dict[str, Any]:
         raise ImportInputError(f"{path}: LitData compression {config.get('compression')!r} is not supported")
     if config.get("compression_level") not in (None, "chunk"):
         raise ImportInputError(f"{path}: LitData per-item compression ({config['compression_level']}) is not supported")
-    return data
+    return dict(data)
 
 
 def _keys(path: Path, config: dict[str, Any]) -> list[str]:
@@ -138,15 +150,17 @@ def _chunk_rows(path: Path, chunk: dict[str, Any], config: dict[str, Any], keys:
         try:
             import zstandard
         except ImportError as error:
-            raise ImportError("reading zstd-compressed LitData chunks needs zstandard: pip install zstandard") from error
+            raise ImportError(
+                "reading zstd-compressed LitData chunks needs zstandard: pip install zstandard"
+            ) from error
         data = zstandard.ZstdDecompressor().decompress(data, max_output_size=1 << 40)
     formats = config["data_format"]
     count = int(np.frombuffer(data, np.uint32, 1)[0])
     offsets = np.frombuffer(data, np.uint32, count + 1, 4).tolist()
-    if offsets[-1] > len(data) or any(b < a for a, b in zip(offsets, offsets[1:], strict=False)):
+    if offsets[-1] > len(data) or any(b < a for a, b in itertools.pairwise(offsets)):
         raise ValueError(f"the item offsets run past the chunk's {len(data)} bytes")
     header = struct.Struct("<" + "I" * len(formats))
-    for begin, end in zip(offsets, offsets[1:], strict=False):
+    for begin, end in itertools.pairwise(offsets):
         item = data[begin:end]
         sizes = header.unpack_from(item)
         position = header.size
@@ -159,9 +173,9 @@ def _chunk_rows(path: Path, chunk: dict[str, Any], config: dict[str, Any], keys:
         yield record
 
 
-def _guarded(path: Path, chunk: dict[str, Any], config: dict[str, Any], keys: list[str], first_row: int) -> Iterator[
-    dict[str, Any]
-]:
+def _guarded(
+    path: Path, chunk: dict[str, Any], config: dict[str, Any], keys: list[str], first_row: int
+) -> Iterator[dict[str, Any]]:
     row = first_row
     try:
         for record in _chunk_rows(path, chunk, config, keys):

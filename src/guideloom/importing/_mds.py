@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import itertools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +28,7 @@ import numpy as np
 
 from guideloom.importing._arrow_columns import sniff_media
 from guideloom.importing._errors import ImportInputError
-from guideloom.importing._schema import FieldSpec, Fields, merge_fields
+from guideloom.importing._schema import Fields, FieldSpec, merge_fields
 from guideloom.importing._stream import Described, Piece, Row
 
 SCALARS = ("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64", "float16", "float32", "float64")
@@ -168,9 +169,9 @@ def _shard_rows(path: Path, shard: dict[str, Any]) -> Iterator[dict[str, Any]]:
     names, encodings, sizes = shard["column_names"], shard["column_encodings"], shard["column_sizes"]
     count = int(np.frombuffer(data, np.uint32, 1)[0])
     offsets = np.frombuffer(data, np.uint32, count + 1, 4).tolist()
-    if offsets[-1] > len(data) or any(b < a for a, b in zip(offsets, offsets[1:], strict=False)):
+    if offsets[-1] > len(data) or any(b < a for a, b in itertools.pairwise(offsets)):
         raise ValueError(f"the sample offsets run past the shard's {len(data)} bytes")
-    for begin, end in zip(offsets, offsets[1:], strict=False):
+    for begin, end in itertools.pairwise(offsets):
         sample = data[begin:end]
         position = 0
         lengths = []

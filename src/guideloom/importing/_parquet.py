@@ -20,10 +20,8 @@ def _open(path: Path) -> Any:
         raise ImportError("reading Parquet needs pyarrow: pip install pyarrow") from error
     try:
         return parquet.ParquetFile(path)
-    except OSError as error:
-        if isinstance(error, FileNotFoundError | PermissionError):
-            raise
-        raise ImportInputError(f"{path}: not a readable Parquet file ({error})") from None
+    except (FileNotFoundError, PermissionError):
+        raise
     except Exception as error:
         raise ImportInputError(f"{path}: not a readable Parquet file ({error})") from None
 
@@ -80,14 +78,20 @@ def rows(piece: Piece, fields: Any, start: int) -> Iterator[Row]:
     if not wanted:
         return
     total_rows = max(1, piece.rows or 1)
-    try:
-        batches = file.iter_batches(batch_size=BATCH_ROWS, row_groups=wanted, use_threads=False)
-        for batch in batches:
+    for group in wanted:  # one row group at a time, so that damage is named with the rows it lies in
+        count = metadata.row_group(group).num_rows
+        batches = iter(file.iter_batches(batch_size=BATCH_ROWS, row_groups=[group], use_threads=False))
+        while True:
+            try:
+                batch = next(batches)
+            except StopIteration:
+                break
+            except Exception as error:
+                raise ImportInputError(
+                    f"{piece.path}: a damaged Parquet file in row group {group} (rows {row} to "
+                    f"{row + count - 1}; {error})"
+                ) from None
             for values in batch_rows(batch, fields):
                 if row >= start:
                     yield row, values, piece.size * (row + 1 - piece.first_row) // total_rows
                 row += 1
-    except ImportInputError:
-        raise
-    except Exception as error:
-        raise ImportInputError(f"{piece.path}: a damaged Parquet file near row {row} ({error})") from None

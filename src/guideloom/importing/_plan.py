@@ -72,7 +72,7 @@ class ImportSettings:
     fields: Fields
     shard_size: int
 
-    def storage(self) -> DocumentStorage:
+    def storage(self) -> DocumentStorage[Any, Any]:
         return DocumentStorage(self.destination, storage_format(self.fields))
 
 

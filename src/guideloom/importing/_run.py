@@ -47,7 +47,9 @@ class ImportSummary:
     def describe(self) -> str:
         """The run in a few lines, as ``guideloom import`` prints it."""
         rate = self.bytes / self.seconds / 2**20 if self.seconds > 0 else 0.0
-        where = f"{plural(self.processes, 'worker process', 'worker processes')}" if self.processes else "in this process"
+        where = (
+            f"{plural(self.processes, 'worker process', 'worker processes')}" if self.processes else "in this process"
+        )
         lines = [
             f"imported {plural(self.rows, 'row')} from {plural(self.inputs, 'input')} "
             f"({self.bytes / 2**20:.1f} MiB) into {plural(self.shards, 'shard')} in {self.seconds:.1f} s "
@@ -55,7 +57,9 @@ class ImportSummary:
             f"fields: {self.fields}",
         ]
         if self.finished_before:
-            lines.append(f"{plural(self.finished_before, 'job')} finished by an earlier run: nothing more to write there")
+            lines.append(
+                f"{plural(self.finished_before, 'job')} finished by an earlier run: nothing more to write there"
+            )
         for reason, count in sorted(self.skipped.items()):
             lines.append(f"skipped {plural(count, 'row')}: {reason}")
         return "\n".join(lines)
@@ -73,9 +77,7 @@ class _Progress:
                 from tqdm import tqdm
             except ImportError:
                 return
-            self.bar = tqdm(
-                total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="import", file=sys.stderr
-            )
+            self.bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="import", file=sys.stderr)
 
     def update(self, rows: int, size: int) -> None:
         self.rows += rows

@@ -230,7 +230,8 @@ def _array(value: object, spec: FieldSpec) -> np.ndarray:
     elif array.size and array.dtype.kind not in "iubf":
         raise ValueError(f"{array.dtype.name} values where numbers are expected")
     if spec.shape is not None and (
-        len(spec.shape) != array.ndim or any(want is not None and want != got for want, got in zip(spec.shape, array.shape, strict=True))
+        len(spec.shape) != array.ndim
+        or any(want is not None and want != got for want, got in zip(spec.shape, array.shape, strict=True))
     ):
         raise ValueError(f"shape {array.shape}, not {spec.shape}")
     return array.astype(dtype, copy=False)

@@ -27,7 +27,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from guideloom.importing._errors import ImportInputError
-from guideloom.importing._schema import KEY_FIELD, FieldSpec, Fields, merge_fields
+from guideloom.importing._schema import KEY_FIELD, Fields, FieldSpec, merge_fields
 from guideloom.importing._stream import Described, Piece, Row, Skipped
 
 FIELD_KINDS = {
@@ -46,6 +46,14 @@ FIELD_KINDS = {
     "cls": "scalar",
 }
 INFER_SAMPLES = 256
+END_OF_ARCHIVE = 2 * tarfile.BLOCKSIZE  # two zero blocks end every tar (tarfile, GNU tar and bsdtar write them)
+
+
+def format_of_compression(path: Path) -> bool:
+    """Whether the tar is compressed (its decompressor then notices truncation itself)."""
+    with open(path, "rb") as file:
+        head = file.read(6)
+    return head.startswith((b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00"))
 
 
 def _kind(extension: str) -> str | None:
@@ -88,6 +96,7 @@ def _samples(path: Path) -> Iterator[Row]:
     key: str | None = None
     fields: dict[str, Any] = {}
     sample = 0
+    compressed = format_of_compression(path)
     try:
         with tarfile.open(path, mode="r|*") as tar:
             for member in tar:
@@ -117,7 +126,12 @@ def _samples(path: Path) -> Iterator[Row]:
                     raise ImportInputError(f"{path}: row {sample}: key {key!r} holds .{extension} twice")
                 extracted = tar.extractfile(member)
                 assert extracted is not None
-                fields[extension] = _value(path, sample, extension, extracted.read())
+                data = extracted.read()
+                if len(data) != member.size:
+                    raise EOFError(f"member {name!r} holds {len(data)} of its {member.size} bytes")
+                fields[extension] = _value(path, sample, extension, data)
+            if not compressed and path.stat().st_size < tar.offset + END_OF_ARCHIVE:
+                raise EOFError("the tar ends without its end-of-archive blocks")
     except ImportInputError:
         raise
     except (tarfile.TarError, EOFError, OSError, ValueError) as error:

@@ -8,7 +8,6 @@ preceded by the shard's provenance file. Raising commits nothing of the shard in
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections import Counter
 from collections.abc import Callable
@@ -76,7 +75,6 @@ class JobShards:
         self._settings = settings
         self._storage = settings.storage()
         self._result = result
-        self._stack = contextlib.ExitStack()
         self._writer: Any = None
         self.shard = job.first_shard + job.resume.shards
         self._runs: list[list[int]] = []
@@ -86,7 +84,7 @@ class JobShards:
         if self._bytes >= self._settings.shard_size:
             self._commit(last=False)
         if self._writer is None:
-            self._writer = self._stack.enter_context(self._storage.sync_writer())
+            self._writer = self._storage.sync_writer()
         self._writer.append(self.shard, record)
         runs = self._runs
         if runs and runs[-1][0] == input_number and runs[-1][1] + runs[-1][2] == row:
@@ -112,7 +110,8 @@ class JobShards:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: Any) -> None:
-        self._stack.__exit__(kind, error, trace)
+        if self._writer is not None:  # by an error: the shard in progress is discarded, never committed
+            self._writer.close(commit=error is None)
 
 
 def import_job(
