@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from guideloom._core.errors import CorruptStorageError
+from guideloom._remote.object_store import is_url
 from guideloom._shards.layout import fsync_directory
 from guideloom._shards.shard_names import shard_file_name
 
@@ -93,17 +94,26 @@ def read_inputs(storage_dir: Path) -> dict[str, Any] | None:
 class ShardSources:
     """The source of records of one storage, read from its provenance files as asked, each file once."""
 
-    def __init__(self, storage_dir: Path) -> None:
+    def __init__(self, storage_dir: Path | None) -> None:
         self._dir = storage_dir
+        self._present = storage_dir is not None and (_sources_dir(storage_dir) / INPUTS_NAME).is_file()
         self._inputs: list[str] | None = None
         self._shards: dict[int, tuple[list[list[int]], list[int]] | None] = {}
 
+    @classmethod
+    def at(cls, location: str) -> ShardSources:
+        """The sources of the storage at ``location``; a storage on an object store records none (imports write
+        local storages)."""
+        return cls(None if is_url(location) else Path(location))
+
     def present(self) -> bool:
         """Whether the storage records sources at all (an imported storage)."""
-        return (_sources_dir(self._dir) / INPUTS_NAME).is_file()
+        return self._present
 
     def source(self, shard: int, record: int) -> dict[str, Any] | None:
         """``{"file", "row"}`` of record ``record`` of ``shard``, None when it is not recorded."""
+        if self._dir is None:
+            return None
         if self._inputs is None:
             inputs = read_inputs(self._dir)
             self._inputs = [] if inputs is None else [str(path) for path in inputs["inputs"]]
