@@ -9,6 +9,8 @@ the decoder's message, which callers turn into errors naming the field, shard an
 from __future__ import annotations
 
 import io
+import threading
+import warnings
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +22,9 @@ if TYPE_CHECKING:
 IMAGE_FORMATS = {"JPEG": "jpeg", "PNG": "png", "WEBP": "webp", "GIF": "gif", "BMP": "bmp", "TIFF": "tiff"}
 ENCODINGS = ("png", "jpeg", "webp")  # what an Image field encodes PIL images and arrays as
 UINT8_MODES = ("L", "LA", "RGB", "RGBA")  # decoded as they are; others are converted (see ``decode_image``)
+
+
+_PILLOW_LIMIT = threading.Lock()  # held while Pillow's own pixel limit is lifted to read a huge image's header
 
 
 class MediaProblem(Exception):
@@ -61,14 +66,28 @@ def probe_image(data: bytes | memoryview) -> tuple[int, int, str, str]:
     """An image's width, height, mode and format (lower case), from its header alone."""
     image_module = _pil()
     try:
-        with image_module.open(io.BytesIO(data)) as image:  # opening reads the header; nothing is decoded
-            width, height = image.size
-            mode, found = image.mode, image.format
+        try:
+            width, height, mode, found = _image_header(image_module, data)
+        except image_module.DecompressionBombError:  # Pillow refuses to open what it would refuse to decode
+            with _PILLOW_LIMIT:  # nothing is decoded here: the limit applies when decoding (``open_image``)
+                limit, image_module.MAX_IMAGE_PIXELS = image_module.MAX_IMAGE_PIXELS, None
+                try:
+                    width, height, mode, found = _image_header(image_module, data)
+                finally:
+                    image_module.MAX_IMAGE_PIXELS = limit
     except Exception as error:  # Pillow raises many kinds (UnidentifiedImageError, SyntaxError, OSError, ...)
         raise MediaProblem(f"Pillow cannot read it: {error}") from None
     if found is None:
         raise MediaProblem("Pillow cannot tell its format")
     return int(width), int(height), str(mode), IMAGE_FORMATS.get(found, str(found).lower())
+
+
+def _image_header(image_module: Any, data: bytes | memoryview) -> tuple[int, int, str, str | None]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", image_module.DecompressionBombWarning)
+        with image_module.open(io.BytesIO(data)) as image:  # opening reads the header; nothing is decoded
+            width, height = image.size
+            return int(width), int(height), str(image.mode), image.format
 
 
 def probe_audio(data: bytes | memoryview) -> tuple[int, int, int, str]:
@@ -181,21 +200,34 @@ def open_image(data: memoryview | bytes, max_pixels: int | None) -> Any:
     """The PIL image of ``data``, decoded (``load``), after its header showed at most ``max_pixels`` pixels."""
     image_module = _pil()
     try:
-        image = image_module.open(io.BytesIO(data))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", image_module.DecompressionBombWarning)  # the limit is checked below
+            image = image_module.open(io.BytesIO(data))
+    except image_module.DecompressionBombError as error:  # beyond twice Pillow's own limit
+        raise MediaProblem(f"{error} (raise PIL.Image.MAX_IMAGE_PIXELS to decode it)") from None
     except Exception as error:
         raise MediaProblem(f"Pillow cannot read it: {error}") from None
     width, height = image.size
-    if max_pixels is not None and width * height > max_pixels:
-        image.close()
-        raise MediaProblem(
-            f"its {width}x{height} = {width * height} pixels exceed the limit of {max_pixels} (a decompression bomb?); "
-            "raise it with decode(max_pixels=...) or PIL.Image.MAX_IMAGE_PIXELS"
-        )
+    if max_pixels is not None:
+        try:
+            check_pixels(width, height, max_pixels)
+        except MediaProblem:
+            image.close()
+            raise
     try:
         image.load()
     except Exception as error:
         raise MediaProblem(f"Pillow cannot decode it: {error}") from None
     return image
+
+
+def check_pixels(width: int, height: int, max_pixels: int) -> None:
+    """Refuse an image of more than ``max_pixels`` pixels: a decompression bomb is never decoded."""
+    if width * height > max_pixels:
+        raise MediaProblem(
+            f"its {width}x{height} = {width * height} pixels exceed the limit of {max_pixels} (a decompression bomb?); "
+            "raise it with decode(max_pixels=...) or PIL.Image.MAX_IMAGE_PIXELS"
+        )
 
 
 def decode_image(data: memoryview | bytes, max_pixels: int | None) -> torch.Tensor:

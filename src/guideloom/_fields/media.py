@@ -109,9 +109,12 @@ class ImageValue(MediaValue):
         except MediaProblem as problem:
             raise decode_error(self.origin, problem) from None
 
-    @staticmethod
-    def _limit(max_pixels: int | None) -> int | None:
-        return decoders.default_max_pixels() if max_pixels == -1 else max_pixels
+    def _limit(self, max_pixels: int | None) -> int | None:
+        """The pixel limit asked (-1: Pillow's), checked against the recorded size before any byte is read."""
+        limit = decoders.default_max_pixels() if max_pixels == -1 else max_pixels
+        if limit is not None:
+            decoders.check_pixels(self.width, self.height, limit)
+        return limit
 
 
 class AudioValue(MediaValue):
