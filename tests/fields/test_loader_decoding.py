@@ -15,6 +15,7 @@ import torch
 from PIL import Image as PILImage
 
 from guideloom import DocumentStorage, StatefulDataLoader
+from guideloom.collate import pad
 from guideloom.fields import Audio, Image, ImageValue, RecordSchema, Text
 from tests.fields.media_files import image_bytes, sound_bytes
 from tests.helpers.batches import assert_resumes_exactly, comparable
@@ -161,3 +162,32 @@ def test_decode_needs_a_schema_and_known_fields(storage_path: Path, tmp_path: Pa
         writer.append(0, {"a": 1})
     with pytest.raises(ValueError, match=r"read records of a guideloom\.fields\.RecordSchema"):
         StatefulDataLoader.from_storage(json_storage, device="cpu", local_batch_size=2, decode=True)
+
+
+def test_pad_stacks_lists_and_pads_decoded_media(storage_path: Path) -> None:
+    storage = write(storage_path)
+    same_size = RecordSchema(image=Image(), sound=Audio())
+    with DocumentStorage(storage_path.parent / "same", same_size).sync_writer() as writer:
+        for number in range(3):
+            writer.append(
+                0, {"image": image_bytes(8, 6, "PNG", seed=number), "sound": sound_bytes(50 + 10 * number, 2)}
+            )
+    with StatefulDataLoader.from_storage(
+        DocumentStorage(storage_path.parent / "same", same_size), pad(), device="cpu", local_batch_size=3, decode=True
+    ) as loader:
+        (batch,) = list(loader)
+    assert batch["image"].dtype == torch.uint8 and batch["image"].shape == (3, 6, 8, 3)
+    assert batch["sound"].shape == (3, 70, 2) and batch["sound_lengths"].tolist() == [50, 60, 70]
+    assert batch["sound_attention_mask"].sum(dim=1).tolist() == [50, 60, 70]
+    assert batch["sound"][0, 50:].abs().sum() == 0
+    with StatefulDataLoader.from_storage(
+        storage, pad(), device="cpu", local_batch_size=3, fields=("caption", "image"), decode=True
+    ) as loader:
+        batch = next(iter(loader))
+    assert isinstance(batch["image"], list) and [image.shape for image in batch["image"]] == [
+        (12, 16, 3),
+        (12, 17, 3),
+        (12, 18, 3),
+    ]
+    assert batch["image_sizes"].tolist() == [[12, 16], [12, 17], [12, 18]]
+    assert batch["caption"] == ["caption 0", "caption 1", "caption 2"]
