@@ -11,22 +11,46 @@ from typing import Any
 
 import numpy as np
 
-from guideloom import DocumentMsgpackFormat, DocumentStorage
+from guideloom import DocumentStorage
+from guideloom.fields import MediaValue
+from guideloom.importing import imported_schema
 
-PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 24  # starts as a PNG file does: enough for the import, never decoded
-JPEG = b"\xff\xd8\xff\xe0" + b"\x01" * 20
-FLAC = b"fLaC" + b"\x02" * 20
+
+def _image(kind: str, size: tuple[int, int] = (4, 3)) -> bytes:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", size, (200, 30, 60)).save(buffer, format=kind)
+    return buffer.getvalue()
+
+
+def _flac() -> bytes:
+    import soundfile
+
+    buffer = io.BytesIO()
+    soundfile.write(buffer, np.zeros((160, 1), np.float32), 16000, format="FLAC")
+    return buffer.getvalue()
+
+
+PNG, JPEG, FLAC = _image("PNG"), _image("JPEG"), _flac()
 
 
 def stored_records(destination: Path) -> list[dict[str, Any]]:
-    """Every record of an imported storage, in storage order, arrays as lists."""
-    storage = DocumentStorage(destination, DocumentMsgpackFormat(numpy_arrays=True))
+    """Every record of an imported storage, in storage order: arrays as lists, scalars as Python numbers, media as
+    their encoded bytes."""
+    storage = DocumentStorage(destination, imported_schema(destination))
     with storage.sync_reader() as reader:
         return [{key: _plain(value) for key, value in record.items()} for record in reader]
 
 
 def _plain(value: Any) -> Any:
-    return value.tolist() if isinstance(value, np.ndarray) else value
+    if isinstance(value, np.ndarray | np.generic):
+        return value.tolist()
+    if isinstance(value, MediaValue):
+        return bytes(value.data)
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return value
 
 
 def write_jsonl(path: Path, rows: list[dict[str, Any]], compress: bool = False) -> Path:

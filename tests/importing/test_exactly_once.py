@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from guideloom import DocumentMsgpackFormat, DocumentStorage
-from guideloom.importing import ImportInputError, import_records
+from guideloom import DocumentStorage
+from guideloom.importing import ImportInputError, import_records, imported_schema
 from tests.helpers.import_inputs import JPEG, stored_records, write_jsonl, write_webdataset
 from tests.helpers.processes import child_environment
 
@@ -59,7 +59,7 @@ def test_killed_at_random_moments_then_run_again_holds_every_row_once(tmp_path: 
     assert finished.returncode == 0, errors.decode()
     assert kills >= 2
     assert stored_records(destination) == rows
-    assert DocumentStorage(destination, DocumentMsgpackFormat(numpy_arrays=True)).verify() == []
+    assert DocumentStorage(destination, imported_schema(destination)).verify() == []
 
 
 def test_a_second_run_over_a_finished_import_writes_nothing(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from guideloom import DocumentMsgpackFormat, DocumentStorage, StatefulDataLoader
 from guideloom._cli import main
-from guideloom.importing import import_records
+from guideloom.importing import import_records, imported_schema
 
 
 def _imported(tmp_path: Path) -> tuple[Path, dict[int, tuple[str, int]]]:
@@ -27,7 +27,7 @@ def _imported(tmp_path: Path) -> tuple[Path, dict[int, tuple[str, int]]]:
 
 
 def _loader(destination: Path, **options: Any) -> StatefulDataLoader:
-    storage = DocumentStorage(destination, DocumentMsgpackFormat(numpy_arrays=True))
+    storage = DocumentStorage(destination, imported_schema(destination))
     return StatefulDataLoader.from_storage(storage, device="cpu", local_batch_size=4, shuffle=True, seed=3, **options)
 
 

@@ -28,6 +28,6 @@ Running (``_pool``, ``_run``, ``_command``)
 """
 
 from guideloom.importing._errors import ImportInputError, ImportWorkerDied
-from guideloom.importing._run import ImportSummary, import_records
+from guideloom.importing._run import ImportSummary, import_records, imported_schema
 
-__all__ = ["ImportInputError", "ImportSummary", "ImportWorkerDied", "import_records"]
+__all__ = ["ImportInputError", "ImportSummary", "ImportWorkerDied", "import_records", "imported_schema"]

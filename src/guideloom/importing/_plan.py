@@ -22,9 +22,17 @@ from guideloom._shards.layout import holds_storage, is_unfinished_storage
 from guideloom._shards.shard_names import MAX_SHARD_ID
 from guideloom._storage.provenance import read_inputs, read_shard_sources, write_inputs
 from guideloom._storage.storages import DocumentStorage
+from guideloom.fields import RecordSchema
 from guideloom.importing._errors import ImportInputError
 from guideloom.importing._inputs import FORMATS, expand_sources
-from guideloom.importing._schema import Fields, fields_as_json, load_schema, merge_fields, storage_format
+from guideloom.importing._schema import (
+    Fields,
+    fields_as_json,
+    fields_of_record_schema,
+    load_schema,
+    merge_fields,
+    record_schema,
+)
 from guideloom.importing._stream import Piece
 
 SHARDS_PER_JOB = 10**6
@@ -69,11 +77,12 @@ class ImportSettings:
     """What every worker needs: small and picklable."""
 
     destination: Path
-    fields: Fields
+    schema: RecordSchema  #: what the storage is written with
+    fields: Fields  #: what each row is checked against (the schema's fields)
     shard_size: int
 
     def storage(self) -> DocumentStorage[Any, Any]:
-        return DocumentStorage(self.destination, storage_format(self.fields))
+        return DocumentStorage(self.destination, self.schema)
 
 
 @dataclass(frozen=True)
@@ -150,7 +159,7 @@ def plan_import(sources: object, destination: Path, schema: object, shard_size: 
     size = parse_shard_size(shard_size, names.shard_size)
     given = load_schema(schema)
     inputs = expand_sources(sources)
-    fields, pieces = _describe_all(inputs, size, given)
+    fields, pieces = _describe_all(inputs, size, None if given is None else fields_of_record_schema(given))
     if not fields:
         raise ImportInputError("the inputs hold no fields (no column, no key): nothing to import")
     jobs = cut_into_jobs(pieces, size)
@@ -162,7 +171,7 @@ def plan_import(sources: object, destination: Path, schema: object, shard_size: 
         "shard_size": size,
         "fields": fields_as_json(fields),
     }
-    settings = ImportSettings(destination, fields, size)
+    settings = ImportSettings(destination, given if given is not None else record_schema(fields), fields, size)
     exists = _check_destination(destination)
     storage = settings.storage()  # an existing storage of another format fails here
     recorded = read_inputs(destination) if exists else None

@@ -10,11 +10,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from guideloom._core.errors import StorageNotFoundError
 from guideloom._core.text import plural
+from guideloom._storage.provenance import read_inputs
 from guideloom._storage.storages import local_path
+from guideloom.fields import RecordSchema
 from guideloom.importing._plan import DEFAULT_SHARD_SIZE, ImportPlan, plan_import
 from guideloom.importing._pool import run_pool
-from guideloom.importing._schema import describe_fields
+from guideloom.importing._schema import describe_fields, fields_from_mapping, record_schema
 from guideloom.importing._write import Cancelled, JobResult, import_job
 
 
@@ -43,6 +46,7 @@ class ImportSummary:
     processes: int = 0  #: worker processes started (0: the calling process did the work)
     finished_before: int = 0  #: jobs an earlier run had finished (nothing read for them)
     fields: str = ""  #: the records' fields, as written
+    schema: RecordSchema | None = None  #: what the storage is written with: ``DocumentStorage(destination, schema)``
 
     def describe(self) -> str:
         """The run in a few lines, as ``guideloom import`` prints it."""
@@ -135,6 +139,7 @@ def execute(plan: ImportPlan, workers: int | None, progress: bool, started: floa
         processes=processes,
         finished_before=len(plan.finished),
         fields=describe_fields(plan.settings.fields),
+        schema=plan.settings.schema,
     )
 
 
@@ -162,3 +167,13 @@ def import_records(
         raise TypeError(f"progress must be a bool, got {type(progress).__name__}")
     plan = plan_import(sources, local_path(destination, "destination"), schema, shard_size, PYTHON_NAMES)
     return execute(plan, workers, progress, started)
+
+
+def imported_schema(destination: str | os.PathLike[str]) -> RecordSchema:
+    """The ``RecordSchema`` of the storage an import wrote at ``destination``, to open it with:
+    ``DocumentStorage(destination, imported_schema(destination))``."""
+    path = local_path(destination, "destination")
+    record = read_inputs(path)
+    if record is None:
+        raise StorageNotFoundError(f"{path} holds no imported storage (no sources/inputs.json)")
+    return record_schema(fields_from_mapping(record["fields"], str(path)))

@@ -1,13 +1,12 @@
 """The fields of the imported records: inferred from a source, given by the user, and each row checked against them.
 
 A field is described by a :class:`FieldSpec` (the kind of ``guideloom.fields`` type it becomes, its dtype,
-shape and whether it may be missing); the storage's format is built from these specs once, in
-:func:`storage_format`. Until ``guideloom.fields`` is installed beside this package the records are
-stored with :class:`~guideloom.DocumentMsgpackFormat` (NumPy arrays kept), media as their encoded bytes.
+shape and whether it may be missing): what inference produces and rows are checked against; the storage is
+written with the ``RecordSchema`` of these fields (:func:`record_schema`), or with the user's own.
 
-A schema given by the user is a JSON object mapping field names to a kind (``"text"``) or to an object
-(``{"type": "tokens", "dtype": "uint32", "optional": true}``), in a file or as a Python dict named by
-``module:attribute``.
+A schema given by the user is a ``RecordSchema`` (its ``length`` and image encodings kept), or a JSON
+object mapping field names to a kind (``"text"``) or to an object (``{"type": "tokens", "dtype": "uint32",
+"optional": true}``, the keys a field type's identity has), in a file or as a dict named by ``module:attribute``.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from guideloom._shards.formats import DocumentMsgpackFormat, DocumentStorageFormat
+from guideloom.fields import Array, Audio, FieldType, Image, Images, Json, RecordSchema, Scalar, Text, Tokens, Video
 
 KINDS = ("tokens", "text", "scalar", "array", "json", "image", "audio", "video", "images")
 MEDIA_KINDS = ("image", "audio", "video")
@@ -74,6 +73,7 @@ def _spec_of(name: str, value: object, where: str) -> FieldSpec:
         value = {"type": value}
     if not isinstance(value, Mapping):
         raise ValueError(f"{where}: field {name!r} must be a kind ({', '.join(KINDS)}) or an object with 'type'")
+    value = {key: item for key, item in value.items() if key not in ("encode", "quality")}  # how images are written
     unknown = set(value) - {"type", "dtype", "optional", "shape"}
     if unknown:
         raise ValueError(f"{where}: field {name!r} has unknown keys {sorted(unknown)} (type, dtype, shape, optional)")
@@ -107,12 +107,13 @@ def fields_from_mapping(mapping: object, where: str) -> Fields:
     return {str(name): _spec_of(str(name), value, where) for name, value in mapping.items()}
 
 
-def load_schema(schema: object) -> Fields | None:
-    """The fields of ``schema``: None, a mapping, a path to a JSON file or ``"module:attribute"`` naming a mapping."""
-    if schema is None:
-        return None
+def load_schema(schema: object) -> RecordSchema | None:
+    """The schema given: None, a ``RecordSchema``, a mapping of field names to types, a path to a JSON file of one,
+    or ``"module:attribute"`` naming a ``RecordSchema`` or a mapping."""
+    if schema is None or isinstance(schema, RecordSchema):
+        return schema
     if isinstance(schema, Mapping):
-        return fields_from_mapping(schema, "schema")
+        return record_schema(fields_from_mapping(schema, "schema"))
     if isinstance(schema, Path) or (isinstance(schema, str) and (schema.endswith(".json") or ":" not in schema)):
         path = Path(schema)
         try:
@@ -123,7 +124,7 @@ def load_schema(schema: object) -> Fields | None:
             mapping = json.loads(text)
         except ValueError as error:
             raise ValueError(f"the schema file {path} is not JSON: {error}") from None
-        return fields_from_mapping(mapping, str(path))
+        return record_schema(fields_from_mapping(mapping, str(path)))
     if isinstance(schema, str):
         module_name, _, attribute = schema.partition(":")
         try:
@@ -134,7 +135,7 @@ def load_schema(schema: object) -> Fields | None:
             raise ValueError(f"schema {schema!r}: module {module_name} has no attribute {attribute!r}")
         return load_schema(getattr(module, attribute))
     raise TypeError(
-        f"schema must be None, a mapping of field names to types, a JSON file or 'module:attribute', "
+        "schema must be None, a RecordSchema, a mapping of field names to types, a JSON file or 'module:attribute', "
         f"got {type(schema).__name__}"
     )
 
@@ -315,26 +316,26 @@ def conform_row(fields: Fields, row: Mapping[str, Any]) -> dict[str, Any]:
     return record
 
 
-def storage_format(fields: Fields) -> DocumentStorageFormat[Any, Any]:
-    """The format the storage is written with: ``guideloom.fields``' RecordSchema when it is there."""
-    try:
-        record_fields = importlib.import_module("guideloom.fields")
-    except ImportError:
-        return DocumentMsgpackFormat(numpy_arrays=True)
-    made: DocumentStorageFormat[Any, Any] = record_fields.RecordSchema(
-        **{name: _field_type(record_fields, spec) for name, spec in fields.items()}
-    )
-    return made
+def record_schema(fields: Fields) -> RecordSchema:
+    """The ``RecordSchema`` the storage is written with, from the fields."""
+    types: dict[str, Any] = {name: _field_type(spec) for name, spec in fields.items()}
+    return RecordSchema(**types)
 
 
-def _field_type(module: Any, spec: FieldSpec) -> Any:
-    kind = spec.kind
-    options: dict[str, Any] = {"optional": True} if spec.optional else {}
-    if kind == "tokens":
-        return module.Tokens(spec.dtype, **options)
-    if kind == "scalar":
-        return module.Scalar(spec.dtype, **options)
-    if kind == "array":
-        return module.Array(spec.dtype, shape=spec.shape, **options)
-    names = {"text": "Text", "json": "Json", "image": "Image", "audio": "Audio", "video": "Video", "images": "Images"}
-    return getattr(module, names[kind])(**options)
+def _field_type(spec: FieldSpec) -> FieldType:
+    optional = spec.optional
+    if spec.kind == "tokens":
+        return Tokens(spec.dtype, optional=optional)
+    if spec.kind == "scalar":
+        return Scalar(spec.dtype, optional=optional)
+    if spec.kind == "array":
+        return Array(spec.dtype, shape=spec.shape, optional=optional)
+    types: dict[str, type[FieldType]] = {
+        "text": Text, "json": Json, "image": Image, "audio": Audio, "video": Video, "images": Images
+    }  # fmt: skip
+    return types[spec.kind](optional=optional)
+
+
+def fields_of_record_schema(schema: RecordSchema) -> Fields:
+    """The fields of a ``RecordSchema`` the user gave, as the import checks rows against them."""
+    return {name: _spec_of(name, field.identity(), "schema") for name, field in schema.fields.items()}

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from guideloom._core.errors import RecordPackError
 from guideloom._storage.provenance import write_shard_sources
 from guideloom.importing._errors import ImportInputError
 from guideloom.importing._inputs import FORMATS
@@ -140,7 +141,11 @@ def import_job(
                     record = conform_row(fields, values)
                 except ValueError as error:
                     raise ImportInputError(f"{piece.path}: row {row} does not fit the schema: {error}") from None
-                shards.append(input_number, row, record)
+                try:
+                    shards.append(input_number, row, record)
+                except RecordPackError as error:
+                    problem = error.__cause__ or error
+                    raise ImportInputError(f"{piece.path}: row {row} does not fit the schema: {problem}") from None
                 if count % CANCEL_CHECK_ROWS == 0:
                     if cancelled():
                         raise Cancelled
