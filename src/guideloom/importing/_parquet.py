@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,22 @@ def _open(path: Path) -> Any:
         raise ImportInputError(f"{path}: not a readable Parquet file ({error})") from None
 
 
+def _without_nulls(metadata: Any) -> list[str]:
+    """The flat columns whose statistics say no row group holds a null: those fields are not optional."""
+    if not metadata.num_row_groups:
+        return []
+    found = []
+    for column in range(metadata.num_columns):
+        name = metadata.schema.column(column).path
+        if "." in name:
+            continue
+        chunks = [metadata.row_group(group).column(column) for group in range(metadata.num_row_groups)]
+        if all(chunk.is_stats_set and chunk.statistics.has_null_count and chunk.statistics.null_count == 0
+               for chunk in chunks):  # fmt: skip
+            found.append(name)
+    return found
+
+
 def describe(path: Path, shard_size: int) -> Described:
     """The file's fields and its pieces: consecutive row groups of about ``shard_size`` bytes each."""
     file = _open(path)
@@ -38,6 +55,9 @@ def describe(path: Path, shard_size: int) -> Described:
                 first = first_binary_values(batch)
                 break
         fields = fields_of_schema(schema, first)
+        for name in _without_nulls(metadata):
+            if name in fields:
+                fields[name] = replace(fields[name], optional=False)
         pieces: list[Piece] = []
         groups: list[int] = []
         size = rows = first_row = 0
