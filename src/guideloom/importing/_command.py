@@ -68,7 +68,10 @@ def add_import_command(commands: argparse._SubParsersAction[argparse.ArgumentPar
     command.add_argument("destination", metavar="DEST", help="the document storage folder to write")
     command.add_argument("--schema", metavar="S", help="the fields: a JSON file, or module:attribute")
     command.add_argument(
-        "--workers", type=_positive_int, default=None, help="worker processes (default: one per core; 1: none)"
+        "--workers",
+        type=_positive_int,
+        default=None,
+        help="worker processes (default: one per core, none for inputs under 8 MiB; 1: none)",
     )
     command.add_argument(
         "--shard-size",

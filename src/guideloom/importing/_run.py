@@ -20,6 +20,10 @@ from guideloom.importing._pool import run_pool
 from guideloom.importing._schema import describe_fields, fields_from_mapping, record_schema
 from guideloom.importing._write import Cancelled, JobResult, import_job
 
+# With ``workers=None`` inputs smaller than this are imported in the calling process: starting worker processes
+# (each imports numpy and pyarrow) takes longer than importing a few MB.
+AUTO_PARALLEL_MIN_BYTES = 8 << 20
+
 
 @dataclass(frozen=True)
 class OptionNames:
@@ -50,6 +54,11 @@ class ImportSummary:
 
     def describe(self) -> str:
         """The run in a few lines, as ``guideloom import`` prints it."""
+        if not self.rows and not self.shards and self.finished_before and not self.skipped:
+            return (
+                f"nothing to import: an earlier run finished all {plural(self.finished_before, 'job')} of these "
+                f"{plural(self.inputs, 'input')}\nfields: {self.fields}"
+            )
         rate = self.bytes / self.seconds / 2**20 if self.seconds > 0 else 0.0
         where = (
             f"{plural(self.processes, 'worker process', 'worker processes')}" if self.processes else "in this process"
@@ -106,10 +115,13 @@ def _check_workers(workers: object, name: str) -> int | None:
 def execute(plan: ImportPlan, workers: int | None, progress: bool, started: float) -> ImportSummary:
     """Write the planned jobs with ``workers`` processes (None: the cores; 1: this process)."""
     jobs = plan.jobs
+    total = sum(job.size for job in jobs)
     count = (os.cpu_count() or 1) if workers is None else workers
+    if workers is None and total < AUTO_PARALLEL_MIN_BYTES:
+        count = 1
     processes = 0 if count == 1 or len(jobs) <= 1 else min(count, len(jobs))
     results: dict[int, JobResult] = {}
-    bar = _Progress(sum(job.size for job in jobs), progress)
+    bar = _Progress(total, progress and bool(jobs))
     update: Callable[[int, int], object] = bar.update
     try:
         if processes:
@@ -154,12 +166,12 @@ def import_records(
 ) -> ImportSummary:
     """Import ``sources`` into the document storage at ``destination`` (see ``guideloom.importing``).
 
-    ``schema`` gives the fields instead of inferring them: a mapping of field names to types, a JSON
-    file or ``"module:attribute"``. ``workers`` processes write whole jobs (default: one per core; 1:
-    this process). ``shard_size`` (an int of bytes or a string such as ``"64MiB"``) is the bytes of
-    records after which a shard is committed. Run again after an interruption, the same call finishes
-    the import with every row once; over a finished import it writes nothing. ``progress=True`` shows
-    a progress bar on stderr.
+    ``schema`` gives the fields instead of inferring them: a ``RecordSchema``, a mapping of field names
+    to types, a JSON file or ``"module:attribute"``. ``workers`` processes write whole jobs (default: one
+    per core, or this process alone for inputs under 8 MiB; 1: this process). ``shard_size`` (an int of
+    bytes or a string such as ``"64MiB"``) is the bytes of records after which a shard is committed. Run
+    again after an interruption, the same call finishes the import with every row once; over a finished
+    import it writes nothing. ``progress=True`` shows a progress bar on stderr.
     """
     started = time.perf_counter()
     workers = _check_workers(workers, PYTHON_NAMES.workers)
