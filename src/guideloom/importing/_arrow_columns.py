@@ -213,15 +213,38 @@ def column_values(column: Any, spec: FieldSpec) -> list[Any]:
     return list(column.to_pylist())
 
 
+def _fits_whole(column: Any, spec: FieldSpec) -> bool:
+    """Whether every value of an Arrow column fits its field, from the column's type and null count alone."""
+    if column.null_count and not spec.optional:
+        return False
+    found = field_of_type(column.type, True, None)
+    if spec.kind in ("image", "audio", "video", "images", "json"):
+        return True  # media bytes and JSON values: the schema's own checks name a bad one
+    if found.kind != spec.kind or (spec.shape is not None and found.shape != spec.shape):
+        return False
+    if spec.dtype is None or found.dtype is None:
+        return found.dtype == spec.dtype
+    return bool(np.can_cast(found.dtype, spec.dtype, "safe"))
+
+
+class CheckedRow(dict):  # type: ignore[type-arg]
+    """A row whose values are known to fit the fields (from its Arrow batch's types): not checked again one by one."""
+
+
 def batch_rows(batch: Any, fields: Fields) -> list[dict[str, Any]]:
-    """The rows of an Arrow record batch as dicts, each column converted as its field stores it."""
+    """The rows of an Arrow record batch as dicts, each column converted as its field stores it.
+
+    When the batch's columns are the fields and their types fit them (no null where a field is not optional,
+    dtypes that cast safely), the rows are :class:`CheckedRow` values, which the import does not check again.
+    """
     names = batch.schema.names
     columns = [
         column_values(column, fields[name]) if name in fields else column.to_pylist()
         for name, column in zip(names, batch.columns, strict=True)
     ]
-    return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
-
-
-def is_path_only(value: object) -> bool:
-    return isinstance(value, _PathOnly)
+    complete = set(names) >= {name for name, spec in fields.items() if not spec.optional}
+    fits = complete and all(
+        name in fields and _fits_whole(column, fields[name]) for name, column in zip(names, batch.columns, strict=True)
+    )
+    kind = CheckedRow if fits else dict
+    return [kind(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]

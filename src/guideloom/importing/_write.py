@@ -18,6 +18,7 @@ import numpy as np
 
 from guideloom._core.errors import RecordPackError
 from guideloom._storage.provenance import write_shard_sources
+from guideloom.importing._arrow_columns import CheckedRow
 from guideloom.importing._errors import ImportInputError
 from guideloom.importing._inputs import FORMATS
 from guideloom.importing._plan import ImportJob, ImportSettings
@@ -138,7 +139,7 @@ def import_job(
                     result.skipped[values.reason] += 1
                     continue
                 try:
-                    record = conform_row(fields, values)
+                    record = values if type(values) is CheckedRow else conform_row(fields, values)
                 except ValueError as error:
                     raise ImportInputError(f"{piece.path}: row {row} does not fit the schema: {error}") from None
                 try:
