@@ -56,8 +56,8 @@ class ImportSummary:
         """The run in a few lines, as ``guideloom import`` prints it."""
         if not self.rows and not self.shards and self.finished_before and not self.skipped:
             return (
-                f"nothing to import: an earlier run finished all {plural(self.finished_before, 'job')} of these "
-                f"{plural(self.inputs, 'input')}\nfields: {self.fields}"
+                f"nothing to import: earlier runs wrote every row of these {plural(self.inputs, 'input')} "
+                f"({plural(self.finished_before, 'job')})\nfields: {self.fields}"
             )
         rate = self.bytes / self.seconds / 2**20 if self.seconds > 0 else 0.0
         where = (
