@@ -41,23 +41,38 @@ def _import(paths: list[Path], destination: Path) -> subprocess.Popen[bytes]:
     )
 
 
+def _committed(destination: Path) -> int:
+    shards = destination / "shards"
+    return len(list(shards.iterdir())) if shards.is_dir() else 0
+
+
+def _kill_after_a_commit(process: subprocess.Popen[bytes], destination: Path, delay: float) -> bool:
+    """SIGKILL the command and its workers ``delay`` seconds after its next shard commit; False if it ended first."""
+    before = _committed(destination)
+    deadline = time.monotonic() + 120
+    while _committed(destination) == before and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(delay)
+    if process.poll() is not None:
+        return False
+    os.killpg(process.pid, signal.SIGKILL)  # the command and its workers, as a machine's crash would
+    process.wait()
+    return True
+
+
 def test_killed_at_random_moments_then_run_again_holds_every_row_once(tmp_path: Path) -> None:
     paths, rows = _inputs(tmp_path / "inputs")
     destination = tmp_path / "out"
     chooser = random.Random(int(os.environ.get("GUIDELOOM_KILL_SEED", "40")))
     kills = 0
-    for _ in range(6):
-        process = _import(paths, destination)
-        time.sleep(chooser.uniform(0.3, 2.5))
-        if process.poll() is not None:
+    for _ in range(5):
+        if not _kill_after_a_commit(_import(paths, destination), destination, chooser.uniform(0, 0.4)):
             break
-        os.killpg(process.pid, signal.SIGKILL)  # the command and its workers, as a machine's crash would
-        process.wait()
         kills += 1
+    assert kills >= 2 and 0 < _committed(destination)
     finished = _import(paths, destination)
     _, errors = finished.communicate(timeout=300)
     assert finished.returncode == 0, errors.decode()
-    assert kills >= 2
     assert stored_records(destination) == rows
     assert DocumentStorage(destination, imported_schema(destination)).verify() == []
 
@@ -97,11 +112,8 @@ def test_the_same_shards_whatever_the_number_of_workers(tmp_path: Path) -> None:
 
 
 def test_a_tar_is_resumed_after_its_last_committed_sample(tmp_path: Path) -> None:
-    samples = [{"__key__": f"k{i:04d}".encode(), "jpg": JPEG, "txt": f"c{i}".encode()} for i in range(500)]
+    samples = [{"__key__": f"k{i:04d}".encode(), "jpg": JPEG, "txt": f"c{i}".encode()} for i in range(2000)]
     tar = write_webdataset(tmp_path / "images.tar", samples)
-    process = _import([tar], tmp_path / "out")
-    time.sleep(1.5)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+    assert _kill_after_a_commit(_import([tar], tmp_path / "out"), tmp_path / "out", 0.05)
     import_records([tar], tmp_path / "out", shard_size="32KiB", workers=2)
-    assert [record["__key__"] for record in stored_records(tmp_path / "out")] == [f"k{i:04d}" for i in range(500)]
+    assert [record["__key__"] for record in stored_records(tmp_path / "out")] == [f"k{i:04d}" for i in range(2000)]
