@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import tarfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -15,6 +17,7 @@ from tests.helpers.import_inputs import (
     FLAC,
     JPEG,
     PNG,
+    add_member,
     stored_records,
     write_jsonl,
     write_litdata,
@@ -117,3 +120,68 @@ def test_worker_processes_write_the_same_records(tmp_path: Path) -> None:
     summary = import_records(inputs, tmp_path / "out", workers=2, shard_size=100)
     assert summary.processes == 2
     assert stored_records(tmp_path / "out") == ROWS
+
+
+def test_a_saved_dataset_dict_with_lists_of_images_and_class_labels(tmp_path: Path) -> None:
+    datasets = pytest.importorskip("datasets")
+    features = datasets.Features(
+        {
+            "label": datasets.ClassLabel(names=["cat", "dog"]),
+            "frames": datasets.Sequence(datasets.Image()),
+            "ids": datasets.Sequence(datasets.Value("int32")),
+        }
+    )
+
+    def split(offset: int) -> Any:
+        rows = {
+            "label": [offset % 2, (offset + 1) % 2],
+            "frames": [[{"bytes": PNG, "path": None}] * 2, [{"bytes": JPEG, "path": None}]],
+            "ids": [[offset, 1], [2]],
+        }
+        return datasets.Dataset.from_dict(rows, features=features)
+
+    datasets.DatasetDict({"train": split(0), "test": split(1)}).save_to_disk(str(tmp_path / "saved"))
+    summary = import_records([tmp_path / "saved"], tmp_path / "out", workers=1)
+    assert "frames: Images()" in summary.fields and "label: Scalar(int64)" in summary.fields
+    split_rows = [
+        {"label": label, "frames": frames, "ids": ids}
+        for offset in (0, 1)
+        for label, frames, ids in zip(
+            [offset % 2, (offset + 1) % 2], [[PNG, PNG], [JPEG]], [[offset, 1], [2]], strict=True
+        )
+    ]
+    assert stored_records(tmp_path / "out") == split_rows
+
+
+def test_a_gzipped_tar_with_keys_in_folders(tmp_path: Path) -> None:
+    with tarfile.open(tmp_path / "images.tar.gz", "w:gz") as tar:
+        for i in range(5):
+            add_member(tar, f"part/{i}/img.seg.png", PNG)
+            add_member(tar, f"part/{i}/img.txt", f"t{i}".encode())
+    import_records([tmp_path / "images.tar.gz"], tmp_path / "out", workers=1)
+    assert stored_records(tmp_path / "out") == [
+        {"__key__": f"part/{i}/img", "seg.png": PNG, "txt": f"t{i}"} for i in range(5)
+    ]
+
+
+def test_compressed_mds_and_litdata_folders(tmp_path: Path) -> None:
+    zstandard = pytest.importorskip("zstandard")
+    rows = [{"text": f"t{i}", "n": i} for i in range(7)]
+    mds = write_mds(tmp_path / "mds", {"text": "str", "n": "int"}, rows)
+    index = json.loads((mds / "index.json").read_text())
+    for shard in index["shards"]:
+        raw = mds / shard["raw_data"]["basename"]
+        zipped = raw.with_name(raw.name + ".zstd")
+        zipped.write_bytes(zstandard.ZstdCompressor().compress(raw.read_bytes()))
+        raw.unlink()
+        shard["compression"], shard["zip_data"] = "zstd:7", {"basename": zipped.name, "bytes": 0, "hashes": {}}
+    (mds / "index.json").write_text(json.dumps(index))
+    lit = write_litdata(tmp_path / "lit", {"text": "str", "n": "int"}, rows)
+    index = json.loads((lit / "index.json").read_text())
+    for chunk in index["chunks"]:
+        path = lit / chunk["filename"]
+        path.write_bytes(zstandard.ZstdCompressor().compress(path.read_bytes()))
+    index["config"]["compression"] = "zstd"
+    (lit / "index.json").write_text(json.dumps(index))
+    import_records([mds, lit], tmp_path / "out", workers=1)
+    assert stored_records(tmp_path / "out") == rows + rows
