@@ -45,8 +45,6 @@ def _schema(tmp_path: Path) -> Path:
     path = tmp_path / "schema.json"
     optional_text = {"type": "text", "optional": True}
     path.write_text(json.dumps({"text": optional_text, "__key__": optional_text, "txt": optional_text}))
-        '{"text": {"type": "text", "optional": true}, "__key__": {"type": "text", "optional": true}, "txt": {"type": "text", "optional": true}}'
-    )
     return path
 
 
