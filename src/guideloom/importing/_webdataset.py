@@ -46,6 +46,7 @@ FIELD_KINDS = {
     "cls": "scalar",
 }
 INFER_SAMPLES = 256
+READ_BUFFER = 1 << 20  # bytes per read of the tar stream (tarfile reads 10 KiB at a time by default)
 END_OF_ARCHIVE = 2 * tarfile.BLOCKSIZE  # two zero blocks end every tar (tarfile, GNU tar and bsdtar write them)
 
 
@@ -98,7 +99,7 @@ def _samples(path: Path) -> Iterator[Row]:
     sample = 0
     compressed = format_of_compression(path)
     try:
-        with tarfile.open(path, mode="r|*") as tar:
+        with tarfile.open(path, mode="r|*", bufsize=READ_BUFFER) as tar:
             for member in tar:
                 name = member.name
                 if name.startswith("/") or ".." in PurePosixPath(name).parts:
