@@ -15,6 +15,7 @@ from typing import Any
 
 from guideloom.importing._arrow_columns import batch_rows, fields_of_schema, first_binary_values
 from guideloom.importing._errors import ImportInputError
+from guideloom.importing._files import InputPath, open_binary, size_of
 from guideloom.importing._stream import Described, Piece, Row
 
 
@@ -46,18 +47,18 @@ def _inside(folder: Path, name: str) -> Path:
     return candidate
 
 
-def _reader(path: Path) -> Any:
+def _reader(path: InputPath, options: dict[str, Any] | None) -> Any:
     """An iterator of record batches with a ``schema``: an IPC stream, else an IPC file."""
     try:
         import pyarrow
         import pyarrow.ipc as ipc
     except ImportError as error:
         raise ImportError("reading Arrow files needs pyarrow: pip install pyarrow") from error
-    source = pyarrow.memory_map(str(path))
+    source = pyarrow.memory_map(str(path)) if isinstance(path, Path) else pyarrow.PythonFile(open_binary(path, options))
     try:
         return ipc.open_stream(source)
     except pyarrow.ArrowInvalid:
-        pass
+        source.seek(0)
     try:
         file = ipc.open_file(source)
     except pyarrow.ArrowInvalid as error:
@@ -77,10 +78,10 @@ class _FileBatches:
             yield self._file.get_batch(index)
 
 
-def describe(path: Path, shard_size: int) -> Described:
+def describe(path: InputPath, shard_size: int, options: dict[str, Any] | None = None) -> Described:
     del shard_size
     try:
-        reader = _reader(path)
+        reader = _reader(path, options)
         first: dict[str, Any] = {}
         for batch in reader:
             if batch.num_rows:
@@ -91,13 +92,13 @@ def describe(path: Path, shard_size: int) -> Described:
         raise
     except Exception as error:
         raise ImportInputError(f"{path}: a damaged Arrow file ({error})") from None
-    return Described(fields, [Piece(path, "arrow", 0, None, path.stat().st_size)])
+    return Described(fields, [Piece(path, "arrow", 0, None, size_of(path, options), (), options)])
 
 
 def rows(piece: Piece, fields: Any, start: int) -> Iterator[Row]:
     row = consumed = 0
     try:
-        reader = _reader(piece.path)
+        reader = _reader(piece.path, piece.options)
         for batch in reader:
             consumed += batch.nbytes  # bytes read so far, as the batches' buffers count them
             if row + batch.num_rows <= start:

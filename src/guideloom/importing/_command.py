@@ -11,6 +11,7 @@ import argparse
 from collections.abc import Callable
 
 from guideloom._core.sizes import parse_shard_size
+from guideloom._remote.object_store import parse_storage_options
 from guideloom._storage.storages import local_path
 from guideloom.importing._plan import DEFAULT_SHARD_SIZE, plan_import
 from guideloom.importing._run import CLI_NAMES, execute
@@ -81,6 +82,9 @@ def add_import_command(commands: argparse._SubParsersAction[argparse.ArgumentPar
         help="bytes of records per shard: 256MiB (the default), 1GiB, 500MB, 1048576, ...",
     )
     command.add_argument("--quiet", action="store_true", help="no progress bar")
+    command.add_argument(
+        "--storage-options", metavar="JSON", help="for sources on an object store: fsspec options as a JSON object"
+    )
     command.set_defaults(prepare=prepare_import)
 
 
@@ -95,6 +99,7 @@ def prepare_import(arguments: argparse.Namespace) -> Callable[[], int]:
         arguments.schema,
         arguments.shard_size,
         CLI_NAMES,
+        parse_storage_options(arguments.storage_options),
     )
 
     def run() -> int:

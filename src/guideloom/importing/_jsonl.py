@@ -11,21 +11,22 @@ import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from guideloom._core.errors import TokenizeInputError
 from guideloom.importing._errors import ImportInputError
+from guideloom.importing._files import InputPath, open_binary, read_head, size_of
 from guideloom.importing._schema import infer_from_rows
 from guideloom.importing._stream import Described, Piece, Row
-from guideloom.tokenize._compression import CODECS, DecompressingReader, codec_for_data, codec_for_suffix, read_head
+from guideloom.tokenize._compression import CODECS, DecompressingReader, codec_for_data, codec_for_suffix
 
 INFER_ROWS = 1000
 DECOMPRESSED_BUFFER = 1 << 20
 
 
-def _codec_name(path: Path) -> str | None:
-    head = read_head(path)
-    by_data, by_name = codec_for_data(head), codec_for_suffix(path)
+def _codec_name(path: InputPath, options: dict[str, Any] | None) -> str | None:
+    head = read_head(path, options)
+    by_data, by_name = codec_for_data(head), codec_for_suffix(Path(str(path)))
     if by_data is None and by_name is not None and head:
         raise ImportInputError(f"{path}: the name says {by_name.name} but the file does not hold {by_name.name} data")
     if by_data is not None and by_data.name == "zstd":
@@ -33,16 +34,16 @@ def _codec_name(path: Path) -> str | None:
     return None if by_data is None else by_data.name
 
 
-def _lines(path: Path, codec: str | None) -> Iterator[tuple[bytes, int]]:
+def _lines(path: InputPath, codec: str | None, options: dict[str, Any] | None) -> Iterator[tuple[bytes, int]]:
     """``(line, bytes of the file read so far)``; damaged compressed data is an ImportInputError."""
-    with open(path, "rb") as raw:
+    with open_binary(path, options) as raw:
         if codec is None:
             position = 0
             for line in raw:
                 position += len(line)
                 yield line, position
             return
-        reader = DecompressingReader(raw, next(c for c in CODECS if c.name == codec), path)
+        reader = DecompressingReader(cast(BinaryIO, raw), next(c for c in CODECS if c.name == codec), Path(str(path)))
         lines: BinaryIO = io.BufferedReader(reader, DECOMPRESSED_BUFFER)
         try:
             for line in lines:
@@ -51,8 +52,10 @@ def _lines(path: Path, codec: str | None) -> Iterator[tuple[bytes, int]]:
             raise ImportInputError(str(error)) from None
 
 
-def _records(path: Path, codec: str | None) -> Iterator[tuple[int, dict[str, Any], int]]:
-    for index, (line, position) in enumerate(_lines(path, codec)):
+def _records(
+    path: InputPath, codec: str | None, options: dict[str, Any] | None
+) -> Iterator[tuple[int, dict[str, Any], int]]:
+    for index, (line, position) in enumerate(_lines(path, codec, options)):
         if not line.strip():
             continue
         try:
@@ -66,11 +69,11 @@ def _records(path: Path, codec: str | None) -> Iterator[tuple[int, dict[str, Any
         yield index, record, position
 
 
-def describe(path: Path, shard_size: int) -> Described:
+def describe(path: InputPath, shard_size: int, options: dict[str, Any] | None = None) -> Described:
     del shard_size
-    codec = _codec_name(path)
+    codec = _codec_name(path, options)
     sample = []
-    for _, record, _ in _records(path, codec):
+    for _, record, _ in _records(path, codec, options):
         sample.append(record)
         if len(sample) >= INFER_ROWS:
             break
@@ -78,12 +81,12 @@ def describe(path: Path, shard_size: int) -> Described:
         fields = infer_from_rows(sample, str(path))
     except ValueError as error:
         raise ImportInputError(str(error)) from None
-    return Described(fields, [Piece(path, "jsonl", 0, None, path.stat().st_size, (codec,))])
+    return Described(fields, [Piece(path, "jsonl", 0, None, size_of(path, options), (codec,), options)])
 
 
 def rows(piece: Piece, fields: Any, start: int) -> Iterator[Row]:
     del fields
     (codec,) = piece.detail
-    for index, record, position in _records(piece.path, codec):
+    for index, record, position in _records(piece.path, codec, piece.options):
         if index >= start:
             yield index, record, position

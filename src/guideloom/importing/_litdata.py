@@ -187,8 +187,8 @@ def _guarded(
         raise ImportInputError(f"{path}: a damaged LitData chunk, at row {row} ({error})") from None
 
 
-def describe(path: Path, shard_size: int) -> Described:
-    del shard_size
+def describe(path: Path, shard_size: int, options: dict[str, Any] | None = None) -> Described:
+    del shard_size, options  # a local folder
     data = _index(path)
     config, chunks = data["config"], data["chunks"]
     keys = _keys(path, config)
@@ -221,6 +221,7 @@ def describe(path: Path, shard_size: int) -> Described:
 def rows(piece: Piece, fields: Any, start: int) -> Iterator[Row]:
     del fields
     (number,) = piece.detail
+    assert isinstance(piece.path, Path)  # a local folder
     data = _index(piece.path)
     config = data["config"]
     keys = _keys(piece.path, config)

@@ -189,8 +189,8 @@ def _shard_rows(path: Path, shard: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield record
 
 
-def describe(path: Path, shard_size: int) -> Described:
-    del shard_size
+def describe(path: Path, shard_size: int, options: dict[str, Any] | None = None) -> Described:
+    del shard_size, options  # a local folder
     shards = _index(path)
     pieces: list[Piece] = []
     fields: Fields = {}
@@ -255,6 +255,7 @@ def _guarded(path: Path, shard: dict[str, Any], first_row: int) -> Iterator[dict
 def rows(piece: Piece, fields: Any, start: int) -> Iterator[Row]:
     del fields
     (number,) = piece.detail
+    assert isinstance(piece.path, Path)  # a local folder
     shard = _index(piece.path)[number]
     rows_in = max(1, piece.rows or 1)
     for offset, record in enumerate(_guarded(piece.path, shard, piece.first_row)):

@@ -9,18 +9,19 @@ from typing import Any
 
 from guideloom.importing._arrow_columns import batch_rows, fields_of_schema, first_binary_values
 from guideloom.importing._errors import ImportInputError
+from guideloom.importing._files import InputPath, open_binary, size_of
 from guideloom.importing._stream import Described, Piece, Row
 
 BATCH_ROWS = 4096
 
 
-def _open(path: Path) -> Any:
+def _open(path: InputPath, options: dict[str, Any] | None) -> Any:
     try:
         import pyarrow.parquet as parquet
     except ImportError as error:
         raise ImportError("reading Parquet needs pyarrow: pip install pyarrow") from error
     try:
-        return parquet.ParquetFile(path)
+        return parquet.ParquetFile(path if isinstance(path, Path) else open_binary(path, options))
     except (FileNotFoundError, PermissionError):
         raise
     except Exception as error:
@@ -43,9 +44,9 @@ def _without_nulls(metadata: Any) -> list[str]:
     return found
 
 
-def describe(path: Path, shard_size: int) -> Described:
+def describe(path: InputPath, shard_size: int, options: dict[str, Any] | None = None) -> Described:
     """The file's fields and its pieces: consecutive row groups of about ``shard_size`` bytes each."""
-    file = _open(path)
+    file = _open(path, options)
     try:
         metadata = file.metadata
         schema = file.schema_arrow
@@ -67,24 +68,21 @@ def describe(path: Path, shard_size: int) -> Described:
             size += facts.total_byte_size
             rows += facts.num_rows
             if size >= shard_size or group == metadata.num_row_groups - 1:
-                pieces.append(Piece(path, "parquet", first_row, rows, size, (tuple(groups),)))
+                pieces.append(Piece(path, "parquet", first_row, rows, size, (tuple(groups),), options))
                 first_row, groups, size, rows = first_row + rows, [], 0, 0
     except ImportInputError:
         raise
     except Exception as error:
         raise ImportInputError(f"{path}: a damaged Parquet file ({error})") from None
     total = sum(piece.size for piece in pieces) or 1
-    file_size = path.stat().st_size
-    pieces = [  # sizes as bytes of the file, for progress in bytes read
-        Piece(piece.path, piece.kind, piece.first_row, piece.rows, piece.size * file_size // total, piece.detail)
-        for piece in pieces
-    ]
+    file_size = size_of(path, options)
+    pieces = [replace(piece, size=piece.size * file_size // total) for piece in pieces]  # bytes of the file read
     return Described(fields, pieces)
 
 
 def rows(piece: Piece, fields: Any, start: int) -> Iterator[Row]:
     """The piece's rows from row ``start`` of the file on."""
-    file = _open(piece.path)
+    file = _open(piece.path, piece.options)
     (groups,) = piece.detail
     row = piece.first_row
     metadata = file.metadata

@@ -24,6 +24,7 @@ from guideloom._storage.provenance import read_inputs, read_shard_sources, write
 from guideloom._storage.storages import DocumentStorage
 from guideloom.fields import RecordSchema
 from guideloom.importing._errors import ImportInputError
+from guideloom.importing._files import InputPath, is_remote
 from guideloom.importing._inputs import FORMATS, expand_sources
 from guideloom.importing._schema import (
     Fields,
@@ -88,7 +89,7 @@ class ImportSettings:
 @dataclass(frozen=True)
 class ImportPlan:
     settings: ImportSettings
-    inputs: list[Path]
+    inputs: list[InputPath]
     jobs: list[ImportJob]  #: the jobs left to write
     finished: list[ImportJob] = field(default_factory=list)  #: jobs earlier runs finished
 
@@ -108,11 +109,13 @@ def cut_into_jobs(pieces: list[tuple[int, Piece]], shard_size: int) -> list[Impo
     return jobs
 
 
-def _describe_all(inputs: list[tuple[Path, str]], shard_size: int, given: Fields | None) -> tuple[Fields, list[Any]]:
+def _describe_all(
+    inputs: list[tuple[InputPath, str]], shard_size: int, given: Fields | None, options: dict[str, Any] | None
+) -> tuple[Fields, list[Any]]:
     fields: Fields | None = None
     pieces: list[tuple[int, Piece]] = []
     for number, (path, kind) in enumerate(inputs):
-        described = FORMATS[kind].describe(path, shard_size)
+        described = FORMATS[kind].describe(path, shard_size, options)
         if given is None:
             try:
                 fields = described.fields if fields is None else merge_fields(fields, described.fields, str(path))
@@ -154,12 +157,22 @@ def _job_progress(job: ImportJob, destination: Path, committed: set[int]) -> Res
     return Resume(shards, input_, first + count - 1, finished)
 
 
-def plan_import(sources: object, destination: Path, schema: object, shard_size: object, names: Any) -> ImportPlan:
+def plan_import(
+    sources: object,
+    destination: Path,
+    schema: object,
+    shard_size: object,
+    names: Any,
+    storage_options: dict[str, Any] | None = None,
+) -> ImportPlan:
     """Check everything that can be checked before writing, and what earlier runs committed."""
     size = parse_shard_size(shard_size, names.shard_size)
     given = load_schema(schema)
-    inputs = expand_sources(sources)
-    fields, pieces = _describe_all(inputs, size, None if given is None else fields_of_record_schema(given))
+    inputs = expand_sources(sources, storage_options)
+    if storage_options and not any(is_remote(path) for path, _ in inputs):
+        raise ValueError(f"{names.storage_options} apply to sources on an object store, and every source is local")
+    given_fields = None if given is None else fields_of_record_schema(given)
+    fields, pieces = _describe_all(inputs, size, given_fields, storage_options)
     if not fields:
         raise ImportInputError("the inputs hold no fields (no column, no key): nothing to import")
     jobs = cut_into_jobs(pieces, size)

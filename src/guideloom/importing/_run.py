@@ -31,10 +31,11 @@ class OptionNames:
 
     workers: str
     shard_size: str
+    storage_options: str
 
 
-PYTHON_NAMES = OptionNames("workers", "shard_size")
-CLI_NAMES = OptionNames("--workers", "--shard-size")
+PYTHON_NAMES = OptionNames("workers", "shard_size", "storage_options")
+CLI_NAMES = OptionNames("--workers", "--shard-size", "--storage-options")
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,7 @@ def import_records(
     workers: int | None = None,
     shard_size: int | str = DEFAULT_SHARD_SIZE,
     progress: bool = False,
+    storage_options: dict[str, Any] | None = None,
 ) -> ImportSummary:
     """Import ``sources`` into the document storage at ``destination`` (see ``guideloom.importing``).
 
@@ -171,13 +173,17 @@ def import_records(
     per core, or this process alone for inputs under 8 MiB; 1: this process). ``shard_size`` (an int of
     bytes or a string such as ``"64MiB"``) is the bytes of records after which a shard is committed. Run
     again after an interruption, the same call finishes the import with every row once; over a finished
-    import it writes nothing. ``progress=True`` shows a progress bar on stderr.
+    import it writes nothing. ``progress=True`` shows a progress bar on stderr. Sources may be object store
+    URLs (Parquet, Arrow, JSONL and tar files, or prefixes holding them), read with fsspec's ``storage_options``.
     """
     started = time.perf_counter()
     workers = _check_workers(workers, PYTHON_NAMES.workers)
     if not isinstance(progress, bool):
         raise TypeError(f"progress must be a bool, got {type(progress).__name__}")
-    plan = plan_import(sources, local_path(destination, "destination"), schema, shard_size, PYTHON_NAMES)
+    if storage_options is not None and not isinstance(storage_options, dict):
+        raise TypeError(f"storage_options must be a dict, got {type(storage_options).__name__}")
+    destination_path = local_path(destination, "destination")
+    plan = plan_import(sources, destination_path, schema, shard_size, PYTHON_NAMES, storage_options)
     return execute(plan, workers, progress, started)
 
 

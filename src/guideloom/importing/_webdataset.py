@@ -23,10 +23,11 @@ from __future__ import annotations
 import json
 import tarfile
 from collections.abc import Iterator
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any
 
 from guideloom.importing._errors import ImportInputError
+from guideloom.importing._files import InputPath, open_binary, read_head, size_of
 from guideloom.importing._schema import KEY_FIELD, Fields, FieldSpec, merge_fields
 from guideloom.importing._stream import Described, Piece, Row, Skipped
 
@@ -50,10 +51,9 @@ READ_BUFFER = 1 << 20  # bytes per read of the tar stream (tarfile reads 10 KiB 
 END_OF_ARCHIVE = 2 * tarfile.BLOCKSIZE  # two zero blocks end every tar (tarfile, GNU tar and bsdtar write them)
 
 
-def format_of_compression(path: Path) -> bool:
+def format_of_compression(path: InputPath, options: dict[str, Any] | None) -> bool:
     """Whether the tar is compressed (its decompressor then notices truncation itself)."""
-    with open(path, "rb") as file:
-        head = file.read(6)
+    head = read_head(path, options, 6)
     return head.startswith((b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00"))
 
 
@@ -77,7 +77,7 @@ def _split_name(name: str) -> tuple[str, str] | None:
     return (base if parent == "." else f"{parent}/{base}"), extension
 
 
-def _value(path: Path, sample: int, extension: str, data: bytes) -> Any:
+def _value(path: InputPath, sample: int, extension: str, data: bytes) -> Any:
     kind = _kind(extension)
     try:
         if kind == "text":
@@ -91,15 +91,16 @@ def _value(path: Path, sample: int, extension: str, data: bytes) -> Any:
     return data
 
 
-def _samples(path: Path) -> Iterator[Row]:
+def _samples(path: InputPath, options: dict[str, Any] | None) -> Iterator[Row]:
     """``(sample index, fields, bytes read)`` in tar order; members left out come as :class:`Skipped` values, with
     the index of the sample they lie in."""
     key: str | None = None
     fields: dict[str, Any] = {}
     sample = 0
-    compressed = format_of_compression(path)
+    compressed = format_of_compression(path, options)
+    size = size_of(path, options)
     try:
-        with tarfile.open(path, mode="r|*", bufsize=READ_BUFFER) as tar:
+        with open_binary(path, options) as raw, tarfile.open(fileobj=raw, mode="r|*", bufsize=READ_BUFFER) as tar:
             for member in tar:
                 name = member.name
                 if name.startswith("/") or ".." in PurePosixPath(name).parts:
@@ -131,7 +132,7 @@ def _samples(path: Path) -> Iterator[Row]:
                 if len(data) != member.size:
                     raise EOFError(f"member {name!r} holds {len(data)} of its {member.size} bytes")
                 fields[extension] = _value(path, sample, extension, data)
-            if not compressed and path.stat().st_size < tar.offset + END_OF_ARCHIVE:
+            if not compressed and size < tar.offset + END_OF_ARCHIVE:
                 raise EOFError("the tar ends without its end-of-archive blocks")
     except ImportInputError:
         raise
@@ -140,14 +141,14 @@ def _samples(path: Path) -> Iterator[Row]:
             raise
         raise ImportInputError(f"{path}: a truncated or damaged tar, at row {sample} ({error})") from None
     if key is not None:
-        yield sample, fields, path.stat().st_size
+        yield sample, fields, size
 
 
-def describe(path: Path, shard_size: int) -> Described:
+def describe(path: InputPath, shard_size: int, options: dict[str, Any] | None = None) -> Described:
     del shard_size
     fields: Fields = {KEY_FIELD: FieldSpec("text")}
     seen = 0
-    for _, values, _ in _samples(path):
+    for _, values, _ in _samples(path, options):
         if isinstance(values, Skipped):
             continue
         found: Fields = {KEY_FIELD: FieldSpec("text")}
@@ -156,11 +157,11 @@ def describe(path: Path, shard_size: int) -> Described:
         seen += 1
         if seen >= INFER_SAMPLES:
             break
-    return Described(fields, [Piece(path, "webdataset", 0, None, path.stat().st_size)])
+    return Described(fields, [Piece(path, "webdataset", 0, None, size_of(path, options), (), options)])
 
 
 def rows(piece: Piece, fields: Any, start: int) -> Iterator[Row]:
     del fields
-    for sample, values, position in _samples(piece.path):
+    for sample, values, position in _samples(piece.path, piece.options):
         if sample >= start:
             yield sample, values, min(piece.size, position)
