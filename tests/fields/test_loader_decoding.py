@@ -14,7 +14,7 @@ import soundfile
 import torch
 from PIL import Image as PILImage
 
-from guideloom import DocumentStorage, StatefulDataLoader
+from guideloom import DocumentStorage, Mixture, StatefulDataLoader
 from guideloom.collate import pad
 from guideloom.fields import Audio, Image, ImageValue, RecordSchema, Text
 from tests.fields.media_files import image_bytes, sound_bytes
@@ -191,3 +191,14 @@ def test_pad_stacks_lists_and_pads_decoded_media(storage_path: Path) -> None:
     ]
     assert batch["image_sizes"].tolist() == [[12, 16], [12, 17], [12, 18]]
     assert batch["caption"] == ["caption 0", "caption 1", "caption 2"]
+
+
+def test_a_mixture_of_schema_storages_reads_some_fields_and_decodes(storage_path: Path, tmp_path: Path) -> None:
+    first, second = write(storage_path), write(tmp_path / "second")
+    mixture = Mixture({"first": first, "second": second}, {"first": 1, "second": 1}, block_size=4)
+    with StatefulDataLoader.from_storage(
+        mixture, list, device="cpu", local_batch_size=4, fields=("image",), decode=True, num_workers=2
+    ) as loader:
+        records = [record for batch in loader for record in batch]
+    assert records and all(set(record) == {"image"} for record in records)
+    assert all(isinstance(record["image"], torch.Tensor) for record in records)
