@@ -81,6 +81,15 @@ def add_import_command(commands: argparse._SubParsersAction[argparse.ArgumentPar
         metavar="SIZE",
         help="bytes of records per shard: 256MiB (the default), 1GiB, 500MB, 1048576, ...",
     )
+    command.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="ADDRESS",
+        help="one Ray task per job on the Ray cluster at ADDRESS (default: RAY_ADDRESS, else a new local cluster); "
+        "every machine must see DEST at the same path; needs the ray extra",
+    )
     command.add_argument("--quiet", action="store_true", help="no progress bar")
     command.add_argument(
         "--storage-options", metavar="JSON", help="for sources on an object store: fsspec options as a JSON object"
@@ -103,7 +112,8 @@ def prepare_import(arguments: argparse.Namespace) -> Callable[[], int]:
     )
 
     def run() -> int:
-        summary = execute(plan, arguments.workers, not arguments.quiet, started)
+        ray: bool | str = False if arguments.ray is None else arguments.ray or True
+        summary = execute(plan, arguments.workers, not arguments.quiet, started, ray)
         print(summary.describe())
         return 0
 

@@ -92,6 +92,7 @@ class ImportPlan:
     inputs: list[InputPath]
     jobs: list[ImportJob]  #: the jobs left to write
     finished: list[ImportJob] = field(default_factory=list)  #: jobs earlier runs finished
+    names: Any = None  #: how the caller spells the options (``_run.OptionNames``), for messages
 
 
 def cut_into_jobs(pieces: list[tuple[int, Piece]], shard_size: int) -> list[ImportJob]:
@@ -138,7 +139,8 @@ def _check_destination(destination: Path) -> bool:
     return False
 
 
-def _job_progress(job: ImportJob, destination: Path, committed: set[int]) -> Resume:
+def job_progress(job: ImportJob, destination: Path, committed: set[int]) -> Resume:
+    """What is committed of ``job`` among the storage's ``committed`` shards (read from their provenance files)."""
     shards = 0
     last: tuple[list[list[int]], bool] | None = None
     while job.first_shard + shards in committed:
@@ -201,7 +203,7 @@ def plan_import(
     if recorded is None:
         write_inputs(destination, record)
     progressed = [
-        ImportJob(job.number, job.pieces, _job_progress(job, destination, committed)) if committed else job
+        ImportJob(job.number, job.pieces, job_progress(job, destination, committed)) if committed else job
         for job in jobs
     ]
     return ImportPlan(
@@ -209,4 +211,5 @@ def plan_import(
         inputs=paths,
         jobs=[job for job in progressed if not job.resume.finished],
         finished=[job for job in progressed if job.resume.finished],
+        names=names,
     )

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import pickle
 import signal
 import traceback
 from collections import deque
@@ -22,7 +21,7 @@ from multiprocessing.process import BaseProcess
 
 from guideloom.importing._errors import ImportWorkerDied
 from guideloom.importing._plan import ImportJob, ImportSettings
-from guideloom.importing._write import Cancelled, JobResult, import_job
+from guideloom.importing._write import Cancelled, JobResult, import_job, picklable
 
 STOP_GRACE_SECONDS = 30.0
 
@@ -32,15 +31,6 @@ class RemoteTraceback(Exception):
 
     def __str__(self) -> str:
         return f"\n{self.args[0]}"
-
-
-def picklable(error: BaseException) -> BaseException:
-    """``error`` if it survives pickling (to cross to the parent process), else a RuntimeError saying it."""
-    try:
-        pickle.loads(pickle.dumps(error))
-    except Exception:
-        return RuntimeError(f"{type(error).__name__}: {error}")
-    return error
 
 
 def _worker_main(settings: ImportSettings, jobs: Connection, events: Connection) -> None:

@@ -32,10 +32,11 @@ class OptionNames:
     workers: str
     shard_size: str
     storage_options: str
+    ray: str
 
 
-PYTHON_NAMES = OptionNames("workers", "shard_size", "storage_options")
-CLI_NAMES = OptionNames("--workers", "--shard-size", "--storage-options")
+PYTHON_NAMES = OptionNames("workers", "shard_size", "storage_options", "ray")
+CLI_NAMES = OptionNames("--workers", "--shard-size", "--storage-options", "--ray")
 
 
 @dataclass(frozen=True)
@@ -113,8 +114,13 @@ def _check_workers(workers: object, name: str) -> int | None:
     return workers
 
 
-def execute(plan: ImportPlan, workers: int | None, progress: bool, started: float) -> ImportSummary:
-    """Write the planned jobs with ``workers`` processes (None: the cores; 1: this process)."""
+def execute(
+    plan: ImportPlan, workers: int | None, progress: bool, started: float, ray: bool | str = False
+) -> ImportSummary:
+    """Write the planned jobs with ``workers`` processes (None: the cores; 1: this process), or as Ray tasks
+    (``ray``: True, or a cluster's address)."""
+    if ray is not False and workers is not None:
+        raise ValueError(f"{plan.names.workers} and {plan.names.ray} exclude each other: Ray runs one task per job")
     jobs = plan.jobs
     total = sum(job.size for job in jobs)
     count = (os.cpu_count() or 1) if workers is None else workers
@@ -125,7 +131,19 @@ def execute(plan: ImportPlan, workers: int | None, progress: bool, started: floa
     bar = _Progress(total, progress and bool(jobs))
     update: Callable[[int, int], object] = bar.update
     try:
-        if processes:
+        if ray is not False and jobs:
+            try:
+                from guideloom.importing._ray_tasks import run_import_tasks  # Ray is imported only here
+            except ModuleNotFoundError as error:
+                if error.name != "ray":
+                    raise
+                raise ImportError(f"{plan.names.ray} needs Ray: pip install 'guideloom[ray]'") from None
+            processes = 0
+            ray_results, failure = run_import_tasks(jobs, plan.settings, None if ray is True else ray, update)
+            results.update(ray_results)
+            if failure is not None:
+                raise failure
+        elif processes:
             pool_results, failure = run_pool(jobs, plan.settings, processes, update)
             results.update(pool_results)
             if failure is not None:
@@ -165,6 +183,7 @@ def import_records(
     shard_size: int | str = DEFAULT_SHARD_SIZE,
     progress: bool = False,
     storage_options: dict[str, Any] | None = None,
+    ray: bool | str = False,
 ) -> ImportSummary:
     """Import ``sources`` into the document storage at ``destination`` (see ``guideloom.importing``).
 
@@ -175,6 +194,10 @@ def import_records(
     again after an interruption, the same call finishes the import with every row once; over a finished
     import it writes nothing. ``progress=True`` shows a progress bar on stderr. Sources may be object store
     URLs (Parquet, Arrow, JSONL and tar files, or prefixes holding them), read with fsspec's ``storage_options``.
+
+    ``ray=True`` (or a cluster's address) runs one Ray task per job instead of worker processes, on as many
+    machines as the cluster has (needs the ``ray`` extra; excludes ``workers``): the same jobs, shards and
+    schema, exactly once; every machine must see ``destination`` at the same path (a shared file system).
     """
     started = time.perf_counter()
     workers = _check_workers(workers, PYTHON_NAMES.workers)
@@ -184,7 +207,9 @@ def import_records(
         raise TypeError(f"storage_options must be a dict, got {type(storage_options).__name__}")
     destination_path = local_path(destination, "destination")
     plan = plan_import(sources, destination_path, schema, shard_size, PYTHON_NAMES, storage_options)
-    return execute(plan, workers, progress, started)
+    if not isinstance(ray, bool | str):
+        raise TypeError(f"ray must be a bool or a cluster address, got {type(ray).__name__}")
+    return execute(plan, workers, progress, started, ray)
 
 
 def imported_schema(destination: str | os.PathLike[str]) -> RecordSchema:

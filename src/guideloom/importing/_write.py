@@ -9,9 +9,11 @@ preceded by the shard's provenance file. Raising commits nothing of the shard in
 from __future__ import annotations
 
 import json
+import pickle
+import traceback
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -21,7 +23,7 @@ from guideloom._storage.provenance import write_shard_sources
 from guideloom.importing._arrow_columns import CheckedRow
 from guideloom.importing._errors import ImportInputError
 from guideloom.importing._inputs import FORMATS
-from guideloom.importing._plan import ImportJob, ImportSettings
+from guideloom.importing._plan import ImportJob, ImportSettings, job_progress
 from guideloom.importing._schema import conform_row
 from guideloom.importing._stream import Skipped
 
@@ -157,3 +159,28 @@ def import_job(
             result.bytes += piece.size
         shards.finish()
     return result
+
+
+def import_job_again(job: ImportJob, settings: ImportSettings) -> tuple[str, Any, str | None]:
+    """``job`` for executors that may run it again (Ray): ``("done", result, None)`` or ``("failed", error, trace)``.
+
+    An attempt goes on after what is committed of the job now: an earlier attempt may have died after
+    committing some of its shards (or all: then it writes nothing).
+    """
+    try:
+        committed = set(settings.storage().committed_shards())
+        now = replace(job, resume=job_progress(job, settings.destination, committed))
+        if now.resume.finished:
+            return "done", JobResult(), None
+        return "done", import_job(now, settings), None
+    except Exception as error:
+        return "failed", picklable(error), traceback.format_exc()
+
+
+def picklable(error: BaseException) -> BaseException:
+    """``error`` if it survives pickling (to cross to the parent process), else a RuntimeError saying it."""
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:
+        return RuntimeError(f"{type(error).__name__}: {error}")
+    return error
