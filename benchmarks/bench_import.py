@@ -1,7 +1,8 @@
 """Import benchmark: Parquet of text and token columns, and images in WebDataset tars, into a storage, in one run.
 
 For the same input, with 1 and 2 processes, MB of input per second (medians of ``--rounds`` rounds,
-each way a fresh process timed from outside, start-up included) and peak resident memory:
+each way a fresh process timed from outside, start-up included) and peak resident memory (of the process
+or of its largest worker process):
 
 * the limit: pyarrow reading the input into Arrow batches, plus writing the same bytes (fsynced);
 * a user's loop: ``iter_batches``, rows as dicts, ``DocumentStorage.sync_writer(shard_size="256MiB")``
@@ -38,7 +39,9 @@ import json, os, resource, sys, time
 started = time.perf_counter()
 {body}
 seconds = time.perf_counter() - started
-peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+# VmHWM: this process's own peak (ru_maxrss would carry the parent's across exec); its worker processes' too
+own = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+peak = max(own, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 print(json.dumps({{"seconds": seconds, "peak_rss_mb": peak / 1024}}))
 """
 
