@@ -237,3 +237,14 @@ def test_an_elastic_resume_with_decoded_media_reads_every_record_once(storage_pa
         loader.load_state_dict(states[0])
         after = [caption for batch in loader for caption in batch]
     assert sorted(before + after) == sorted(f"caption {number}" for number in range(COUNT))
+
+
+def test_a_record_left_out_is_logged_with_why(storage_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    storage = write(storage_path, damaged=True)
+    with StatefulDataLoader.from_storage(
+        storage, list, device="cpu", local_batch_size=COUNT, decode=True, on_decode_error="skip"
+    ) as loader:
+        (batch,) = list(loader)
+    assert len(batch) == COUNT - 1
+    (message,) = [record.getMessage() for record in caplog.records if record.name == "guideloom"]
+    assert "left out a record: cannot decode field 'image' of record 2 of shard 1" in message
