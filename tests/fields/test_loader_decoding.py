@@ -202,3 +202,49 @@ def test_a_mixture_of_schema_storages_reads_some_fields_and_decodes(storage_path
         records = [record for batch in loader for record in batch]
     assert records and all(set(record) == {"image"} for record in records)
     assert all(isinstance(record["image"], torch.Tensor) for record in records)
+
+
+def test_an_elastic_resume_with_decoded_media_reads_every_record_once(storage_path: Path) -> None:
+    """Two ranks read two steps each; one rank resumes from their state and reads the rest of the epoch."""
+    storage = write(storage_path)
+
+    def captions(records: list[dict[str, Any]]) -> list[str]:
+        assert all(isinstance(record["image"], torch.Tensor) for record in records)
+        return [record["caption"] for record in records]
+
+    def open_loader(rank: int, world_size: int) -> StatefulDataLoader:
+        return StatefulDataLoader.from_storage(
+            storage,
+            captions,
+            device="cpu",
+            local_batch_size=3,
+            shuffle=True,
+            seed=4,
+            rank=rank,
+            world_size=world_size,
+            num_workers=2,
+            decode=True,
+        )
+
+    before, states = [], []
+    for rank in range(2):
+        with open_loader(rank, 2) as loader:
+            batches = iter(loader)
+            before += [caption for _ in range(2) for caption in next(batches)]
+            states.append(loader.state_dict())
+    assert states[0] == states[1]
+    with open_loader(0, 1) as loader:
+        loader.load_state_dict(states[0])
+        after = [caption for batch in loader for caption in batch]
+    assert sorted(before + after) == sorted(f"caption {number}" for number in range(COUNT))
+
+
+def test_a_record_left_out_is_logged_with_why(storage_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    storage = write(storage_path, damaged=True)
+    with StatefulDataLoader.from_storage(
+        storage, list, device="cpu", local_batch_size=COUNT, decode=True, on_decode_error="skip"
+    ) as loader:
+        (batch,) = list(loader)
+    assert len(batch) == COUNT - 1
+    (message,) = [record.getMessage() for record in caplog.records if record.name == "guideloom"]
+    assert "left out a record: cannot decode field 'image' of record 2 of shard 1" in message

@@ -10,6 +10,7 @@ batch holds, its state and its resumption are those of any document storage.
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -18,6 +19,7 @@ from guideloom._fields.media import MediaValue, Origin, where
 from guideloom._fields.schema import RecordSchema
 from guideloom._storage.storages import DocumentStorage
 
+LOGGER = logging.getLogger("guideloom")
 DECODE_ERRORS = ("raise", "skip")
 Decoder = Callable[[Any], Any]
 
@@ -133,18 +135,24 @@ class DecodingCollate:
                     record[name] = [item.decode() for item in value]
                 else:
                     record[name] = value.decode()
-            except MediaDecodeError:
+            except MediaDecodeError as error:
                 if self.skip:
-                    self.skipped += 1
-                    return False
+                    return self._skipped(error)
                 raise
             except Exception as error:  # a decode function's own error: named as the decoder's would be
-                if self.skip:
-                    self.skipped += 1
-                    return False
                 origin = _origin(record, value, name)
-                raise MediaDecodeError(f"cannot decode {where(origin)}: {type(error).__name__}: {error}") from error
+                named = MediaDecodeError(f"cannot decode {where(origin)}: {type(error).__name__}: {error}")
+                if self.skip:
+                    return self._skipped(named)
+                raise named from error
         return True
+
+
+    def _skipped(self, error: MediaDecodeError) -> bool:
+        """Count and log a record left out (the log says which, and why); False."""
+        self.skipped += 1
+        LOGGER.warning("on_decode_error='skip': left out a record: %s", error)
+        return False
 
 
 def _origin(record: dict[str, Any], value: Any, name: str) -> Origin:

@@ -54,23 +54,24 @@ class MediaValue:
         """The size of the encoded bytes."""
         return self.data.nbytes
 
-    def _metadata(self) -> dict[str, Any]:
+    def metadata(self) -> dict[str, Any]:
+        """What was recorded of the medium at write time (its format included), as a dict."""
         raise NotImplementedError
 
     def __repr__(self) -> str:
-        described = ", ".join(f"{name}={value!r}" for name, value in self._metadata().items())
+        described = ", ".join(f"{name}={value!r}" for name, value in self.metadata().items())
         return f"{type(self).__name__}({described}, {self.nbytes} bytes)"
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
         assert isinstance(other, MediaValue)
-        return self._metadata() == other._metadata() and self.data == other.data
+        return self.metadata() == other.metadata() and self.data == other.data
 
     __hash__ = None  # type: ignore[assignment]
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self)._rebuilt, (self._metadata(), bytes(self.data), self.origin))
+        return (self._rebuilt, (self.metadata(), bytes(self.data), self.origin))
 
     @classmethod
     def _rebuilt(cls, metadata: dict[str, Any], data: bytes, origin: Origin) -> MediaValue:
@@ -91,7 +92,7 @@ class ImageValue(MediaValue):
     height: int
     mode: str
 
-    def _metadata(self) -> dict[str, Any]:
+    def metadata(self) -> dict[str, Any]:
         return {"width": self.width, "height": self.height, "mode": self.mode, "format": self.format}
 
     def decode(self, max_pixels: int | None = -1) -> torch.Tensor:
@@ -127,7 +128,7 @@ class AudioValue(MediaValue):
     channels: int
     frames: int
 
-    def _metadata(self) -> dict[str, Any]:
+    def metadata(self) -> dict[str, Any]:
         return {
             "sample_rate": self.sample_rate,
             "channels": self.channels,
@@ -159,7 +160,7 @@ class VideoValue(MediaValue):
     frames: int
     fps: float
 
-    def _metadata(self) -> dict[str, Any]:
+    def metadata(self) -> dict[str, Any]:
         return {
             "width": self.width,
             "height": self.height,
