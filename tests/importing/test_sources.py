@@ -185,3 +185,33 @@ def test_compressed_mds_and_litdata_folders(tmp_path: Path) -> None:
     (lit / "index.json").write_text(json.dumps(index))
     import_records([mds, lit], tmp_path / "out", workers=1)
     assert stored_records(tmp_path / "out") == rows + rows
+
+
+def test_saved_dataset_features_arrays_sequences_and_dicts(tmp_path: Path) -> None:
+    datasets = pytest.importorskip("datasets")
+    features = datasets.Features(
+        {
+            "grid": datasets.Array2D((2, 3), "float32"),
+            "words": datasets.Sequence(datasets.Value("string")),
+            "pair": {"x": datasets.Value("int32"), "y": datasets.Value("string")},
+            "ragged": datasets.Sequence(datasets.Sequence(datasets.Value("int64"))),
+        }
+    )
+    rows = {
+        "grid": [np.arange(6, dtype=np.float32).reshape(2, 3)] * 2,
+        "words": [["a", "b"], []],
+        "pair": [{"x": 1, "y": "q"}, {"x": 2, "y": "r"}],
+        "ragged": [[[1, 2], [3]], []],
+    }
+    datasets.Dataset.from_dict(rows, features=features).save_to_disk(str(tmp_path / "saved"))
+    summary = import_records([tmp_path / "saved"], tmp_path / "out", workers=1)
+    assert summary.fields.startswith("grid: Array(float32), optional, words: Json(), optional")
+    assert stored_records(tmp_path / "out") == [
+        {
+            "grid": [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]],
+            "words": ["a", "b"],
+            "pair": {"x": 1, "y": "q"},
+            "ragged": [[1, 2], [3]],
+        },
+        {"grid": [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]], "words": [], "pair": {"x": 2, "y": "r"}, "ragged": []},
+    ]

@@ -2,16 +2,19 @@
 
 Shared by Parquet files and Hugging Face datasets' Arrow files. Types map to fields as: strings ->
 ``Text``; booleans, integers and floats -> ``Scalar(dtype)``; lists of integers -> ``Tokens(dtype)``;
-lists (and fixed-size lists of lists) of floats -> ``Array(dtype)``; binary -> ``Image`` / ``Audio`` /
-``Video`` when its first value starts as such a file does, else ``Array(uint8)``; anything else (structs,
-lists of strings, maps, nulls) -> ``Json``; dates, times and decimals -> ``Text``. A Hugging Face
+lists of floats, and lists of fixed-size lists of numbers -> ``Array(dtype)``; binary -> ``Image`` /
+``Audio`` / ``Video`` when its first value starts as such a file does, else ``Array(uint8)``; anything
+else (ragged nested lists, structs, lists of strings, maps, nulls) -> ``Json``; dates, times and
+decimals -> ``Text``. A Hugging Face
 ``Image()`` / ``Audio()`` / ``Video()`` feature (the schema's ``huggingface`` metadata) becomes that media
-field, and a list of ``Image()`` an ``Images()`` field; a ``ClassLabel`` stays a ``Scalar``.
+field, a list of ``Image()`` an ``Images()`` field, an ``Array2D`` ... ``Array5D`` an ``Array`` of its shape;
+a ``ClassLabel`` stays a ``Scalar``.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -73,6 +76,17 @@ def _hf_media(feature: object) -> tuple[str, bool] | None:
     return None
 
 
+def _hf_array(feature: object) -> FieldSpec | None:
+    """The field of a Hugging Face ``Array2D`` ... ``Array5D`` feature (an Arrow extension type): an ``Array``."""
+    if not isinstance(feature, dict) or feature.get("_type") not in ("Array2D", "Array3D", "Array4D", "Array5D"):
+        return None
+    try:
+        shape = tuple(None if size is None else int(size) for size in feature["shape"])
+        return FieldSpec("array", np.dtype(feature["dtype"]).name, shape=shape)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def _numeric_leaf(arrow_type: Any) -> tuple[Any, int]:
     """The innermost value type of nested lists, and how deep it lies."""
     import pyarrow.types as types
@@ -115,7 +129,9 @@ def field_of_type(arrow_type: Any, nullable: bool, first_value: Any = None) -> F
         dtype = "bool" if types.is_boolean(leaf) else np.dtype(leaf.to_pandas_dtype()).name
         if depth == 1 and types.is_integer(leaf):
             return FieldSpec("tokens", dtype, optional)
-        return FieldSpec("array", dtype, optional, _fixed_shape(arrow_type))
+        shape = _fixed_shape(arrow_type)
+        if None not in shape[1:]:  # rectangular: only the outer length may vary
+            return FieldSpec("array", dtype, optional, shape)
     return FieldSpec("json", optional=optional)
 
 
@@ -130,6 +146,10 @@ def fields_of_schema(schema: Any, first_values: dict[str, Any] | None = None) ->
             fields[field.name] = FieldSpec("images" if is_list and kind == "image" else kind, optional=field.nullable)
             if is_list and kind != "image":
                 fields[field.name] = FieldSpec("json", optional=field.nullable)
+            continue
+        array = _hf_array(features.get(field.name))
+        if array is not None:
+            fields[field.name] = replace(array, optional=field.nullable)
             continue
         first = (first_values or {}).get(field.name)
         fields[field.name] = field_of_type(field.type, field.nullable, first)
@@ -186,6 +206,10 @@ def _list_arrays(column: Any, spec: FieldSpec) -> list[Any] | None:
 
 def column_values(column: Any, spec: FieldSpec) -> list[Any]:
     """One column of a record batch as values per row, ready for :func:`conform` (arrays for tokens and arrays)."""
+    import pyarrow
+
+    if isinstance(column.type, pyarrow.ExtensionType):  # Hugging Face's ArrayND: nested lists underneath
+        column = column.storage
     if spec.kind in ("image", "audio", "video"):
         return _media_values(column)
     if spec.kind == "images":
