@@ -215,3 +215,12 @@ def test_saved_dataset_features_arrays_sequences_and_dicts(tmp_path: Path) -> No
         },
         {"grid": [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]], "words": [], "pair": {"x": 2, "y": "r"}, "ragged": []},
     ]
+
+
+def test_dictionary_encoded_columns_and_a_byte_order_mark(tmp_path: Path) -> None:
+    table = pa.table({"label": pa.array(["cat", "dog", "cat"]).dictionary_encode(), "n": [1, 2, 3]})
+    pq.write_table(table, tmp_path / "a.parquet")
+    (tmp_path / "b.jsonl").write_bytes(b'\xef\xbb\xbf{"label": "bird", "n": 4}\n')
+    summary = import_records([tmp_path / "a.parquet", tmp_path / "b.jsonl"], tmp_path / "out", workers=1)
+    assert summary.fields.startswith("label: Text()")
+    assert [record["label"] for record in stored_records(tmp_path / "out")] == ["cat", "dog", "cat", "bird"]

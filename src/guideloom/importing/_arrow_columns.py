@@ -113,6 +113,8 @@ def field_of_type(arrow_type: Any, nullable: bool, first_value: Any = None) -> F
     import pyarrow.types as types
 
     optional = bool(nullable)
+    if types.is_dictionary(arrow_type):  # dictionary-encoded (a pandas category): its values' type
+        arrow_type = arrow_type.value_type
     if types.is_string(arrow_type) or types.is_large_string(arrow_type):
         return FieldSpec("text", optional=optional)
     if types.is_boolean(arrow_type):
@@ -210,6 +212,8 @@ def column_values(column: Any, spec: FieldSpec) -> list[Any]:
 
     if isinstance(column.type, pyarrow.ExtensionType):  # Hugging Face's ArrayND: nested lists underneath
         column = column.storage
+    if pyarrow.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
     if spec.kind in ("image", "audio", "video"):
         return _media_values(column)
     if spec.kind == "images":

@@ -56,6 +56,8 @@ def _records(
     path: InputPath, codec: str | None, options: dict[str, Any] | None
 ) -> Iterator[tuple[int, dict[str, Any], int]]:
     for index, (line, position) in enumerate(_lines(path, codec, options)):
+        if index == 0 and line.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte order mark
+            line = line[3:]
         if not line.strip():
             continue
         try:
