@@ -29,10 +29,12 @@ shards of --shard-size bytes of records (default 256MiB).
                            txt json cls), the key kept as __key__
   MDS, LitData folders     an index.json of theirs, read without their library
   other folders            the files above they hold, recursively
+  s3://..., gs://...       Parquet, Arrow, JSONL and tar objects, or a prefix
+                           of them (--storage-options for fsspec)
 
 The fields are inferred from the sources unless --schema gives them (a JSON
-file, or module:attribute naming a dict); a row that does not fit stops the
-import with its input and row named. Records keep each input's row order;
+file, or module:attribute naming a RecordSchema or a dict); a row that does
+not fit stops the import with its input and row named. Records keep each input's row order;
 `guideloom explain` names each record's input and row.
 
 An import killed at any moment finishes when the same command runs again,
