@@ -117,3 +117,13 @@ def test_a_tar_is_resumed_after_its_last_committed_sample(tmp_path: Path) -> Non
     assert _kill_after_a_commit(_import([tar], tmp_path / "out"), tmp_path / "out", 0.05)
     import_records([tar], tmp_path / "out", shard_size="32KiB", workers=2)
     assert [record["__key__"] for record in stored_records(tmp_path / "out")] == [f"k{i:04d}" for i in range(2000)]
+
+
+def test_inputs_changed_since_the_import_began_are_refused(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "rows.jsonl", [{"n": i} for i in range(10)])
+    import_records([path], tmp_path / "out", workers=1)
+    write_jsonl(path, [{"n": i} for i in range(11)])
+    with pytest.raises(ValueError, match="holds an import of other input sizes"):
+        import_records([path], tmp_path / "out", workers=1)
+    with pytest.raises(ValueError, match="holds an import of other inputs"):
+        import_records([write_jsonl(tmp_path / "other.jsonl", [{"n": 0}])], tmp_path / "out", workers=1)

@@ -11,6 +11,8 @@ shards, and the last of them says where to go on (the row after its last) or tha
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,6 +95,16 @@ class ImportPlan:
     jobs: list[ImportJob]  #: the jobs left to write
     finished: list[ImportJob] = field(default_factory=list)  #: jobs earlier runs finished
     names: Any = None  #: how the caller spells the options (``_run.OptionNames``), for messages
+
+
+WHAT_DIFFERS = {"inputs": "inputs", "shard_size": "shard size", "fields": "fields", "jobs": "input sizes"}
+
+
+def jobs_digest(jobs: list[ImportJob]) -> str:
+    """What the jobs are (each piece's input, rows and bytes): inputs that changed since an import began change it."""
+    described = [[job.number, [[number, piece.first_row, piece.rows, piece.size] for number, piece in job.pieces]]
+                 for job in jobs]  # fmt: skip
+    return hashlib.sha256(json.dumps(described).encode()).hexdigest()[:32]
 
 
 def cut_into_jobs(pieces: list[tuple[int, Piece]], shard_size: int) -> list[ImportJob]:
@@ -185,6 +197,7 @@ def plan_import(
         "inputs": [os.fspath(path) for path in paths],
         "shard_size": size,
         "fields": fields_as_json(fields),
+        "jobs": jobs_digest(jobs),
     }
     settings = ImportSettings(destination, given if given is not None else record_schema(fields), fields, size)
     exists = _check_destination(destination)
@@ -192,7 +205,7 @@ def plan_import(
     recorded = read_inputs(destination) if exists else None
     committed = set(storage.committed_shards()) if exists else set()
     if recorded is not None and recorded != record:
-        differs = [key for key in record if recorded.get(key) != record[key]]
+        differs = [WHAT_DIFFERS[key] for key in record if recorded.get(key) != record[key]]
         raise ValueError(
             f"destination {destination} holds an import of other {' and '.join(differs)}; an import is resumed "
             "with the same sources, schema and shard size: import into a new destination"
