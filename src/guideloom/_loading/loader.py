@@ -16,7 +16,6 @@ from dataclasses import replace
 from types import TracebackType
 from typing import Any, Self
 
-import numpy as np
 import torch
 
 from guideloom._core.checks import check_bool, check_callable, check_int, check_number
@@ -34,12 +33,11 @@ from guideloom._loading.streaming import (
     check_windowed,
     in_machine_shares,
     local_world_size_of,
-    plan_boundary_parts,
     prepare_streaming,
+    read_plan,
 )
 from guideloom._loading.transport import Batcher, Transport, make_transport
 from guideloom._mixture.mixture import Mixture
-from guideloom._sampling.epoch_order import BatchPlan
 from guideloom._sources.source import SampleSource
 from guideloom._sources.window_modes import window_mode
 from guideloom._storage.storages import DocumentStorage, TokenStorage
@@ -270,7 +268,10 @@ class StatefulDataLoader:
             yield from self._budget_segment(generation, steps)
             return
         plan = steps.fixed
-        batches = self._transport.batches(self._index_batches(plan), self.epoch)
+        order = epoch_order(self._source, self._settings(), self.epoch, plan.start)
+        parts = read_plan(self._source, order, self.rank, self.world_size // self.local_world_size)
+        index_arrays = index_batches(self._source, order, self.epoch, plan, self.rank)
+        batches = self._transport.batches(index_arrays, self.epoch, parts)
         for end in plan.batch_ends():
             if generation != self._generation:
                 raise RuntimeError("this iterator was superseded by a newer iter() or state of the same loader")
@@ -287,11 +288,6 @@ class StatefulDataLoader:
                 raise RuntimeError("this iterator was superseded by a newer iter() or state of the same loader")
             self.position = ends.popleft()
             yield batch
-
-    def _index_batches(self, plan: BatchPlan) -> Iterator[np.ndarray]:
-        order = epoch_order(self._source, self._settings(), self.epoch, plan.start)
-        plan_boundary_parts(self._source, order, self.rank)
-        return index_batches(self._source, order, self.epoch, plan, self.rank)
 
     def _settings(self) -> OrderSettings:
         return OrderSettings(

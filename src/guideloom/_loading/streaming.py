@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import uuid
 import warnings
 
 import numpy as np
@@ -13,15 +12,15 @@ from guideloom._core.user_frames import users_stacklevel
 from guideloom._mixture.mixture import Mixture
 from guideloom._mixture.source import MixtureSource
 from guideloom._sampling.windowed_order import WindowedOrder
-from guideloom._shards.shard_access import WantedPart
+from guideloom._shards.parts import NO_PARTS, ReadPlan, joined_parts
 from guideloom._sources.source import PinnedShards, SampleSource
 
 __all__ = [
     "check_windowed",
     "in_machine_shares",
     "local_world_size_of",
-    "plan_boundary_parts",
     "prepare_streaming",
+    "read_plan",
     "warn_if_shares_are_small",
     "warn_if_thrashing",
 ]
@@ -95,34 +94,31 @@ def prepare_streaming(
         every_window = by_budget and getattr(one_storage, "compression", None) is not None
         if shuffle_window is not None and isinstance(one_source, PinnedShards):
             one_source.hold_at_most(shuffle_window + 1)
-            if machines > 1 and source is one_source and not by_budget:  # (a budget's batches name no parts)
-                one_source.read_parts(uuid.uuid4().hex)
         warn_if_thrashing(one_storage, one_source, shuffle, shuffle_window, machines if every_window else 1)
-        warn_if_shares_are_small(one_storage, one_source, shuffle_window, machines)
+        # Parts of shards are planned for a storage read alone, not a mixture's, nor batches by budget (`read_plan`).
+        plans_parts = source is one_source and not by_budget
+        warn_if_shares_are_small(one_storage, one_source, shuffle_window, machines, plans_parts)
     return in_machine_shares(source, shuffle_window, machines)
 
 
-def plan_boundary_parts(source: SampleSource, order: object, rank: int) -> None:
-    """Name the parts of the shards that ``rank``'s machine shares with its neighbours in this windowed epoch
-    (``order``), so that a remote storage downloads only those parts of them (see ``_remote.shard_parts``).
+def read_plan(source: SampleSource, order: object, rank: int, machines: int) -> ReadPlan:
+    """The parts of the shards that ``rank``'s machine shares with its neighbours in this windowed epoch
+    (``order``), so that a remote storage downloads only those parts of them (see ``_shards.parts``): a value the
+    loader sends with the work.
 
-    Every rank of a machine names the same parts: those of its machine's share. An epoch read in shares of other
-    machines than its ranks make (a state resumed elastically) names none: its boundary shards are read whole.
+    Every rank of a machine plans the same parts: those of its machine's share. An epoch read in shares of other
+    machines than its ranks make (a state resumed elastically) plans none: its boundary shards are read whole. So
+    does a loader on one of ``machines`` (all shards are its own), a mixture, and a source that cannot read parts.
     """
-    if not isinstance(order, WindowedOrder) or not isinstance(source, PinnedShards) or not source.reads_parts:
-        return
-    parts: dict[int, WantedPart] = {}
-    if order.ranks % order.streams == 0:
-        ranges, whole = order.end_parts(rank // (order.ranks // order.streams))
-        for first, stop in ranges:
-            for position, wanted in source.sample_parts(first, stop).items():
-                known = parts.get(position)
-                if known is not None:
-                    wanted = WantedPart(min(known.first, wanted.first), max(known.stop, wanted.stop), wanted.in_records)
-                parts[position] = wanted
-        for position in whole.tolist():
-            parts.pop(position, None)
-    source.plan_parts(parts)
+    if machines < 2 or not isinstance(order, WindowedOrder) or order.ranks % order.streams:
+        return NO_PARTS
+    if not isinstance(source, PinnedShards) or not source.reads_in_parts:
+        return NO_PARTS
+    ranges, whole = order.end_parts(rank // (order.ranks // order.streams))
+    parts = joined_parts(source.sample_parts(first, stop) for first, stop in ranges)
+    for position in whole.tolist():
+        parts.pop(position, None)
+    return ReadPlan.of(parts)
 
 
 def in_machine_shares(source: SampleSource, shuffle_window: int | None, machines: int | None) -> SampleSource:
@@ -135,18 +131,23 @@ def in_machine_shares(source: SampleSource, shuffle_window: int | None, machines
     return source.windowed(shuffle_window, machines)
 
 
-def warn_if_shares_are_small(storage: object, source: SampleSource, shuffle_window: int | None, machines: int) -> None:
+def warn_if_shares_are_small(
+    storage: object, source: SampleSource, shuffle_window: int | None, machines: int, plans_parts: bool
+) -> None:
     """Warn once per storage when a windowed read of a remote storage with a cache limit over several machines
     gives each so few shards that the two it shares with its neighbours may take it past 1.1x its share per epoch.
 
-    Shares are equal in samples, so they begin and end inside shards. Where the source reads such shards in parts
-    (`PinnedShards.reads_in_parts`) a machine downloads only its part; elsewhere (compressed shard objects, shards
+    Shares are equal in samples, so they begin and end inside shards. Where the loader plans parts of such shards
+    (``plans_parts``, see `read_plan`) and the source reads them (`PinnedShards.reads_in_parts`) a machine
+    downloads only its part; elsewhere (compressed shard objects, shards
     without checkpoints, mixtures, batches by budget) the machines on either side of a boundary both download its
     shard whole, so a machine downloads up to two shards more than its share.
     """
     if shuffle_window is None or machines < 2 or getattr(storage, "cache_limit", None) is None:
         return  # without a limit every shard read stays cached: epochs after the first download less
-    if not isinstance(source, PinnedShards) or source.storage.location in _warned_shares or source.reads_in_parts:
+    if not isinstance(source, PinnedShards) or source.storage.location in _warned_shares:
+        return
+    if plans_parts and source.reads_in_parts:
         return
     sizes = source.snapshot.rows["size"].astype(np.int64)
     share = int(sizes.sum()) / machines

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from guideloom._shards.parts import PlannedPart
 from guideloom._shards.reader import DocumentReader
-from guideloom._shards.shard_access import WantedPart
 from guideloom._sources.describe import SamplePieces, record_keys, record_pieces
 from guideloom._sources.source import PinnedShards, spans_in_shards
 
@@ -30,7 +30,7 @@ class DocumentSource(PinnedShards[DocumentReader[Any]]):
         """Records per shard, in storage order (what a windowed order walks), from the snapshot alone."""
         return self.snapshot.rows["record_count"].astype(np.int64)
 
-    def sample_parts(self, first: int, stop: int) -> dict[int, WantedPart]:
+    def sample_parts(self, first: int, stop: int) -> dict[int, PlannedPart]:
         """The records ``first .. stop - 1`` of each shard they are in."""
         counts = self.snapshot.rows["record_count"].astype(np.int64)
         return spans_in_shards(counts, first, stop, in_records=True)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from guideloom._shards.shard_access import WantedPart
+from guideloom._shards.parts import PlannedPart
 from guideloom._sources.describe import SamplePieces, packed_keys, packed_pieces
 from guideloom._sources.token_windows import TokenSource
 from guideloom._windows.boundaries import PieceRows, split_batch
@@ -45,7 +45,7 @@ class PackedRowSource(TokenSource[PieceRows]):
         """Packed rows per shard, in storage order (packing never crosses a shard)."""
         return np.asarray(self.packed.row_counts, np.int64)
 
-    def sample_parts(self, first: int, stop: int) -> dict[int, WantedPart]:
+    def sample_parts(self, first: int, stop: int) -> dict[int, PlannedPart]:
         """Nothing: a packed row's documents lie anywhere in its shard, so its shards are read whole."""
         return {}
 

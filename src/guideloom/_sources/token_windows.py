@@ -13,8 +13,8 @@ import numpy as np
 import torch
 
 from guideloom._core.checks import check_sequence_length
+from guideloom._shards.parts import PlannedPart
 from guideloom._shards.reader import TokenReader
-from guideloom._shards.shard_access import WantedPart
 from guideloom._shards.shard_table import ShardTable
 from guideloom._sources.describe import SamplePieces, window_keys, window_pieces
 from guideloom._sources.source import PinnedShards, spans_in_shards
@@ -67,7 +67,7 @@ class TokenSource(PinnedShards[TokenReader], Generic[SamplesT], ABC):
         window_ends = np.minimum(-(-token_ends // self.sequence_length), self.sample_count)
         return np.diff(window_ends, prepend=0)
 
-    def sample_parts(self, first: int, stop: int) -> dict[int, WantedPart]:
+    def sample_parts(self, first: int, stop: int) -> dict[int, PlannedPart]:
         """The tokens that windows ``first .. stop - 1`` read of each shard: a window is ``sequence_length`` tokens of
         the stream, and may run on into the next shard."""
         sizes = self.snapshot.rows["element_count"].astype(np.int64)
