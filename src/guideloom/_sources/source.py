@@ -214,12 +214,17 @@ class PinnedShards(Generic[ReaderT]):
     def with_shards(self, shard_ids: list[int]) -> Self:
         """This source over other shards of its snapshot (those a state recorded); opens nothing yet.
 
-        A subclass that caches what it derives from its shards must drop those caches here.
+        A subclass that caches what it derives from its shards names those caches in `_unset_caches`.
         """
         clone = copy.copy(self)
-        clone.__dict__.update(self.__getstate__())
-        clone.snapshot, clone._identity = self.snapshot.select(shard_ids)[0], None
+        clone.__dict__.update(
+            {**self.__getstate__(), **self._unset_caches(), "snapshot": self.snapshot.select(shard_ids)[0]}
+        )
         return clone
+
+    def _unset_caches(self) -> dict[str, Any]:
+        """The attributes this source derives from its shards, as they are before first use (`with_shards`)."""
+        return {"_identity": None}
 
     def resumed(self, recorded: dict[str, Any], *, epoch: int | None = None, position: int | None = None) -> Self:
         """The source for the rest of the state's epoch: ``self``, or this storage over the shards the state read
