@@ -19,6 +19,7 @@ from guideloom._core.checks import check_int
 from guideloom._core.errors import StateMismatchError
 from guideloom._loading.batching import EpochSteps
 from guideloom._loading.orders import epoch_order
+from guideloom._loading.settings import OrderSettings
 from guideloom._loading.state import (
     BATCH_TOKENS,
     DROP_LAST,
@@ -27,7 +28,6 @@ from guideloom._loading.state import (
     NEXT_BATCH,
     SOURCE,
     WORLD_SIZE,
-    OrderSettings,
 )
 from guideloom._sampling.epoch_order import BatchPlan
 from guideloom._sampling.token_budget import Step

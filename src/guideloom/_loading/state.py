@@ -8,10 +8,11 @@ source's part is its ``identity()``; version 3 adds a digest of the batch the st
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from guideloom._core.errors import StateMismatchError
+from guideloom._loading.settings import OrderSettings
 from guideloom._sources.source import PinnedShards, SampleSource
 
 VERSION = 3
@@ -35,34 +36,6 @@ NEXT_BATCH = "next_batch"  # a digest of the next global batch's first sample (h
 # Version 1 recorded the source as these two keys instead of SOURCE.
 V1_STORAGE = "storage"  # the fingerprint of the storage's contents
 V1_SEQUENCE_LENGTH = "sequence_length"
-
-
-@dataclass(frozen=True)
-class OrderSettings:
-    """What a loader's batches depend on, and what its state records for reference."""
-
-    shuffle: bool
-    seed: int
-    local_batch_size: int | None  # None when batches are cut by batch_tokens
-    world_size: int
-    drop_last: bool
-    shuffle_window: int | None = None  # None: the global order
-    local_world_size: int = 1
-    epoch_machines: int | None = None  # the machines whose shares the current epoch is read in (None: machines)
-    batch_tokens: int | None = None  # batches cut by a budget of lengths instead of local_batch_size
-
-    @property
-    def machines(self) -> int:
-        return self.world_size // self.local_world_size
-
-    @property
-    def streams(self) -> int:
-        """The machine shares of the current epoch (later epochs are read in ``machines`` shares)."""
-        return self.machines if self.epoch_machines is None else self.epoch_machines
-
-    def next_epoch(self) -> OrderSettings:
-        """The settings of the epochs after the current one: they are read in this configuration's shares."""
-        return replace(self, epoch_machines=None)
 
 
 @dataclass(frozen=True)

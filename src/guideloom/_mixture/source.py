@@ -76,7 +76,7 @@ class MixtureSource:
 
     def _draws_by_machine(self, window: int, machines: int) -> MachineDraws:
         counts = [source.shard_sample_counts() for source in self.components]
-        cuts = [source.clean_cuts() if hasattr(source, "clean_cuts") else None for source in self.components]
+        cuts = [source.clean_cuts() for source in self.components]
         return MachineDraws(self.order, counts, cuts, self._sample_count, window=window, machines=machines)
 
     def _locate(self, positions: npt.NDArray[np.int64], epoch: int) -> tuple[npt.NDArray[np.int64], ...]:

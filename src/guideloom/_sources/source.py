@@ -104,8 +104,20 @@ def spans_in_shards(sizes: np.ndarray, first: int, stop: int, in_records: bool) 
 
 
 class _OpensReaders(Protocol[ReaderT_co]):
+    """What pinned shards ask of their storage (``_storage.storages``' storages are such)."""
+
     @property
     def location(self) -> str: ...
+
+    @property
+    def cache_limit(self) -> int | None:
+        """A remote storage's cache limit in bytes (None: no limit, or a local storage)."""
+        ...
+
+    @property
+    def compression(self) -> str | None:
+        """The compression of a remote storage's shard objects (None: uncompressed, or a local storage)."""
+        ...
 
     def open_reader(self, shard_ids: list[int] | ShardTable | None = None) -> ReaderT_co: ...
 
