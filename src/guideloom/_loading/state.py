@@ -8,7 +8,7 @@ source's part is its ``identity()``; version 3 adds a digest of the batch the st
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from guideloom._core.errors import StateMismatchError
@@ -79,6 +79,54 @@ def windowed_keys(settings: OrderSettings) -> dict[str, Any]:
         LOCAL_WORLD_SIZE: settings.local_world_size,
         MACHINES: settings.streams,
     }
+
+
+def recorded_arguments(state: dict[str, Any]) -> dict[str, Any]:
+    """The settings a state records, as ``from_storage``'s keywords (it checks their values): what reopening a
+    loader from the state alone reads its batches with. StateMismatchError for a key of the wrong type."""
+    budget = state.get(BATCH_TOKENS) is not None
+    return {
+        LOCAL_BATCH_SIZE: None if budget else recorded_field(state, LOCAL_BATCH_SIZE, int),
+        BATCH_TOKENS: recorded_field(state, BATCH_TOKENS, int) if budget else None,
+        SHUFFLE: recorded_field(state, SHUFFLE, bool),
+        SEED: recorded_field(state, SEED, int),
+        DROP_LAST: recorded_field(state, DROP_LAST, bool),
+        WORLD_SIZE: recorded_field(state, WORLD_SIZE, int),
+        SHUFFLE_WINDOW: state.get(SHUFFLE_WINDOW),
+        LOCAL_WORLD_SIZE: state.get(LOCAL_WORLD_SIZE, 1),
+    }
+
+
+def recorded_batches(state: dict[str, Any], settings: OrderSettings) -> OrderSettings | None:
+    """``settings`` cut into the batches a state recorded (its batch size or budget, world size, ``drop_last`` and
+    ranks per machine): the batches its next-batch digest was taken in. None if those are not what guideloom
+    writes."""
+    local_batch_size, world_size, drop_last = (state.get(key) for key in (LOCAL_BATCH_SIZE, WORLD_SIZE, DROP_LAST))
+    batch_tokens = state.get(BATCH_TOKENS)
+    local_world_size = state.get(LOCAL_WORLD_SIZE, settings.local_world_size)
+    sizes = (local_batch_size if batch_tokens is None else batch_tokens, world_size, local_world_size)
+    sizes_fit = all(isinstance(size, int) and not isinstance(size, bool) and size >= 1 for size in sizes)
+    if batch_tokens is not None and local_batch_size is not None:
+        sizes_fit = False  # one or the other
+    if not (sizes_fit and isinstance(drop_last, bool)):
+        return None
+    assert isinstance(world_size, int) and isinstance(local_world_size, int)
+    return replace(
+        settings,
+        local_batch_size=local_batch_size,
+        world_size=world_size,
+        drop_last=drop_last,
+        batch_tokens=batch_tokens,
+        local_world_size=local_world_size,
+    )
+
+
+def recorded_field(state: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    """``state[key]``, which must be of type ``kind`` (a bool only where ``kind`` is bool); else StateMismatchError."""
+    value = state.get(key)
+    if not isinstance(value, kind) or isinstance(value, bool) is not (kind is bool):
+        raise StateMismatchError(f"the state's {key!r} is {value!r}, not what guideloom writes")
+    return value
 
 
 def check_state(state: object, settings: OrderSettings, source: SampleSource) -> Resume:
