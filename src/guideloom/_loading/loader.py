@@ -65,6 +65,7 @@ class StatefulDataLoader:
         return super().__new__(cls)
 
     def __init__(self, source: SampleSource, collate: Callable[[Any], Any] | None, settings: LoaderSettings) -> None:
+        """A loader reading ``source`` with ``settings``, which `from_storage` checked and made ready for each other."""
         self._closed = True  # until the transport exists: close() then releases only what was made
         self._source = source
         self._next_epoch_source: SampleSource | None = None  # a grown storage's, while a state's epoch finishes
