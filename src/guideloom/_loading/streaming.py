@@ -9,10 +9,11 @@ import numpy as np
 
 from guideloom._core.checks import check_int
 from guideloom._core.user_frames import users_stacklevel
-from guideloom._mixture.mixture import Mixture
+from guideloom._loading.settings import OrderKind, OrderSettings
 from guideloom._mixture.source import MixtureSource
 from guideloom._sampling.windowed_order import WindowedOrder
 from guideloom._shards.parts import NO_PARTS, ReadPlan, joined_parts
+from guideloom._sources.capabilities import InMachineShares
 from guideloom._sources.source import PinnedShards, SampleSource
 
 __all__ = [
@@ -67,38 +68,21 @@ def local_world_size_of(local_world_size: object, world_size: int, shuffle_windo
     return ranks
 
 
-def prepare_streaming(
-    storage: object,
-    source: SampleSource,
-    shuffle: bool,
-    shuffle_window: int | None,
-    machines: int,
-    by_budget: bool = False,
-) -> SampleSource:
+def prepare_streaming(source: SampleSource, settings: OrderSettings) -> SampleSource:
     """The source a new loader reads, made ready for its order: the warnings below, and a windowed order's source
     keeps its window and the shard a window runs into open, no more (a finished shard is left to the cache at
     once). A windowed mixture does so for each component, and reads its positions as machine slots. Batches by
-    budget (``by_budget``) read the record lengths of every machine's window: from the shard objects' tails, or,
-    where those are compressed, from the shards themselves (see `warn_if_thrashing`)."""
-    read: list[tuple[object, SampleSource]] = [(storage, source)]
-    if isinstance(storage, Mixture) and isinstance(source, MixtureSource):
-        read = list(zip(storage.components.values(), source.components, strict=True))
-    for one_storage, one_source in read:
-        if shuffle_window is not None and not hasattr(one_source, "shard_sample_counts"):
-            source.close()
-            raise ValueError(
-                f"shuffle_window={shuffle_window} cannot read {one_source}: its samples are not cut shard by shard "
-                "(read it with the global order, shuffle_window=None)"
-            )
-        # lengths come from the shards' tails, except from compressed shard objects: those are downloaded
-        every_window = by_budget and getattr(one_storage, "compression", None) is not None
+    budget read the record lengths of every machine's window: from the shard objects' tails, or, where those are
+    compressed, from the shards themselves (see `warn_if_thrashing`)."""
+    shuffle_window, by_budget = settings.shuffle_window, settings.by_budget
+    read: list[SampleSource] = list(source.components) if isinstance(source, MixtureSource) else [source]
+    for one_source in read:
         if shuffle_window is not None and isinstance(one_source, PinnedShards):
             one_source.hold_at_most(shuffle_window + 1)
-        warn_if_thrashing(one_storage, one_source, shuffle, shuffle_window, machines if every_window else 1)
+        warn_if_thrashing(one_source, settings)
         # Parts of shards are planned for a storage read alone, not a mixture's, nor batches by budget (`read_plan`).
-        plans_parts = source is one_source and not by_budget
-        warn_if_shares_are_small(one_storage, one_source, shuffle_window, machines, plans_parts)
-    return in_machine_shares(source, shuffle_window, machines)
+        warn_if_shares_are_small(one_source, settings, plans_parts=source is one_source and not by_budget)
+    return in_machine_shares(source, settings)
 
 
 def read_plan(source: SampleSource, order: object, rank: int, machines: int) -> ReadPlan:
@@ -121,19 +105,18 @@ def read_plan(source: SampleSource, order: object, rank: int, machines: int) -> 
     return ReadPlan.of(parts)
 
 
-def in_machine_shares(source: SampleSource, shuffle_window: int | None, machines: int | None) -> SampleSource:
-    """A windowed mixture read in ``machines`` shares (it keeps a run's shares over all its epochs, since its
-    components' passes run on across them); any other source as it is."""
-    if shuffle_window is None or machines is None or not isinstance(source, MixtureSource):
+def in_machine_shares(source: SampleSource, settings: OrderSettings) -> SampleSource:
+    """A windowed mixture read in the current epoch's machine shares (it keeps a run's shares over all its epochs,
+    since its components' passes run on across them); any other source as it is."""
+    if settings.kind is not OrderKind.MACHINE_SLOTS or not isinstance(source, InMachineShares):
         return source
-    if source.window == shuffle_window and source.machines == machines:
+    assert settings.shuffle_window is not None
+    if source.window == settings.shuffle_window and source.machines == settings.streams:
         return source
-    return source.windowed(shuffle_window, machines)
+    return source.windowed(settings.shuffle_window, settings.streams)
 
 
-def warn_if_shares_are_small(
-    storage: object, source: SampleSource, shuffle_window: int | None, machines: int, plans_parts: bool
-) -> None:
+def warn_if_shares_are_small(source: SampleSource, settings: OrderSettings, plans_parts: bool) -> None:
     """Warn once per storage when a windowed read of a remote storage with a cache limit over several machines
     gives each so few shards that the two it shares with its neighbours may take it past 1.1x its share per epoch.
 
@@ -143,11 +126,12 @@ def warn_if_shares_are_small(
     without checkpoints, mixtures, batches by budget) the machines on either side of a boundary both download its
     shard whole, so a machine downloads up to two shards more than its share.
     """
-    if shuffle_window is None or machines < 2 or getattr(storage, "cache_limit", None) is None:
-        return  # without a limit every shard read stays cached: epochs after the first download less
-    if not isinstance(source, PinnedShards) or source.storage.location in _warned_shares:
+    shuffle_window, machines = settings.shuffle_window, settings.machines
+    if shuffle_window is None or machines < 2 or not isinstance(source, PinnedShards):
         return
-    if plans_parts and source.reads_in_parts:
+    if source.storage.cache_limit is None:
+        return  # without a limit every shard read stays cached: epochs after the first download less
+    if source.storage.location in _warned_shares or (plans_parts and source.reads_in_parts):
         return
     sizes = source.snapshot.rows["size"].astype(np.int64)
     share = int(sizes.sum()) / machines
@@ -166,20 +150,21 @@ def warn_if_shares_are_small(
     )
 
 
-def warn_if_thrashing(
-    storage: object, source: SampleSource, shuffle: bool, shuffle_window: int | None, windows: int = 1
-) -> None:
+def warn_if_thrashing(source: SampleSource, settings: OrderSettings) -> None:
     """Warn once per storage when a global shuffle reads a remote storage through a cache smaller than it, or
-    a windowed one through a cache smaller than the ``windows`` it reads at once: its own, or with batches by
+    a windowed one through a cache smaller than the windows it reads at once: its own, or with batches by
     budget over compressed shard objects every machine's (each rank plans every machine's batches from the
     lengths of their records, which only uncompressed objects give without the shards' data).
 
     A global order touches every shard all the time, so each read misses the cache with the chance that its
     shard is not among the cached ones: about ``samples x (1 - cached shards / shards)`` downloads an epoch.
     """
-    limit = getattr(storage, "cache_limit", None)
-    if not shuffle or limit is None or not isinstance(source, PinnedShards):
+    if not settings.shuffle or not isinstance(source, PinnedShards) or source.storage.cache_limit is None:
         return
+    limit, shuffle_window = source.storage.cache_limit, settings.shuffle_window
+    # lengths come from the shards' tails, except from compressed shard objects: those are downloaded
+    every_window = settings.by_budget and source.storage.compression is not None
+    windows = settings.machines if every_window else 1
     sizes = source.snapshot.rows["size"].astype(np.int64)
     total = int(sizes.sum())
     if total <= limit or source.storage.location in _warned:

@@ -104,8 +104,20 @@ def spans_in_shards(sizes: np.ndarray, first: int, stop: int, in_records: bool) 
 
 
 class _OpensReaders(Protocol[ReaderT_co]):
+    """What pinned shards ask of their storage (``_storage.storages``' storages are such)."""
+
     @property
     def location(self) -> str: ...
+
+    @property
+    def cache_limit(self) -> int | None:
+        """A remote storage's cache limit in bytes (None: no limit, or a local storage)."""
+        ...
+
+    @property
+    def compression(self) -> str | None:
+        """The compression of a remote storage's shard objects (None: uncompressed, or a local storage)."""
+        ...
 
     def open_reader(self, shard_ids: list[int] | ShardTable | None = None) -> ReaderT_co: ...
 
@@ -202,12 +214,17 @@ class PinnedShards(Generic[ReaderT]):
     def with_shards(self, shard_ids: list[int]) -> Self:
         """This source over other shards of its snapshot (those a state recorded); opens nothing yet.
 
-        A subclass that caches what it derives from its shards must drop those caches here.
+        A subclass that caches what it derives from its shards names those caches in `_unset_caches`.
         """
         clone = copy.copy(self)
-        clone.__dict__.update(self.__getstate__())
-        clone.snapshot, clone._identity = self.snapshot.select(shard_ids)[0], None
+        clone.__dict__.update(
+            {**self.__getstate__(), **self._unset_caches(), "snapshot": self.snapshot.select(shard_ids)[0]}
+        )
         return clone
+
+    def _unset_caches(self) -> dict[str, Any]:
+        """The attributes this source derives from its shards, as they are before first use (`with_shards`)."""
+        return {"_identity": None}
 
     def resumed(self, recorded: dict[str, Any], *, epoch: int | None = None, position: int | None = None) -> Self:
         """The source for the rest of the state's epoch: ``self``, or this storage over the shards the state read

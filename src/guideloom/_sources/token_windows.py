@@ -7,7 +7,7 @@ int64 or int32; each window mode's source says what a sample holds besides, and 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 import torch
@@ -20,10 +20,16 @@ from guideloom._sources.describe import SamplePieces, window_keys, window_pieces
 from guideloom._sources.source import PinnedShards, spans_in_shards
 from guideloom._storage.storages import TokenStorage
 
-if TYPE_CHECKING:
-    from guideloom._sources.window_modes import WindowMode
-
 SamplesT = TypeVar("SamplesT")  # what ``fetch`` returns: the samples ``default_collate`` batches
+
+
+class CutSettings(Protocol):
+    """What a token source keeps of the window mode that made it (``_sources.window_modes``): its settings, which
+    the source's identity records."""
+
+    def recorded(self) -> dict[str, Any]:
+        """What a state records of the mode's settings, besides the source's kind (JSON values)."""
+        ...
 
 
 class TokenSource(PinnedShards[TokenReader], Generic[SamplesT], ABC):
@@ -35,7 +41,7 @@ class TokenSource(PinnedShards[TokenReader], Generic[SamplesT], ABC):
         snapshot: ShardTable,
         sequence_length: int,
         window_dtype: np.dtype[Any],
-        mode: WindowMode,
+        mode: CutSettings,
     ) -> None:
         super().__init__(storage, snapshot)
         self.mode = mode  # the window mode that made this source: its settings are part of the identity
