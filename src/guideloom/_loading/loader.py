@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Generic, Self, TypeVar
 
 import torch
 
@@ -43,6 +43,18 @@ from guideloom._sources.source import SampleSource
 from guideloom._sources.window_modes import window_mode
 from guideloom._storage.storages import DocumentStorage, TokenStorage
 
+SettingT = TypeVar("SettingT")
+
+
+class _Setting(Generic[SettingT]):
+    """A read-only attribute of a loader: one of the settings `from_storage` checked (``loader.settings``)."""
+
+    def __init__(self, read: Callable[[LoaderSettings], SettingT]) -> None:
+        self._read = read
+
+    def __get__(self, loader: StatefulDataLoader, owner: type | None = None) -> SettingT:
+        return self._read(loader.settings)
+
 
 class StatefulDataLoader:
     """Batches from a storage, checkpointable between batches and resumable bit for bit.
@@ -68,7 +80,7 @@ class StatefulDataLoader:
         self._source = source
         self._next_epoch_source: SampleSource | None = None  # a grown storage's, while a state's epoch finishes
         self._collate = collate
-        self._config = settings
+        self.settings = settings
         self._epoch_machines: int | None = None  # a resumed windowed epoch's machine shares, until it ends
         self._ranks_to_check = settings.ranks_from_environment  # against a process group initialised later
         self.sample_count = source.sample_count
@@ -89,57 +101,21 @@ class StatefulDataLoader:
         self._closed = False
 
     # The settings from_storage checked, read-only: what users and integrations ask of a loader.
-
-    @property
-    def device(self) -> torch.device:
-        return self._config.transport.device
-
-    @property
-    def num_workers(self) -> int:
-        return self._config.transport.num_workers
-
-    @property
-    def rank(self) -> int:
-        return self._config.rank
-
-    @property
-    def sequence_length(self) -> int | None:
-        return self._config.sequence_length
-
-    @property
-    def shuffle(self) -> bool:
-        return self._config.order.shuffle
-
-    @property
-    def seed(self) -> int:
-        return self._config.order.seed
-
-    @property
-    def local_batch_size(self) -> int | None:
-        return self._config.order.local_batch_size
-
-    @property
-    def batch_tokens(self) -> int | None:
-        return self._config.order.batch_tokens
-
-    @property
-    def world_size(self) -> int:
-        return self._config.order.world_size
-
-    @property
-    def local_world_size(self) -> int:
-        return self._config.order.local_world_size
-
-    @property
-    def drop_last(self) -> bool:
-        return self._config.order.drop_last
-
-    @property
-    def shuffle_window(self) -> int | None:
-        return self._config.order.shuffle_window
+    device = _Setting(lambda settings: settings.transport.device)
+    num_workers = _Setting(lambda settings: settings.transport.num_workers)
+    rank = _Setting(lambda settings: settings.rank)
+    sequence_length = _Setting(lambda settings: settings.sequence_length)
+    shuffle = _Setting(lambda settings: settings.order.shuffle)
+    seed = _Setting(lambda settings: settings.order.seed)
+    local_batch_size = _Setting(lambda settings: settings.order.local_batch_size)
+    batch_tokens = _Setting(lambda settings: settings.order.batch_tokens)
+    world_size = _Setting(lambda settings: settings.order.world_size)
+    local_world_size = _Setting(lambda settings: settings.order.local_world_size)
+    drop_last = _Setting(lambda settings: settings.order.drop_last)
+    shuffle_window = _Setting(lambda settings: settings.order.shuffle_window)
 
     def _make_transport(self) -> Transport:
-        batcher, transport = Batcher(self._source, self._collate), self._config.transport
+        batcher, transport = Batcher(self._source, self._collate), self.settings.transport
         return make_transport(
             batcher,
             device=transport.device,
@@ -278,7 +254,7 @@ class StatefulDataLoader:
 
     def _start_next_epoch(self) -> None:
         self.epoch += 1
-        if not self._config.order.kind.keeps_machine_shares:  # a windowed mixture's run keeps them (see streaming)
+        if not self.settings.order.kind.keeps_machine_shares:  # a windowed mixture's run keeps them (see streaming)
             self._epoch_machines = None
         if self._next_epoch_source is not None:  # shards added since the checkpoint join now
             source, self._next_epoch_source = self._next_epoch_source, None
@@ -314,7 +290,7 @@ class StatefulDataLoader:
 
     def _settings(self) -> OrderSettings:
         """What the batches of the current epoch depend on (read in the machine shares of a resumed state's epoch)."""
-        order = self._config.order
+        order = self.settings.order
         return order if self._epoch_machines is None else replace(order, epoch_machines=self._epoch_machines)
 
     def _place(self) -> Place:

@@ -25,56 +25,46 @@ def padded(size: int) -> int:
 
 @dataclass(frozen=True)
 class ShardSections:
-    """Where the sections of a shard with ``record_count`` records and ``data_size`` bytes of data lie."""
+    """Where the sections of a shard lie, in bytes from the file's start; each ends where the next begins."""
 
-    record_count: int
     data_size: int
-    lengths_size: int  # int64 per record, where the header records lengths
-    mask_size: int  # the packed loss mask with its padding, in a masked storage
-    checkpoints_size: int  # uint32 per piece with its padding, where the header gives checkpoint_bytes
+    index_start: int  # the record offsets (uint64, one more than the records): the data padded to 8 bytes
+    lengths_start: int  # the record lengths (int64 each), where the header records lengths
+    mask_start: int  # the packed loss mask padded to 8 bytes, in a masked storage
+    checkpoints_start: int  # the checkpoints (uint32 a piece) padded to 8 bytes, where the header gives them
+    footer_start: int
+    size: int  # the whole file
 
     @classmethod
     def of(cls, record_count: int, data_size: int, header: StorageHeader | None = None) -> ShardSections:
-        """The sections of such a shard under ``header`` (None: data, offsets and footer only)."""
-        if header is None:
-            return cls(record_count, data_size, 0, 0, 0)
-        lengths = 8 * record_count if header.record_lengths else 0
-        mask = padded_mask_size(data_size // header.element_size) if header.loss_mask else 0
-        checkpoint_bytes = header.checkpoint_bytes
-        checkpoints = 0 if checkpoint_bytes is None else checkpoints_size(data_size, checkpoint_bytes)
-        return cls(record_count, data_size, lengths, mask, checkpoints)
-
-    @property
-    def index_start(self) -> int:
-        """Where the record offsets begin: the data padded to 8 bytes. The shard's *tail* begins here."""
-        return padded(self.data_size)
+        """The sections of a shard with ``record_count`` records and ``data_size`` bytes of data under ``header``
+        (None: data, offsets and footer only)."""
+        lengths = mask = checkpoints = 0
+        if header is not None:
+            lengths = 8 * record_count if header.record_lengths else 0
+            mask = padded_mask_size(data_size // header.element_size) if header.loss_mask else 0
+            if header.checkpoint_bytes is not None:
+                checkpoints = checkpoints_size(data_size, header.checkpoint_bytes)
+        index_start = padded(data_size)
+        lengths_start = index_start + 8 * (record_count + 1)
+        mask_start = lengths_start + lengths
+        checkpoints_start = mask_start + mask
+        footer_start = checkpoints_start + checkpoints
+        return cls(
+            data_size,
+            index_start,
+            lengths_start,
+            mask_start,
+            checkpoints_start,
+            footer_start,
+            footer_start + FOOTER.size,
+        )
 
     @property
     def index_size(self) -> int:
-        return 8 * (self.record_count + 1)
-
-    @property
-    def lengths_start(self) -> int:
-        return self.index_start + self.index_size
-
-    @property
-    def mask_start(self) -> int:
-        return self.lengths_start + self.lengths_size
-
-    @property
-    def checkpoints_start(self) -> int:
-        return self.mask_start + self.mask_size
-
-    @property
-    def footer_start(self) -> int:
-        return self.checkpoints_start + self.checkpoints_size
-
-    @property
-    def size(self) -> int:
-        """Bytes of the whole shard file."""
-        return self.footer_start + FOOTER.size
+        return self.lengths_start - self.index_start
 
     @property
     def tail_size(self) -> int:
-        """Bytes from the record offsets to the end (what a reader of the records' facts downloads)."""
+        """Bytes from the record offsets to the end (what a reader of the records' facts downloads): the tail."""
         return self.size - self.index_start
