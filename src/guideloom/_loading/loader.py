@@ -19,7 +19,7 @@ from typing import Any, Self
 import numpy as np
 import torch
 
-from guideloom._core.checks import check_bool, check_callable, check_int, check_number
+from guideloom._core.checks import check_bool, check_callable, check_int, check_number, check_seed
 from guideloom._loading.batching import EpochSteps, check_batch_sizes, check_measured, check_some_batch
 from guideloom._loading.devices import check_device
 from guideloom._loading.epoch_iterator import EpochIterator
@@ -186,7 +186,7 @@ class StatefulDataLoader:
         prefetch_factor = check_int("prefetch_factor", prefetch_factor, minimum=1)
         shuffle = check_bool("shuffle", shuffle)
         drop_last = check_bool("drop_last", drop_last)
-        seed = check_int("seed", seed, minimum=-(2**63))
+        seed = check_seed(seed)
         timeout = check_number("timeout", timeout, minimum=0)
         rank, world_size, ranks_from_environment = resolve_ranks(rank, world_size)
         shuffle_window = check_windowed(storage, shuffle_window, shuffle)
