@@ -20,7 +20,13 @@ import numpy as np
 import torch
 
 from guideloom._core.checks import check_bool, check_callable, check_int, check_number, check_seed
-from guideloom._loading.batching import EpochSteps, check_batch_sizes, check_measured, check_some_batch
+from guideloom._loading.batching import (
+    EpochSteps,
+    check_batch_sizes,
+    check_budgets_for_documents,
+    check_measured,
+    check_some_batch,
+)
 from guideloom._loading.devices import check_device
 from guideloom._loading.epoch_iterator import EpochIterator
 from guideloom._loading.explain import DigestCache, Place, check_next_batch, explain_batches, skipped
@@ -182,6 +188,8 @@ class StatefulDataLoader:
         collate = check_callable("collate", collate, optional=True)
         device = check_device(device)
         local_batch_size, batch_tokens = check_batch_sizes(local_batch_size, batch_tokens)
+        if batch_tokens is not None:
+            check_budgets_for_documents(storage)
         num_workers = check_int("num_workers", num_workers, minimum=0)
         prefetch_factor = check_int("prefetch_factor", prefetch_factor, minimum=1)
         shuffle = check_bool("shuffle", shuffle)
