@@ -18,6 +18,7 @@ partial shard.
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
 import stat
@@ -207,6 +208,11 @@ class ShardFile:
         except OSError as error:
             if error.errno in RESOURCE_ERRNOS:
                 raise out_of_resources(error, shard, self.path) from None
+            if error.errno == errno.ELOOP and os.path.islink(self.path):  # refused, not followed: see docs/format.md
+                raise CorruptStorageError(
+                    f"shard {shard} is a symbolic link ({self.path} -> {os.readlink(self.path)}), not a shard file: "
+                    "guideloom writes no links, so it follows none; put the shard file itself in its place"
+                ) from None
             raise CorruptStorageError(f"shard {shard} cannot be opened ({self.path}): {error}") from None
         try:
             status = os.fstat(descriptor)
