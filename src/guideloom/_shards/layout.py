@@ -204,7 +204,11 @@ class ShardFile:
             # O_NONBLOCK: a FIFO planted under a shard's name must not block the open (it is refused below)
             descriptor = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError:
-            raise CorruptStorageError(f"shard {shard} vanished: {self.path} is missing") from None
+            raise CorruptStorageError(
+                f"shard {shard} vanished: its file {self.path} was deleted or renamed while the storage was read (a "
+                "reader keeps only the shards it has mapped, at most max_open_shards; delete or move a storage's "
+                "files only when no loader reads it)"
+            ) from None
         except OSError as error:
             if error.errno in RESOURCE_ERRNOS:
                 raise out_of_resources(error, shard, self.path) from None
