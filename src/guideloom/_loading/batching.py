@@ -16,13 +16,22 @@ import numpy as np
 from guideloom._core.checks import check_int
 from guideloom._loading.orders import epoch_order
 from guideloom._loading.settings import OrderSettings
+from guideloom._mixture.mixture import Mixture
 from guideloom._sampling.epoch_order import BatchPlan
 from guideloom._sampling.token_budget import LengthsAt, Step, TokenBudgetPlan
 from guideloom._sampling.windowed_budget import StreamStep, WindowedBudgetPlan
 from guideloom._sources.capabilities import MeasuredSamples
 from guideloom._sources.source import SampleSource
+from guideloom._storage.storages import TokenStorage
 
-__all__ = ["EpochSteps", "OrderedRuns", "check_batch_sizes", "check_measured", "check_some_batch"]
+__all__ = [
+    "EpochSteps",
+    "OrderedRuns",
+    "check_batch_sizes",
+    "check_budgets_for_documents",
+    "check_measured",
+    "check_some_batch",
+]
 
 ORDER_CHUNK = 4096  # positions whose sample indices are computed at once when batches by budget ask for runs
 
@@ -56,6 +65,19 @@ def check_batch_sizes(local_batch_size: object, batch_tokens: object) -> tuple[i
     if local_batch_size is not None:
         return check_int("local_batch_size", local_batch_size, minimum=1), None
     return None, check_int("batch_tokens", batch_tokens, minimum=1)
+
+
+def check_budgets_for_documents(storage: object) -> None:
+    """ValueError if ``batch_tokens`` is asked of token storages, before any argument only token windows take (such as
+    ``sequence_length``) is asked for: a budget batches records, and token windows have a fixed length."""
+    storages = storage.components.values() if isinstance(storage, Mixture) else [storage]
+    tokens = [each for each in storages if isinstance(each, TokenStorage)]
+    if tokens:
+        what = f"the TokenStorage at {tokens[0].location}" if storage is tokens[0] else "a mixture of TokenStorages"
+        raise ValueError(
+            f"batch_tokens applies to the records of a DocumentStorage (or a mixture of them), not to {what}: "
+            "token windows have a fixed length (sequence_length), so batch them with local_batch_size"
+        )
 
 
 def check_measured(source: SampleSource) -> None:

@@ -18,8 +18,14 @@ from typing import Any, Generic, Self, TypeVar
 
 import torch
 
-from guideloom._core.checks import check_bool, check_callable, check_int, check_number
-from guideloom._loading.batching import EpochSteps, check_batch_sizes, check_measured, check_some_batch
+from guideloom._core.checks import check_bool, check_callable, check_int, check_number, check_seed
+from guideloom._loading.batching import (
+    EpochSteps,
+    check_batch_sizes,
+    check_budgets_for_documents,
+    check_measured,
+    check_some_batch,
+)
 from guideloom._loading.devices import check_device
 from guideloom._loading.epoch_iterator import EpochIterator
 from guideloom._loading.explain import DigestCache, Place, check_next_batch, explain_batches, skipped
@@ -175,11 +181,13 @@ class StatefulDataLoader:
         collate = check_callable("collate", collate, optional=True)
         device = check_device(device)
         local_batch_size, batch_tokens = check_batch_sizes(local_batch_size, batch_tokens)
+        if batch_tokens is not None:
+            check_budgets_for_documents(storage)
         num_workers = check_int("num_workers", num_workers, minimum=0)
         prefetch_factor = check_int("prefetch_factor", prefetch_factor, minimum=1)
         shuffle = check_bool("shuffle", shuffle)
         drop_last = check_bool("drop_last", drop_last)
-        seed = check_int("seed", seed, minimum=-(2**63))
+        seed = check_seed(seed)
         timeout = check_number("timeout", timeout, minimum=0)
         rank, world_size, ranks_from_environment = resolve_ranks(rank, world_size)
         shuffle_window = check_windowed(storage, shuffle_window, shuffle)

@@ -18,6 +18,7 @@ partial shard.
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
 import stat
@@ -195,10 +196,19 @@ class ShardFile:
             # O_NONBLOCK: a FIFO planted under a shard's name must not block the open (it is refused below)
             descriptor = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError:
-            raise CorruptStorageError(f"shard {shard} vanished: {self.path} is missing") from None
+            raise CorruptStorageError(
+                f"shard {shard} vanished: its file {self.path} was deleted or renamed while the storage was read (a "
+                "reader keeps only the shards it has mapped, at most max_open_shards; delete or move a storage's "
+                "files only when no loader reads it)"
+            ) from None
         except OSError as error:
             if error.errno in RESOURCE_ERRNOS:
                 raise out_of_resources(error, shard, self.path) from None
+            if error.errno == errno.ELOOP and os.path.islink(self.path):  # refused, not followed: see docs/format.md
+                raise CorruptStorageError(
+                    f"shard {shard} is a symbolic link ({self.path} -> {os.readlink(self.path)}), not a shard file: "
+                    "guideloom writes no links, so it follows none; put the shard file itself in its place"
+                ) from None
             raise CorruptStorageError(f"shard {shard} cannot be opened ({self.path}): {error}") from None
         try:
             status = os.fstat(descriptor)
