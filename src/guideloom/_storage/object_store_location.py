@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from guideloom._remote.remote_files import RemoteFiles, RemoteTarget
-from guideloom._remote.remote_shards import RemoteShards
+from guideloom._remote.remote_shards import PLANS, RemoteShards, clean_plans
 from guideloom._shards.header import StorageHeader
 from guideloom._shards.layout import ShardInfo
 from guideloom._shards.shard_table import ShardTable, selected
@@ -75,7 +75,7 @@ class ObjectStoreLocation:
             if shards is None or listed is None or len(listed.lacking(np.asarray(sorted(shards), np.int64))):
                 listed = self.snapshot(header)
             shards = selected(listed, shards, self.name)
-        return self.files.shard_set(header, shards, max_open)
+        return RemoteShards(self.files, header, shards, max_open)
 
     def committed_facts(self, header: StorageHeader, shard: int) -> ShardInfo | None:
         found, _ = self.snapshot(header).select([shard])
@@ -94,7 +94,10 @@ class ObjectStoreLocation:
         return self.files.verify(header, progress)
 
     def clean(self, older_than: float) -> list[Path | str]:
-        return list(self.files.clean(older_than))
+        """What dead writers left (``RemoteFiles.clean``), and loaders' plans of parts of shards not rewritten for
+        ``older_than`` seconds (a loader rewrites its own every epoch)."""
+        removed: list[Path | str] = [*clean_plans(self.files.directory / PLANS, older_than)]
+        return removed + list(self.files.clean(older_than))
 
     def trust_key(self) -> str:
         return self.name
