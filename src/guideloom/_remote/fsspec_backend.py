@@ -13,7 +13,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from guideloom._remote.object_backend import BROKEN_CONNECTIONS, DOWNLOAD_CHUNK, Decoder, ListPage, named_among
+from guideloom._remote.object_backend import (
+    BROKEN_CONNECTIONS,
+    DOWNLOAD_CHUNK,
+    Decoder,
+    ListPage,
+    named_among,
+    require_fsspec,
+)
 from guideloom._remote.retries import Retrying
 
 
@@ -24,6 +31,7 @@ class FsspecBackend:
     ranged_downloads = False
 
     def __init__(self, protocol: str, options: dict[str, Any]) -> None:
+        require_fsspec(protocol)
         self.protocol = protocol
         self.options = options
         self._fs: Any = None

@@ -112,3 +112,15 @@ class ObjectBackend(Protocol):
 def named_among(error: BaseException, names: frozenset[str]) -> bool:
     """Whether the error's class or one of its bases is named in ``names``."""
     return any(kind.__name__ in names for kind in type(error).__mro__)
+
+
+def require_fsspec(protocol: str) -> None:
+    """ImportError, saying what to install, where fsspec or its implementation of ``protocol`` is missing."""
+    try:
+        import fsspec
+    except ImportError:  # pragma: no cover - depends on the installed extras
+        raise ImportError("fsspec (and s3fs for s3://): pip install 'guideloom[remote]'") from None
+    try:
+        fsspec.get_filesystem_class(protocol)
+    except (ImportError, ValueError) as error:
+        raise ImportError(f"the fsspec implementation of {protocol}://: {error}") from None

@@ -52,12 +52,6 @@ class ObjectStore:
     """The objects under one URL prefix; picklable, and fork-safe (its backend makes a client in each process)."""
 
     def __init__(self, url: str, options: dict[str, Any] | None) -> None:
-        try:
-            import fsspec
-        except ImportError:  # pragma: no cover - depends on the installed extras
-            raise ImportError(
-                f"opening {url} needs fsspec (and s3fs for s3://): pip install 'guideloom[remote]'"
-            ) from None
         self.protocol, _, rest = url.partition("://")
         if not rest.strip("/") or (rest.startswith("/") and self.protocol in BUCKET_PROTOCOLS):
             raise ValueError(f"path {url!r} names no bucket: use {self.protocol}://BUCKET/PREFIX")
@@ -65,10 +59,9 @@ class ObjectStore:
         self.root = rest.rstrip("/")
         policy, self.options = RetryPolicy.from_options(options or {})
         try:
-            fsspec.get_filesystem_class(self.protocol)
-        except (ImportError, ValueError) as error:
-            raise ImportError(f"opening {url} needs the fsspec implementation of {self.protocol}://: {error}") from None
-        self.backend = BACKENDS.get(self.protocol, FsspecBackend)(self.protocol, self.options)
+            self.backend = BACKENDS.get(self.protocol, FsspecBackend)(self.protocol, self.options)
+        except ImportError as error:  # the service's client library is not installed
+            raise ImportError(f"opening {url} needs {error}") from None
         self.retrying = Retrying(policy, self.backend)
 
     @property

@@ -28,6 +28,7 @@ from guideloom._remote.object_backend import (
     Decoder,
     ListPage,
     named_among,
+    require_fsspec,
 )
 from guideloom._remote.ranged_parts import download_parts
 from guideloom._remote.retries import Retrying, ShortBody
@@ -61,6 +62,7 @@ class S3Backend:
     ranged_downloads = True
 
     def __init__(self, protocol: str, options: dict[str, Any]) -> None:
+        require_fsspec(protocol)
         self.protocol = protocol
         config = {**S3_DEFAULTS["config_kwargs"], **options.get("config_kwargs", {})}
         self.options = {**S3_DEFAULTS, **options, "config_kwargs": config}
