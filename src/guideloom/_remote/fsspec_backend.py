@@ -24,11 +24,9 @@ from guideloom._remote.object_backend import (
 from guideloom._remote.retries import Retrying
 
 
-class FsspecBackend:
-    """The objects under one fsspec filesystem; picklable, and fork-safe (each process makes its own client)."""
-
-    atomic_creates = False
-    ranged_downloads = False
+class FsspecClient:
+    """One fsspec filesystem per process, made where first used (fsspec's async clients must not cross a fork);
+    picklable (a client is made afresh where it is unpickled)."""
 
     def __init__(self, protocol: str, options: dict[str, Any]) -> None:
         require_fsspec(protocol)
@@ -38,20 +36,31 @@ class FsspecBackend:
         self._pid = -1
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_fs": None, "_pid": -1}  # a client is made afresh where it is unpickled
+        return {**self.__dict__, "_fs": None, "_pid": -1}
 
     @property
     def fs(self) -> Any:
-        """The filesystem of this process (fsspec's async clients must not cross a fork)."""
+        """The filesystem of this process."""
         if self._fs is None or self._pid != os.getpid():
             import fsspec
 
             self._fs = fsspec.filesystem(self.protocol, skip_instance_cache=True, **self.options)
+            self.made(self._fs)
             self._pid = os.getpid()
         return self._fs
 
+    def made(self, fs: Any) -> None:
+        """Set up a filesystem just made (nothing here)."""
+
     def close(self) -> None:
         self._fs = None
+
+
+class FsspecBackend(FsspecClient):
+    """The objects under one fsspec filesystem."""
+
+    atomic_creates = False
+    ranged_downloads = False
 
     def _path(self, name: str) -> str:
         """A path as the filesystem names it in listings (without its scheme, in its own spelling)."""
@@ -124,5 +133,4 @@ class FsspecBackend:
         return named_among(error, BROKEN_CONNECTIONS)
 
     def missing_bucket(self, error: FileNotFoundError) -> bool:
-        text = str(error)
-        return "NoSuchBucket" in text or "specified bucket does not exist" in text
+        return "NoSuchBucket" in str(error) or "specified bucket does not exist" in str(error)

@@ -28,6 +28,7 @@ BACKENDS: dict[str, Callable[[str, dict[str, Any]], ObjectBackend]] = {"s3": S3B
 BUCKET_PROTOCOLS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss")  # the first part of the path is a bucket
 COMPARED_TAIL = 64  # bytes at an object's end compared with ours (a shard's footer: its checksums)
 T = TypeVar("T")
+A = TypeVar("A")
 
 
 def is_url(location: object) -> bool:
@@ -98,6 +99,15 @@ class ObjectStore:
         """``request(attempt)`` with retries; a failure that remains is an error a user can act on."""
         return self.guarded(doing, lambda: self.retrying.call(doing, request))
 
+    def _unless_absent(self, doing: str, request: Callable[[int], T], absent: A) -> T | A:
+        """``call``, or ``absent`` where the object is missing (a missing bucket still raises)."""
+        try:
+            return self.call(doing, request)
+        except StorageNotFoundError:
+            raise
+        except FileNotFoundError:
+            return absent
+
     def listing(self, directory: str, after: str = "", enough: Callable[[str], bool] | None = None) -> dict[str, int]:
         """Names (relative to ``directory``) and sizes of the objects in it that sort after ``after``; empty when
         there are none.
@@ -109,47 +119,34 @@ class ObjectStore:
         folder = self.key(directory)
         names: dict[str, int] = {}
         page: str | None = None
-        try:
-            while True:
-                found = self.call(doing, partial(self._list_page, folder, after, page))
-                names.update(found.names)
-                page = found.next_page
-                if page is None or (enough is not None and any(enough(name) for name in found.names)):
-                    return names
-        except StorageNotFoundError:
-            raise
-        except FileNotFoundError:
-            return names
+        while True:
+            found = self._unless_absent(doing, partial(self._list_page, folder, after, page), None)
+            if found is None:
+                return names
+            names.update(found.names)
+            page = found.next_page
+            if page is None or (enough is not None and any(enough(name) for name in found.names)):
+                return names
 
     def _list_page(self, folder: str, after: str, page: str | None, _: int) -> ListPage:
         return self.backend.list_page(folder, after, page)
 
     def exists(self, name: str) -> bool:
-        try:
-            self.call(f"looking up {self.name_of(name)}", lambda _: self.backend.size(self.key(name)))
-        except StorageNotFoundError:
-            raise
-        except FileNotFoundError:
-            return False
-        return True
+        return self._unless_absent(
+            f"looking up {self.name_of(name)}", lambda _: self.backend.size(self.key(name)) >= 0, False
+        )
 
     def read(self, name: str, start: int | None = None, end: int | None = None) -> bytes | None:
         """The object's bytes (or a range of them); None if it does not exist."""
-        try:
-            return self.call(f"reading {self.name_of(name)}", lambda _: self.backend.read(self.key(name), start, end))
-        except StorageNotFoundError:
-            raise
-        except FileNotFoundError:
-            return None
+        return self._unless_absent(
+            f"reading {self.name_of(name)}", lambda _: self.backend.read(self.key(name), start, end), None
+        )
 
     def read_start(self, name: str, limit: int) -> tuple[bytes, int] | None:
         """The first ``limit`` bytes of an object and its whole size (one request on S3); None if it is absent."""
-        try:
-            return self.call(f"reading {self.name_of(name)}", lambda _: self.backend.read_start(self.key(name), limit))
-        except StorageNotFoundError:
-            raise
-        except FileNotFoundError:
-            return None
+        return self._unless_absent(
+            f"reading {self.name_of(name)}", lambda _: self.backend.read_start(self.key(name), limit), None
+        )
 
     def put(self, name: str, data: bytes) -> None:
         """Put ``data`` under ``name``, replacing what is there (a derived object: the last writer wins)."""
@@ -219,12 +216,8 @@ class ObjectStore:
             raise self.failure(error, doing) from error
 
     def delete(self, name: str) -> None:
-        try:
-            self.call(f"deleting {self.name_of(name)}", lambda _: self.backend.delete(self.key(name)))
-        except StorageNotFoundError:
-            raise
-        except FileNotFoundError:
-            pass
+        """Delete the object; one already gone is no error."""
+        self._unless_absent(f"deleting {self.name_of(name)}", lambda _: self.backend.delete(self.key(name)), None)
 
     def abort_uploads(self, directory: str, older_than: float) -> list[str]:
         """Abort multipart uploads under ``directory`` begun ``older_than`` seconds ago or more; their URLs."""

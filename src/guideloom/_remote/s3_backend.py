@@ -14,13 +14,13 @@ s3fs's own retries are off (guideloom's ``retries`` are the only ones, so their 
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
+from guideloom._remote.fsspec_backend import FsspecClient
 from guideloom._remote.object_backend import (
     BROKEN_CONNECTIONS,
     DOWNLOAD_CHUNK,
@@ -28,7 +28,6 @@ from guideloom._remote.object_backend import (
     Decoder,
     ListPage,
     named_among,
-    require_fsspec,
 )
 from guideloom._remote.ranged_parts import download_parts
 from guideloom._remote.retries import Retrying, ShortBody
@@ -55,36 +54,18 @@ S3_BROKEN_CONNECTIONS = BROKEN_CONNECTIONS | {
 }
 
 
-class S3Backend:
-    """The objects of an S3 bucket through s3fs; picklable, and fork-safe (each process makes its own client)."""
+class S3Backend(FsspecClient):
+    """The objects of an S3 bucket through s3fs (one filesystem per process)."""
 
     atomic_creates = True
     ranged_downloads = True
 
     def __init__(self, protocol: str, options: dict[str, Any]) -> None:
-        require_fsspec(protocol)
-        self.protocol = protocol
         config = {**S3_DEFAULTS["config_kwargs"], **options.get("config_kwargs", {})}
-        self.options = {**S3_DEFAULTS, **options, "config_kwargs": config}
-        self._fs: Any = None
-        self._pid = -1
+        super().__init__(protocol, {**S3_DEFAULTS, **options, "config_kwargs": config})
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_fs": None, "_pid": -1}  # a client is made afresh where it is unpickled
-
-    @property
-    def fs(self) -> Any:
-        """The s3fs filesystem of this process (fsspec's async clients must not cross a fork)."""
-        if self._fs is None or self._pid != os.getpid():
-            import fsspec
-
-            self._fs = fsspec.filesystem(self.protocol, skip_instance_cache=True, **self.options)
-            self._fs.retries = 1  # s3fs's own retry loop: one try, guideloom retries
-            self._pid = os.getpid()
-        return self._fs
-
-    def close(self) -> None:
-        self._fs = None
+    def made(self, fs: Any) -> None:
+        fs.retries = 1  # s3fs's own retry loop: one try, guideloom retries
 
     def list_page(self, folder: str, start_after: str, page: str | None) -> ListPage:
         """One ``ListObjectsV2`` page: keys come in byte order, up to 1,000 a request, from ``StartAfter`` on."""
