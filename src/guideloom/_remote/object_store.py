@@ -178,7 +178,7 @@ class ObjectStore:
             file.seek(max(0, size - COMPARED_TAIL))
             tail = file.read()
         stored = self.call(f"looking up {self.name_of(name)}", lambda _: self.backend.size(self.key(name)))
-        return stored == size and self.read(name, size - len(tail), size) == tail
+        return stored == size and (not tail or self.read(name, size - len(tail), size) == tail)
 
     def download(
         self,
