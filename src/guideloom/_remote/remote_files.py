@@ -32,10 +32,8 @@ from guideloom._remote.index_object import INDEX_OBJECT, index_object_bytes
 from guideloom._remote.indexed_listing import problem_of_index, read_index_object, snapshot_after_index
 from guideloom._remote.object_store import ObjectStore
 from guideloom._remote.remote_lengths import clean_lengths
-from guideloom._remote.remote_shards import RemoteShards
 from guideloom._remote.shard_cache import CacheLease, Prefetched, ShardCache
 from guideloom._remote.shard_parts import download_part, part_entry, part_problem
-from guideloom._remote.store_pages import overwrite
 from guideloom._shards.footer import FOOTER, decode_footer
 from guideloom._shards.header import HEADER_NAME, StorageHeader, parse_header
 from guideloom._shards.layout import SHARDS_DIR, ShardFile, ShardInfo, shard_file_name, shard_size
@@ -115,7 +113,7 @@ class RemoteFiles:
     def write_index(self, header: StorageHeader) -> int:
         """Write the index object from one listing of everything; the number of shards it names."""
         table = self.full_listing(header)
-        overwrite(self.store, INDEX_OBJECT, index_object_bytes(table, header, self.url))
+        self.store.put(INDEX_OBJECT, index_object_bytes(table, header, self.url))
         return len(table)
 
     def infos_from_names(
@@ -155,11 +153,9 @@ class RemoteFiles:
             raise CorruptStorageError(f"shard {shard} has inconsistent sizes ({name}): object truncated?")
         return ShardInfo(shard, records, data_size // header.element_size, data_crc, plain_size)
 
-    def shard_set(self, header: StorageHeader, infos: ShardTable, max_open: int) -> RemoteShards:
-        return RemoteShards(self, header, infos, max_open)
-
     def clean(self, older_than: float) -> list[str]:
-        """Remove what dead writers left: local files being built or downloaded, unfinished uploads, stray markers."""
+        """Remove what dead writers left: local files being built or downloaded, unfinished uploads and stray
+        markers, not touched for ``older_than`` seconds (a download in progress is left alone however old)."""
         removed = [str(path) for path in clean_incomplete(self.incomplete, older_than)]
         removed += [str(path) for path in self.cache.clean(older_than)]
         removed += [str(path) for path in clean_lengths(self.directory / "lengths", older_than)]
