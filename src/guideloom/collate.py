@@ -23,6 +23,12 @@ What each field of the records becomes in the batch (a dict, fields in the first
 - a scalar (int, float, bool, a NumPy scalar, a 0-d array or tensor): stacked into a 1-D tensor
   (integers as int64).
 - an array or tensor of two or more dimensions: stacked, when every record's has the same shape.
+- decoded media (``from_storage(..., decode=True)`` with ``guideloom.fields``), as tensors: images (uint8,
+  (height, width, channels)) and videos (uint8, (time, height, width, channels)) stacked, uint8 kept, when
+  they all have one shape; otherwise kept as a list of tensors beside ``NAME_sizes``, an int64
+  ``(batch, 2)`` of (height, width) (``(batch, 3)`` of (time, height, width) for videos). Audio (float32,
+  (frames, channels)) is padded with 0 to the batch's longest clip into ``(batch, longest, channels)``,
+  with ``NAME_attention_mask`` (1 on samples, 0 on padding, int64) and ``NAME_lengths`` (frames).
 - anything else (strings, bytes, None, lists of strings, nested dicts): kept as a list, one per record.
 """
 
@@ -123,6 +129,9 @@ class PadCollate:
 
     def _field(self, name: str, values: list[Any], names: list[str]) -> tuple[Any, dict[str, torch.Tensor]]:
         """The batch's value for field ``name``, and the masks and lengths that go with it."""
+        media = _media_kind(values)
+        if media is not None:
+            return _media_field(name, values, media)
         arrays = [_as_array(value) for value in values]
         if any(array is None for array in arrays):
             return values, {}
@@ -169,6 +178,39 @@ class PadCollate:
             if lengths_name not in names:
                 extras[lengths_name] = torch.from_numpy(lengths)
         return torch.from_numpy(out), extras
+
+
+def _media_kind(values: list[Any]) -> str | None:
+    """ "pixels" (decoded images or videos), "sound" (decoded audio), or None: what a field of decoded media holds."""
+    if not values or not all(isinstance(value, torch.Tensor) for value in values):
+        return None
+    kinds = {(value.dtype, value.ndim) for value in values}
+    if kinds <= {(torch.uint8, 3)} or kinds <= {(torch.uint8, 4)}:
+        return "pixels"
+    if kinds == {(torch.float32, 2)}:
+        return "sound"
+    return None
+
+
+def _media_field(name: str, values: list[torch.Tensor], media: str) -> tuple[Any, dict[str, Any]]:
+    """Decoded images or videos stacked (one shape) or listed with their sizes; audio padded with a mask."""
+    if media == "pixels":
+        if len({value.shape for value in values}) == 1:
+            return torch.stack(values), {}
+        sizes = torch.tensor([list(value.shape[:-1]) for value in values], dtype=torch.int64)
+        return values, {f"{name}_sizes": sizes}
+    channels = {value.shape[1] for value in values}
+    if len(channels) != 1:
+        raise ValueError(
+            f"pad: field {name!r} holds audio of {sorted(channels)} channels: they must match to be padded"
+        )
+    lengths = torch.tensor([value.shape[0] for value in values], dtype=torch.int64)
+    longest = int(lengths.max())
+    out = torch.zeros((len(values), longest, channels.pop()), dtype=torch.float32)
+    for row, value in enumerate(values):
+        out[row, : value.shape[0]] = value
+    mask = (torch.arange(longest)[None, :] < lengths[:, None]).to(torch.int64)
+    return out, {f"{name}_{_MASK_SUFFIX}": mask, f"{name}_lengths": lengths}
 
 
 def _widened(array: np.ndarray) -> np.ndarray:

@@ -48,6 +48,15 @@ class RecordPackError(GuideloomError, TypeError, ValueError):
     __module__ = "guideloom"
 
 
+class MediaDecodeError(GuideloomError, ValueError):
+    """A media field cannot be decoded (damaged bytes, or an image beyond the pixel limit).
+
+    The message names the shard, the record's index in it and the field, and the decoder's own message.
+    """
+
+    __module__ = "guideloom.fields"
+
+
 class StateMismatchError(GuideloomError):
     """A loader state dict does not belong to this storage or configuration."""
 

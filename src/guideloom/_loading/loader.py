@@ -19,6 +19,7 @@ from typing import Any, Generic, Self, TypeVar
 import torch
 
 from guideloom._core.checks import check_bool, check_callable, check_int, check_number, check_seed
+from guideloom._fields.loading import record_loading
 from guideloom._loading.batching import (
     EpochSteps,
     check_batch_sizes,
@@ -156,6 +157,9 @@ class StatefulDataLoader:
         timeout: float = 0.0,
         shuffle_window: int | None = None,
         local_world_size: int | None = None,
+        fields: tuple[str, ...] | None = None,
+        decode: bool | dict[str, Any] = False,
+        on_decode_error: str = "raise",
     ) -> StatefulDataLoader:
         """A loader over the shards of ``storage`` (a storage or a `Mixture` of storages) committed now.
 
@@ -176,9 +180,15 @@ class StatefulDataLoader:
         gives dict batches in every mode, with ``labels`` -100 where the mask is 0 (docs/tokens.md).
         ``shuffle_window=K`` (with ``shuffle=True``) reads each machine's own share of the shards, about K shards
         at a time, for storages larger than a machine's cache (docs/object-storage.md); ``local_world_size`` is
-        the ranks per machine (default: ``LOCAL_WORLD_SIZE``, else 1).
+        the ranks per machine (default: ``LOCAL_WORLD_SIZE``, else 1). For storages of a ``guideloom.fields``
+        ``RecordSchema`` (docs/multimodal.md): ``fields`` reads only those fields, ``decode=True`` decodes every media
+        field in the workers before the collate (``decode={"image": fn}``: ``fn(value)`` for that field instead),
+        and ``on_decode_error="skip"`` leaves a record that fails to decode out of its batch.
         """
         collate = check_callable("collate", collate, optional=True)
+        storage, collate = record_loading(
+            storage, collate, fields=fields, decode=decode, on_decode_error=on_decode_error
+        )
         device = check_device(device)
         local_batch_size, batch_tokens = check_batch_sizes(local_batch_size, batch_tokens)
         if batch_tokens is not None:

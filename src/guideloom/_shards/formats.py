@@ -14,7 +14,7 @@ import pickle
 import struct
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -57,6 +57,23 @@ class DocumentStorageFormat(ABC, Generic[In, Out]):
         """
         unpack = self.unpack
         return [unpack(data, shard) for data, shard in zip(encoded_data, shards, strict=True)]
+
+
+@runtime_checkable
+class FieldFormat(Protocol):
+    """A format whose records are dicts of named fields (``guideloom.fields.RecordSchema``): a reader asks it for
+    some fields alone (``reader.read(i, fields=...)``) and tells it where each record lies, which its values name
+    when they fail to decode."""
+
+    def unpack_fields(
+        self, encoded: memoryview, shard: int | None, record: int | None, fields: tuple[str, ...] | None
+    ) -> Any: ...
+
+    def unpack_fields_many(
+        self, encoded: list[memoryview], shards: list[int], records: list[int], fields: tuple[str, ...] | None
+    ) -> list[Any]: ...
+
+    def check_fields(self, fields: object, what: str = "fields") -> tuple[str, ...]: ...
 
 
 def format_identity(document_format: DocumentStorageFormat[Any, Any]) -> str:

@@ -17,7 +17,7 @@ import numpy as np
 
 from guideloom._core.checks import check_int, check_sequence_length
 from guideloom._shards.fingerprints import earlier_fingerprint, snapshot_fingerprint
-from guideloom._shards.formats import DocumentStorageFormat
+from guideloom._shards.formats import DocumentStorageFormat, FieldFormat
 from guideloom._shards.header import StorageHeader
 from guideloom._shards.layout import ShardFile, verify_shards
 from guideloom._shards.loss_masks import unpack_bits
@@ -211,6 +211,8 @@ class DocumentReader(StorageReader[Out]):
     ) -> None:
         super().__init__(shard_set, header)
         self._format = document_format
+        # A format of named fields (a RecordSchema): it reads some fields alone and names each record's place.
+        self._fields_format = document_format if isinstance(document_format, FieldFormat) else None
         self._pages = ResidentPages()  # the records' mapped pages, dropped as they add up (see resident_pages)
         # An open shard's bytes, offsets, and the bytes it holds (``ShardFile.held``: a part of a shard holds some).
         self._spans: dict[int, tuple[memoryview, memoryview, int, int]] = {}
@@ -225,10 +227,19 @@ class DocumentReader(StorageReader[Out]):
         self._pages.add(stop - start)
         return shard.view[start:stop], shard.id
 
-    def read(self, index: int) -> Out:
-        """Decode record ``index``."""
+    def read(self, index: int, fields: tuple[str, ...] | None = None) -> Out:
+        """Decode record ``index``; ``fields`` (names of a ``RecordSchema``'s fields): only those, nothing else read."""
+        fielded = self._fields_format
+        if fielded is None:
+            if fields is not None:
+                raise TypeError(f"fields= reads records of a RecordSchema, not of {type(self._format).__name__}")
+            encoded, shard = self.read_encoded(index)
+            return self._format.unpack(encoded, shard)
+        if fields is not None:
+            fields = fielded.check_fields(fields)
         encoded, shard = self.read_encoded(index)
-        return self._format.unpack(encoded, shard)
+        record: Out = fielded.unpack_fields(encoded, shard, self.locate(index)[1], fields)
+        return record
 
     def read_many(self, indices: np.ndarray) -> list[Out]:
         """Decode the records at ``indices`` (int64, each checked), locating them all at once."""
@@ -237,9 +248,14 @@ class DocumentReader(StorageReader[Out]):
         starts = self.record_starts
         positions = starts.searchsorted(indices, "right") - 1
         position_list = positions.tolist()
-        encoded = self._record_views(position_list, (indices - starts[positions]).tolist())
+        records = (indices - starts[positions]).tolist()
+        encoded = self._record_views(position_list, records)
         self._pages.add(sum(map(len, encoded)), len(encoded))
-        decoded = self._format.unpack_many(encoded, list(map(self._shard_ids.__getitem__, position_list)))
+        shard_ids = list(map(self._shard_ids.__getitem__, position_list))
+        if self._fields_format is not None:
+            fields_decoded: list[Out] = self._fields_format.unpack_fields_many(encoded, shard_ids, records, None)
+            return fields_decoded
+        decoded = self._format.unpack_many(encoded, shard_ids)
         if not isinstance(decoded, list) or len(decoded) != len(encoded):
             got = f"{len(decoded)} records" if isinstance(decoded, list) else f"a {type(decoded).__name__}"
             raise TypeError(

@@ -1,0 +1,305 @@
+"""Every use of the media libraries (Pillow, soundfile, PyAV) in one place: metadata probed from headers at write
+time, encoding PIL images and arrays once, and decoding to tensors on request.
+
+Each library is imported when first needed, so ``guideloom.fields`` imports without the ``media`` extra; a
+missing one is an ImportError naming the extra. Problems with the bytes themselves raise ``MediaProblem`` with
+the decoder's message, which callers turn into errors naming the field, shard and record.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+import warnings
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+IMAGE_FORMATS = {"JPEG": "jpeg", "PNG": "png", "WEBP": "webp", "GIF": "gif", "BMP": "bmp", "TIFF": "tiff"}
+ENCODINGS = ("png", "jpeg", "webp")  # what an Image field encodes PIL images and arrays as
+UINT8_MODES = ("L", "LA", "RGB", "RGBA")  # decoded as they are; others are converted (see ``decode_image``)
+
+
+_PILLOW_LIMIT = threading.Lock()  # held while Pillow's own pixel limit is lifted to read a huge image's header
+
+
+class MediaProblem(Exception):
+    """The decoder cannot read these bytes (its message is kept), or an image exceeds the pixel limit."""
+
+
+def _needs(module: str, package: str) -> Any:
+    try:
+        return __import__(module)
+    except ImportError as error:
+        raise ImportError(f"media fields need {package}: pip install 'guideloom[media]'") from error
+
+
+def _pil() -> Any:
+    _needs("PIL", "Pillow")
+    from PIL import Image
+
+    return Image
+
+
+def _soundfile() -> Any:
+    return _needs("soundfile", "soundfile")
+
+
+def _av() -> Any:
+    return _needs("av", "PyAV (av)")
+
+
+def default_max_pixels() -> int | None:
+    """The pixel limit of image decoding when none is given: Pillow's ``Image.MAX_IMAGE_PIXELS`` now."""
+    limit = _pil().MAX_IMAGE_PIXELS
+    return None if limit is None else int(limit)
+
+
+# -- probing: metadata from the headers, nothing decoded ------------------------------------------------------------
+
+
+def probe_image(data: bytes | memoryview) -> tuple[int, int, str, str]:
+    """An image's width, height, mode and format (lower case), from its header alone."""
+    image_module = _pil()
+    try:
+        try:
+            width, height, mode, found = _image_header(image_module, data)
+        except image_module.DecompressionBombError:  # Pillow refuses to open what it would refuse to decode
+            with _PILLOW_LIMIT:  # nothing is decoded here: the limit applies when decoding (``open_image``)
+                limit, image_module.MAX_IMAGE_PIXELS = image_module.MAX_IMAGE_PIXELS, None
+                try:
+                    width, height, mode, found = _image_header(image_module, data)
+                finally:
+                    image_module.MAX_IMAGE_PIXELS = limit
+    except Exception as error:  # Pillow raises many kinds (UnidentifiedImageError, SyntaxError, OSError, ...)
+        raise MediaProblem(f"Pillow cannot read it: {error}") from None
+    if found is None:
+        raise MediaProblem("Pillow cannot tell its format")
+    return int(width), int(height), str(mode), IMAGE_FORMATS.get(found, str(found).lower())
+
+
+def _image_header(image_module: Any, data: bytes | memoryview) -> tuple[int, int, str, str | None]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", image_module.DecompressionBombWarning)
+        with image_module.open(io.BytesIO(data)) as image:  # opening reads the header; nothing is decoded
+            width, height = image.size
+            return int(width), int(height), str(image.mode), image.format
+
+
+def probe_audio(data: bytes | memoryview) -> tuple[int, int, int, str]:
+    """A clip's sample rate, channels, frames and format (lower case), from its header alone."""
+    soundfile = _soundfile()
+    try:
+        info = soundfile.info(io.BytesIO(data))
+    except Exception as error:
+        raise MediaProblem(f"soundfile cannot read it: {error}") from None
+    frames = int(info.frames)
+    if frames < 0 or frames >= 2**62:  # some MP3s report no frame count: count them by decoding once
+        frames = len(decode_audio(data))
+    return int(info.samplerate), int(info.channels), frames, str(info.format).lower()
+
+
+def probe_video(data: bytes | memoryview) -> tuple[int, int, int, float, str]:
+    """A video's width, height, frames, frames per second and container format: its packets are counted
+    where the container does not say how many frames it holds, but no frame is decoded."""
+    av = _av()
+    try:
+        with av.open(io.BytesIO(data), mode="r") as container:
+            if not container.streams.video:
+                raise MediaProblem("it holds no video stream")
+            stream = container.streams.video[0]
+            rate = stream.average_rate or stream.guessed_rate or stream.base_rate
+            frames = int(stream.frames)
+            if frames <= 0:
+                frames = sum(1 for packet in container.demux(stream) if packet.size)
+            width, height = int(stream.codec_context.width), int(stream.codec_context.height)
+            names = str(container.format.name)
+    except MediaProblem:
+        raise
+    except Exception as error:
+        raise MediaProblem(f"PyAV cannot read it: {error}") from None
+    return width, height, frames, float(rate) if rate else 0.0, _container_format(names, data)
+
+
+def _container_format(names: str, data: bytes | memoryview) -> str:
+    """``"mp4"``, ``"webm"``, ``"matroska"``, ... from the demuxer's names (``"mov,mp4,m4a,..."``)."""
+    listed = names.split(",")
+    if "mp4" in listed:
+        return "mp4"
+    if "webm" in listed:
+        return "webm" if b"webm" in bytes(data[:64]) else "matroska"
+    return listed[0]
+
+
+# -- encoding once, at write time ------------------------------------------------------------------------------------
+
+
+def is_pil_image(value: object) -> bool:
+    """Whether ``value`` is a PIL image (False without Pillow installed, as nothing then is one)."""
+    module = type(value).__module__
+    if not module.startswith("PIL."):
+        return False
+    return isinstance(value, _pil().Image)
+
+
+def encode_image(value: Any, encoding: str, quality: int | None) -> bytes:
+    """A PIL image or a uint8 array ((height, width) or (height, width, 1 | 3 | 4)) encoded as ``encoding``."""
+    image_module = _pil()
+    if isinstance(value, np.ndarray):
+        if value.dtype != np.uint8 or value.ndim not in (2, 3) or (value.ndim == 3 and value.shape[2] not in (1, 3, 4)):
+            raise ValueError(
+                f"an image array must be uint8 of shape (height, width) or (height, width, 1, 3 or 4), "
+                f"got {value.dtype} of shape {value.shape}"
+            )
+        array = value[:, :, 0] if value.ndim == 3 and value.shape[2] == 1 else value
+        value = image_module.fromarray(np.ascontiguousarray(array))
+    if encoding == "jpeg" and value.mode not in ("L", "RGB", "CMYK"):
+        value = value.convert("RGB")
+    options: dict[str, Any] = {} if quality is None else {"quality": quality}
+    if encoding == "webp" and quality is None:
+        options["lossless"] = True
+    out = io.BytesIO()
+    try:
+        value.save(out, format=encoding.upper(), **options)
+    except Exception as error:
+        raise MediaProblem(f"Pillow cannot encode it as {encoding}: {error}") from None
+    return out.getvalue()
+
+
+def encode_audio(samples: np.ndarray, sample_rate: int) -> bytes:
+    """An array of samples ((frames,) or (frames, channels)) as WAV: int16 and int32 as PCM of that width, floats
+    as 32-bit float samples, so what decodes is what was given (float64 rounded to float32)."""
+    soundfile = _soundfile()
+    if samples.ndim not in (1, 2) or samples.dtype.kind not in "if":
+        raise ValueError(
+            f"audio samples must be an int16, int32 or float array of shape (frames,) or (frames, channels), "
+            f"got {samples.dtype} of shape {samples.shape}"
+        )
+    subtypes = {np.dtype(np.int16): "PCM_16", np.dtype(np.int32): "PCM_32"}
+    subtype = subtypes.get(samples.dtype, "FLOAT")
+    if subtype == "FLOAT":
+        if samples.dtype.kind != "f":
+            raise ValueError(f"audio samples of {samples.dtype} are not stored: give int16, int32 or floats")
+        samples = samples.astype(np.float32)
+    out = io.BytesIO()
+    try:
+        soundfile.write(out, samples, sample_rate, format="WAV", subtype=subtype)
+    except Exception as error:
+        raise MediaProblem(f"soundfile cannot encode it: {error}") from None
+    return out.getvalue()
+
+
+# -- decoding on request ---------------------------------------------------------------------------------------------
+
+
+def open_image(data: memoryview | bytes, max_pixels: int | None) -> Any:
+    """The PIL image of ``data``, decoded (``load``), after its header showed at most ``max_pixels`` pixels."""
+    image_module = _pil()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", image_module.DecompressionBombWarning)  # the limit is checked below
+            image = image_module.open(io.BytesIO(data))
+    except image_module.DecompressionBombError as error:  # beyond twice Pillow's own limit
+        raise MediaProblem(f"{error} (raise PIL.Image.MAX_IMAGE_PIXELS to decode it)") from None
+    except Exception as error:
+        raise MediaProblem(f"Pillow cannot read it: {error}") from None
+    width, height = image.size
+    if max_pixels is not None:
+        try:
+            check_pixels(width, height, max_pixels)
+        except MediaProblem:
+            image.close()
+            raise
+    try:
+        image.load()
+    except Exception as error:
+        raise MediaProblem(f"Pillow cannot decode it: {error}") from None
+    return image
+
+
+def check_pixels(width: int, height: int, max_pixels: int) -> None:
+    """Refuse an image of more than ``max_pixels`` pixels: a decompression bomb is never decoded."""
+    if width * height > max_pixels:
+        raise MediaProblem(
+            f"its {width}x{height} = {width * height} pixels exceed the limit of {max_pixels} (a decompression bomb?); "
+            "raise it with decode(max_pixels=...) or PIL.Image.MAX_IMAGE_PIXELS"
+        )
+
+
+def decode_image(data: memoryview | bytes, max_pixels: int | None) -> torch.Tensor:
+    """The image as a uint8 tensor (height, width, channels): L, LA, RGB and RGBA as they are, palette images as
+    RGB (RGBA with transparency), 1-bit as L, others (CMYK, YCbCr, 16-bit, float) converted to RGB or L."""
+    import torch
+
+    image = open_image(data, max_pixels)
+    if image.mode not in UINT8_MODES:
+        if image.mode == "P":
+            image = image.convert("RGBA" if "transparency" in image.info else "RGB")
+        elif image.mode in ("1", "I", "I;16", "I;16B", "I;16L", "F"):
+            image = image.convert("L")
+        else:
+            image = image.convert("RGB")
+    array = np.array(image)  # a writable copy: tensors over read-only memory warn
+    if array.ndim == 2:
+        array = array[:, :, None]
+    return torch.from_numpy(array)
+
+
+def decode_audio(data: memoryview | bytes) -> np.ndarray:
+    """The clip's samples as float32 (frames, channels)."""
+    soundfile = _soundfile()
+    try:
+        samples, _ = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)
+    except Exception as error:
+        raise MediaProblem(f"soundfile cannot decode it: {error}") from None
+    return np.ascontiguousarray(samples)
+
+
+def audio_tensor(data: memoryview | bytes) -> torch.Tensor:
+    import torch
+
+    return torch.from_numpy(decode_audio(data))
+
+
+def video_frames_at_rate(frames: int, clip_fps: float, fps: float) -> list[int]:
+    """The frame indices of a clip of ``frames`` at ``clip_fps`` sampled at ``fps``: the frame shown at each
+    of the times 0, 1/fps, 2/fps, ... within the clip."""
+    if clip_fps <= 0:
+        raise MediaProblem("the video records no frame rate: pass frames= instead of fps=")
+    step = Fraction(clip_fps).limit_denominator(1001) / Fraction(fps).limit_denominator(1001)
+    count = int(frames / step) + (1 if frames % step else 0) if frames else 0
+    return [int(k * step) for k in range(count) if int(k * step) < frames]
+
+
+def decode_video(data: memoryview | bytes, wanted: list[int]) -> torch.Tensor:
+    """The frames at indices ``wanted`` (in that order, repeats allowed) as a uint8 tensor (time, height, width,
+    3): frames are decoded in order up to the last one wanted, and only the wanted ones are converted to arrays."""
+    import torch
+
+    av = _av()
+    last = max(wanted, default=-1)
+    needed = set(wanted)
+    found: dict[int, np.ndarray] = {}
+    try:
+        with av.open(io.BytesIO(data), mode="r") as container:
+            stream = container.streams.video[0]
+            stream.thread_type = "AUTO"
+            width, height = int(stream.codec_context.width), int(stream.codec_context.height)
+            if last >= 0:
+                for index, frame in enumerate(container.decode(stream)):
+                    if index in needed:
+                        found[index] = frame.to_ndarray(format="rgb24")
+                    if index >= last:
+                        break
+    except Exception as error:
+        raise MediaProblem(f"PyAV cannot decode it: {error}") from None
+    missing = sorted(needed - set(found))
+    if missing:
+        raise MediaProblem(f"it holds no frame {missing[0]} (frames decoded: {len(found)})")
+    if not wanted:
+        return torch.empty((0, height, width, 3), dtype=torch.uint8)
+    return torch.from_numpy(np.stack([found[index] for index in wanted]))
