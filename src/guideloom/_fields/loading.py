@@ -147,7 +147,6 @@ class DecodingCollate:
                 raise named from error
         return True
 
-
     def _skipped(self, error: MediaDecodeError) -> bool:
         """Count and log a record left out (the log says which, and why); False."""
         self.skipped += 1

@@ -80,7 +80,8 @@ class SamplePieces:
         """The same samples, their components called by these names."""
         return replace(self, names=names)
 
-    def _pieces(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def piece_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The arrays with one entry per piece: shards, records, indices, starts, stops."""
         return self.shards, self.records, self.indices, self.starts, self.stops
 
     def split(self, sizes: list[int]) -> list[SamplePieces]:
@@ -91,7 +92,7 @@ class SamplePieces:
         for (start, stop), (first, last) in zip(
             pairwise(sample_bounds.tolist()), pairwise(piece_bounds.tolist()), strict=True
         ):
-            shards, records, indices, starts, stops = (array[first:last] for array in self._pieces())
+            shards, records, indices, starts, stops = (array[first:last] for array in self.piece_columns())
             counts, components = self.piece_counts[start:stop], self.components[start:stop]
             parts.append(SamplePieces(counts, shards, records, indices, starts, stops, components))
         return parts
@@ -100,11 +101,10 @@ class SamplePieces:
     def concatenate(parts: list[SamplePieces]) -> SamplePieces:
         """The samples of ``parts``, one after another."""
         shards, records, indices, starts, stops = (
-            np.concatenate([part._pieces()[column] for part in parts]) for column in range(5)
+            np.concatenate(column) for column in zip(*(part.piece_columns() for part in parts), strict=True)
         )
-        counts, components = (
-            np.concatenate([getattr(part, name) for part in parts]) for name in ("piece_counts", "components")
-        )
+        counts = np.concatenate([part.piece_counts for part in parts])
+        components = np.concatenate([part.components for part in parts])
         return SamplePieces(counts, shards, records, indices, starts, stops, components)
 
     def samples(self) -> list[dict[str, Any]]:
