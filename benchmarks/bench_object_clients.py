@@ -3,8 +3,9 @@
     python -m benchmarks.bench_object_clients [--megabytes 64] [--objects 10000] [--repeats 3]
 
 What guideloom needs from a client is a whole shard streamed into a cache file, and one listing of
-a ``shards/`` prefix with many objects. Compared: s3fs through guideloom's own streaming GET (what it
-uses), s3fs's ``cat_file``, obstore (Rust, object_store), and boto3 as the straightforward baseline.
+a ``shards/`` prefix with many objects. Compared: guideloom's S3 backend (s3fs's client, its GET's body
+streamed; its listing in ``ListObjectsV2`` pages), s3fs's ``cat_file`` and ``ls``, obstore (Rust,
+object_store), and boto3 as the straightforward baseline.
 The server is ``remote/s3_server.py`` in its own process. The best of ``--repeats`` runs counts (a
 shared machine only ever slows a run). Results go to ``results/object_clients.json`` and ``.md``.
 """
@@ -27,10 +28,16 @@ def _best(repeats: int, run: Callable[[], object]) -> float:
     return timed(run, repeats).best
 
 
-def _s3fs(endpoint: str) -> Any:
+def _guideloom(endpoint: str) -> Any:
     from guideloom._remote.object_store import ObjectStore
 
     return ObjectStore(f"s3://{BUCKET}", {"endpoint_url": endpoint})
+
+
+def _s3fs(endpoint: str) -> Any:
+    import s3fs
+
+    return s3fs.S3FileSystem(endpoint_url=endpoint, skip_instance_cache=True, use_listings_cache=False)
 
 
 def _obstore(endpoint: str) -> Any:
@@ -70,7 +77,7 @@ def main() -> None:
 
         with ThreadPoolExecutor(16) as pool:
             list(pool.map(put_empty, range(arguments.objects)))
-        s3fs_store, object_store = _s3fs(endpoint), _obstore(endpoint)
+        store, filesystem, object_store = _guideloom(endpoint), _s3fs(endpoint), _obstore(endpoint)
         target = work / "download"
 
         def obstore_download() -> None:
@@ -79,13 +86,14 @@ def main() -> None:
                     file.write(chunk)
 
         downloads: dict[str, Callable[[], None]] = {
-            "s3fs, guideloom's streaming GET": lambda: s3fs_store.download("big.shard", target),
-            "s3fs cat_file": lambda: target.write_bytes(s3fs_store.fs.cat_file(f"{BUCKET}/big.shard")),
+            "s3fs, guideloom's streaming GET": lambda: store.download("big.shard", target),
+            "s3fs cat_file": lambda: target.write_bytes(filesystem.cat_file(f"{BUCKET}/big.shard")),
             "obstore get, streamed": obstore_download,
             "boto3 download_fileobj": lambda: client.download_file(BUCKET, "big.shard", str(target)),
         }
         listings: dict[str, Callable[[], None]] = {
-            "s3fs ls (guideloom's listing)": lambda: s3fs_store.listing("many"),
+            "s3fs, guideloom's listing pages": lambda: store.listing("many"),
+            "s3fs ls": lambda: filesystem.ls(f"{BUCKET}/many", refresh=True),
             "obstore list": lambda: [item for batch in obstore.list(object_store, "many/") for item in batch],
             "boto3 list_objects_v2 pages": lambda: [
                 page for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix="many/")

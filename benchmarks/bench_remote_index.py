@@ -35,8 +35,8 @@ import numpy as np
 
 from guideloom import TokenStorage
 from guideloom._remote.index_object import INDEX_OBJECT, index_object_bytes
+from guideloom._remote.object_backend import PAGE_SIZE
 from guideloom._remote.remote_files import marker_name
-from guideloom._remote.store_pages import PAGE_SIZE
 from guideloom._shards.checkpoints import checkpoints_of
 from guideloom._shards.layout import SHARDS_DIR, ShardInfo, shard_file_name, shard_trailer
 from guideloom._shards.shard_table import ShardTable

@@ -19,7 +19,7 @@ from guideloom._storage.storages import DocumentStorage, TokenStorage
 if TYPE_CHECKING:
     from guideloom._loading.loader import StatefulDataLoader
 
-__version__ = "0.2.0"
+    __version__: str
 
 __all__ = [
     "CorruptStorageError",
@@ -46,4 +46,12 @@ def __getattr__(name: str) -> Any:
         from guideloom._loading.loader import StatefulDataLoader
 
         return StatefulDataLoader
+    # The version lives in one place, the package's metadata (pyproject.toml); reading it costs tens of ms.
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("guideloom")
+        except PackageNotFoundError:  # a source tree on sys.path that was never installed
+            return "0+unknown"
     raise AttributeError(f"module 'guideloom' has no attribute {name!r}")

@@ -223,13 +223,6 @@ def test_clean_refuses_an_age_that_is_not_seconds(
     assert os.listdir(storage_path / "incomplete") == ["live.partial"]
 
 
-def test_version(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main(["--version"])
-    assert exit_info.value.code == 0
-    assert capsys.readouterr().out == f"guideloom {guideloom.__version__}\n"
-
-
 @pytest.mark.parametrize("error_class", PUBLIC_ERRORS)
 def test_errors_are_named_by_their_public_module(error_class: type[Exception]) -> None:
     module = "guideloom.tokenize" if error_class.__name__.startswith("Tokenize") else "guideloom"

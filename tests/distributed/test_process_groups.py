@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -10,48 +9,34 @@ from typing import Any
 import numpy as np
 import pytest
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from guideloom import StatefulDataLoader, TokenStorage
-from tests.helpers.processes import free_port, gather_to_file
+from tests.helpers.ranks import join_group, run_ranks
 
 SEQUENCE_LENGTH = 6
 LOCAL_BATCH = 3
 
 
-def rank_main(rank: int, world_size: int, port: int, storage_path: str, out: str, steps: int, state: Any) -> None:
+def read_in_a_rank(rank: int, world_size: int, storage_path: str, steps: int, state: Any) -> dict[str, Any]:
     """One rank: read `steps` batches (all if negative) with rank/world size from the process group."""
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
-    try:
-        storage = TokenStorage(storage_path)
-        with StatefulDataLoader.from_storage(
-            storage, device="cpu", local_batch_size=LOCAL_BATCH, sequence_length=SEQUENCE_LENGTH, shuffle=True, seed=11
-        ) as loader:
-            assert (loader.rank, loader.world_size) == (rank, world_size)
-            if state is not None:
-                loader.load_state_dict(state)
-            windows: list[list[int]] = []
-            for step, batch in enumerate(loader, start=1):
-                windows += [row[0] for row in batch.tolist()]  # a window's first token identifies it here
-                dist.barrier()  # every rank yields the same number of batches, or this hangs
-                if step == steps:
-                    break
-            result = {"windows": windows, "state": loader.state_dict(), "batches": len(loader)}
-        gather_to_file(result, out)
-    finally:
-        dist.destroy_process_group()
+    storage = TokenStorage(storage_path)
+    with StatefulDataLoader.from_storage(
+        storage, device="cpu", local_batch_size=LOCAL_BATCH, sequence_length=SEQUENCE_LENGTH, shuffle=True, seed=11
+    ) as loader:
+        assert (loader.rank, loader.world_size) == (rank, world_size)
+        if state is not None:
+            loader.load_state_dict(state)
+        windows: list[list[int]] = []
+        for step, batch in enumerate(loader, start=1):
+            windows += [row[0] for row in batch.tolist()]  # a window's first token identifies it here
+            dist.barrier()  # every rank yields the same number of batches, or this hangs
+            if step == steps:
+                break
+        return {"windows": windows, "state": loader.state_dict(), "batches": len(loader)}
 
 
-def run_ranks(world_size: int, storage: Path, out: Path, steps: int = -1, state: Any = None) -> list[Any]:
-    mp.start_processes(
-        rank_main,
-        args=(world_size, free_port(), str(storage), str(out), steps, state),
-        nprocs=world_size,
-        join=True,
-        start_method="spawn",
-    )
-    result: list[Any] = json.loads(out.read_text())
-    return result
+def read_in_ranks(world_size: int, storage: Path, out: Path, steps: int = -1, state: Any = None) -> list[Any]:
+    return run_ranks(read_in_a_rank, world_size, str(storage), steps, state, out=out)
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +54,7 @@ def storage(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_ranks_split_the_epoch_disjointly(storage: Path, tmp_path: Path, world_size: int) -> None:
-    ranks = run_ranks(world_size, storage, tmp_path / "out.json")
+    ranks = read_in_ranks(world_size, storage, tmp_path / "out.json")
     windows = [rank["windows"] for rank in ranks]
     assert len({len(w) for w in windows}) == 1, "ranks yielded different numbers of samples"
     assert all(rank["state"] == ranks[0]["state"] for rank in ranks), "state dicts differ between ranks"
@@ -82,10 +67,10 @@ def test_ranks_split_the_epoch_disjointly(storage: Path, tmp_path: Path, world_s
 
 @pytest.mark.timeout(240)
 def test_resume_with_another_world_size_loses_and_repeats_nothing(storage: Path, tmp_path: Path) -> None:
-    first = run_ranks(2, storage, tmp_path / "first.json", steps=5)
+    first = read_in_ranks(2, storage, tmp_path / "first.json", steps=5)
     state = first[0]["state"]
     assert state["position"] == 5 * 2 * LOCAL_BATCH
-    second = run_ranks(3, storage, tmp_path / "second.json", state=state)
+    second = read_in_ranks(3, storage, tmp_path / "second.json", state=state)
     before = [w for rank in first for w in rank["windows"]]
     after = [w for rank in second for w in rank["windows"]]
     assert len(set(before)) == len(before) == 30
@@ -93,37 +78,25 @@ def test_resume_with_another_world_size_loses_and_repeats_nothing(storage: Path,
     assert len(after) == 71 + (-71 % 3), "only the wrap-around padding of the last batch may repeat"
 
 
-def loader_before_group_main(rank: int, world_size: int, port: int, storage_path: str, out: str) -> None:
+def loader_before_group(rank: int, world_size: int, storage_path: str) -> str:
     """One rank that builds its loader before the process group exists, with no RANK in its environment."""
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
         os.environ.pop(name, None)
     loader = StatefulDataLoader.from_storage(
         TokenStorage(storage_path), device="cpu", local_batch_size=LOCAL_BATCH, sequence_length=SEQUENCE_LENGTH
     )
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
-    try:
-        with loader:
-            try:
-                next(iter(loader))
-                message = "no error"
-            except ValueError as error:
-                message = str(error)
-        gather_to_file(message, out)
-    finally:
-        dist.destroy_process_group()
+    join_group(rank, world_size)
+    with loader:
+        try:
+            next(iter(loader))
+            return "no error"
+        except ValueError as error:
+            return str(error)
 
 
 @pytest.mark.timeout(180)
 def test_a_loader_whose_ranks_the_process_group_contradicts_refuses_to_iterate(storage: Path, tmp_path: Path) -> None:
-    out = tmp_path / "out.json"
-    mp.start_processes(
-        loader_before_group_main,
-        args=(2, free_port(), str(storage), str(out)),
-        nprocs=2,
-        join=True,
-        start_method="spawn",
-    )
-    messages = json.loads(out.read_text())
+    messages = run_ranks(loader_before_group, 2, str(storage), out=tmp_path / "out.json", in_group=False)
     assert messages == [
         "this loader took rank 0 of 1 from the environment when it was created, but the initialised process "
         f"group says rank {rank} of 2: build the loader after init_process_group, or pass rank= and world_size="

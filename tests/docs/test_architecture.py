@@ -6,6 +6,8 @@ import ast
 import re
 from pathlib import Path
 
+import grimp
+
 from tests.helpers.processes import ROOT
 
 PACKAGE = ROOT / "src" / "guideloom"
@@ -67,3 +69,54 @@ def test_every_test_module_lies_in_a_concept_folder_that_is_a_package() -> None:
     folders = {path.parent for path in tests.rglob("test_*.py")}
     not_packages = sorted(str(folder.relative_to(ROOT)) for folder in folders if not (folder / "__init__.py").exists())
     assert not not_packages, f"add an empty __init__.py to {', '.join(not_packages)}"
+
+
+def test_no_module_of_the_package_imports_itself_through_others() -> None:
+    """No import cycle anywhere in src/guideloom, within a subpackage or across, ``if TYPE_CHECKING:`` imports
+    included (docs/architecture.md): the strongly connected components of the import graph are single modules."""
+    graph = grimp.build_graph("guideloom", exclude_type_checking_imports=False)
+    cycles = [sorted(component) for component in _strongly_connected(graph) if len(component) > 1]
+    assert not cycles, "these modules import each other, directly or through others:\n" + "\n".join(
+        "  " + " <-> ".join(cycle) for cycle in sorted(cycles)
+    )
+
+
+def _strongly_connected(graph: grimp.ImportGraph) -> list[set[str]]:
+    """Tarjan's strongly connected components of the graph's direct imports (iteratively: no recursion limit)."""
+    index: dict[str, int] = {}
+    lowest: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[set[str]] = []
+    for root in sorted(graph.modules):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.find_modules_directly_imported_by(root))))]
+        index[root] = lowest[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            module, imported = work[-1]
+            following = next(imported, None)
+            if following is not None:
+                if following not in index:
+                    index[following] = lowest[following] = len(index)
+                    stack.append(following)
+                    on_stack.add(following)
+                    work.append((following, iter(sorted(graph.find_modules_directly_imported_by(following)))))
+                elif following in on_stack:
+                    lowest[module] = min(lowest[module], index[following])
+                continue
+            work.pop()
+            if work:
+                lowest[work[-1][0]] = min(lowest[work[-1][0]], lowest[module])
+            if lowest[module] == index[module]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == module:
+                        break
+                components.append(component)
+    return components

@@ -6,6 +6,8 @@ Conventions for ``docs/*.md`` and ``README.md`` (fences at the start of a line o
   namespace is a fresh module installed as ``__main__`` while the page runs (so
   ``if __name__ == "__main__":`` guards run, and worker processes forked from this one find the
   page's functions), in a fresh temporary working directory.
+* ``print(EXPRESSION)  # OUTPUT`` on one line of a python block quotes what it prints: the sample checks that
+  ``str(EXPRESSION)`` is ``OUTPUT``, where ``...`` matches any text (as in transcripts, below).
 * ``<!-- file: NAME -->`` on the line before a python block: the block is a script that a later
   console block runs; it is written to ``NAME`` in the working directory and only compiled here.
 * ``<!-- not-executed: needs MODULE -->`` on the line before a python block: the block needs an
@@ -21,6 +23,7 @@ Conventions for ``docs/*.md`` and ``README.md`` (fences at the start of a line o
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import importlib.util
 import io
@@ -29,6 +32,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tokenize
 import traceback
 import types
 from dataclasses import dataclass
@@ -98,9 +102,50 @@ def failure(page: Path, block: Block, number: int, detail: str) -> str:
     )
 
 
+QUOTED_OUTPUT = "__quoted_output__"  # the name the check of a quoted output has in a page's namespace
+
+
+def check_quoted_output(value: object, quoted: str) -> None:
+    """``print(value)``, and fail unless it printed what the page quotes beside it."""
+    printed = str(value)
+    print(printed)
+    if not output_matches(quoted, printed):
+        raise AssertionError(f"printed:\n{printed}\nbut the page quotes:\n{quoted}")
+
+
+class QuotedOutputs(ast.NodeTransformer):
+    """Turns each one-line ``print(x)  # OUTPUT`` of a block into ``__quoted_output__(x, "OUTPUT")``."""
+
+    def __init__(self, source: str) -> None:
+        lines = io.StringIO(source).readline
+        self.comments = {
+            token.start[0]: token.string[1:].strip()
+            for token in tokenize.generate_tokens(lines)
+            if token.type == tokenize.COMMENT
+        }
+
+    def visit_Expr(self, node: ast.Expr) -> ast.stmt:
+        call = node.value
+        quoted = self.comments.get(node.lineno)
+        if (
+            quoted is None
+            or node.end_lineno != node.lineno
+            or not isinstance(call, ast.Call)
+            or not isinstance(call.func, ast.Name)
+            or call.func.id != "print"
+            or len(call.args) != 1
+            or call.keywords
+        ):
+            return node
+        checked = ast.Call(ast.Name(QUOTED_OUTPUT, ast.Load()), [call.args[0], ast.Constant(quoted)], [])
+        return ast.copy_location(ast.Expr(ast.copy_location(checked, call)), node)
+
+
 def compile_block(page: Path, block: Block) -> types.CodeType:
     # Padding puts each line at its line number in the page, so tracebacks point into the page itself.
-    return compile("\n" * (block.line - 1) + block.code, str(page), "exec")
+    source = "\n" * (block.line - 1) + block.code
+    tree = QuotedOutputs(source).visit(ast.parse(source, str(page)))
+    return compile(ast.fix_missing_locations(tree), str(page), "exec")
 
 
 def shell_environment() -> dict[str, str]:
@@ -197,6 +242,7 @@ def run_python(page: Path, block: Block, number: int, namespace: dict[str, objec
     try:
         code = compile_block(page, block)  # every block, executed or not, must at least compile
         if should_execute(page, block):
+            namespace[QUOTED_OUTPUT] = check_quoted_output
             exec(code, namespace)
     except Exception as error:
         trace = "".join(traceback.format_exception(type(error), error, error.__traceback__.tb_next))  # type: ignore[union-attr]
@@ -224,6 +270,15 @@ def test_code_samples_run(
             run_python(page, block, number, module.__dict__)
         else:
             run_console(page, block, number)
+
+
+def test_an_output_quoted_beside_a_print_is_compared(capsys: pytest.CaptureFixture[str]) -> None:
+    code = 'print("shard 2 is already committed (data/shards/2)")  # shard 2 is already committed (...)\n'
+    exec(compile_block(REPOSITORY / "sample.md", Block("python", code, 1, None)), {QUOTED_OUTPUT: check_quoted_output})
+    stale = Block("python", 'print("shard 2 is committed")  # shard 2 is already committed\n', 1, None)
+    with pytest.raises(AssertionError, match="but the page quotes:\nshard 2 is already committed"):
+        exec(compile_block(REPOSITORY / "sample.md", stale), {QUOTED_OUTPUT: check_quoted_output})
+    assert capsys.readouterr().out == "shard 2 is already committed (data/shards/2)\nshard 2 is committed\n"
 
 
 def test_markers_belong_to_python_blocks() -> None:

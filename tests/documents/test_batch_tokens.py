@@ -141,10 +141,21 @@ def test_batch_tokens_and_local_batch_size_are_exclusive(storage: DocumentStorag
         StatefulDataLoader.from_storage(storage, ids, device="cpu")
 
 
-def test_batch_tokens_is_for_records_not_token_windows(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sequence_length", [9, None])
+@pytest.mark.parametrize("mixed", [False, True])
+def test_batch_tokens_is_for_records_not_token_windows(
+    tmp_path: Path, sequence_length: int | None, mixed: bool
+) -> None:
+    # Said first: without sequence_length a new user was told to give one, and then that budgets are for documents.
     tokens = make_token_storage(tmp_path / "tokens")
-    with pytest.raises(ValueError, match="batch_tokens applies to the records of a DocumentStorage"):
-        StatefulDataLoader.from_storage(tokens, device="cpu", batch_tokens=64, sequence_length=9)
+    storage = Mixture({"web": tokens}, {"web": 1.0}) if mixed else tokens
+    what = "a mixture of TokenStorages" if mixed else f"the TokenStorage at {tmp_path / 'tokens'}"
+    with pytest.raises(ValueError) as caught:
+        StatefulDataLoader.from_storage(storage, device="cpu", batch_tokens=64, sequence_length=sequence_length)
+    assert str(caught.value) == (
+        f"batch_tokens applies to the records of a DocumentStorage (or a mixture of them), not to {what}: "
+        "token windows have a fixed length (sequence_length), so batch them with local_batch_size"
+    )
 
 
 def test_a_state_by_budget_reopens_alone_and_explains_the_same_batches(storage: DocumentStorage[Any, Any]) -> None:

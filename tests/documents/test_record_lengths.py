@@ -16,6 +16,7 @@ from guideloom import (
     DocumentJsonFormat,
     DocumentMsgpackFormat,
     DocumentStorage,
+    FormatMismatchError,
     RecordPackError,
     TokenStorage,
 )
@@ -152,6 +153,21 @@ def test_a_format_with_length_cannot_append_to_a_storage_created_without(tmp_pat
     write(unmeasured, [{"a": 1}], shards=1)
     with pytest.raises(ValueError, match=r"defines no length\(\).*created with record lengths"):
         DocumentStorage(tmp_path / "measured", DocumentJsonFormat()).sync_writer()
+
+
+@pytest.mark.parametrize("measured_on_disk", [True, False])
+def test_a_format_mismatch_names_the_record_lengths_of_each_side(tmp_path: Path, measured_on_disk: bool) -> None:
+    # The side opened described the storage's lengths as its own: "opened as ... and record lengths" for a format
+    # without length(), and nothing for one with it.
+    write(DocumentStorage(tmp_path / "docs", DocumentJsonFormat(length=len if measured_on_disk else None)), [{"a": 1}])
+    with pytest.raises(FormatMismatchError) as caught:
+        DocumentStorage(tmp_path / "docs", DocumentMsgpackFormat(length=None if measured_on_disk else len))
+    on_disk, opened = ("documents with format 'json'", "documents with format 'msgpack'")
+    if measured_on_disk:
+        on_disk += " and record lengths"
+    else:
+        opened += " and record lengths"
+    assert str(caught.value) == f"the storage at {tmp_path / 'docs'} holds {on_disk}, but was opened as {opened}"
 
 
 @pytest.mark.parametrize("bad", [-1, 2.5, "3", None, True])

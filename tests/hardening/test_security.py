@@ -237,6 +237,29 @@ def test_symlinked_shard_file_is_corrupt_storage_error(tmp_path: Path, kind: str
         read(path, kind)
 
 
+@pytest.mark.parametrize("link", ["to the shard, moved elsewhere", "looping"])
+def test_a_symlink_in_shards_is_named_as_one(tmp_path: Path, link: str) -> None:
+    """Refused, not followed (a storage's files are guideloom's own), and named as a link: it was "Too many levels of
+    symbolic links", the error of a looping path."""
+    path = tmp_path / "storage"
+    make(path, "documents")
+    shard = shard_file(path, 1)
+    target = str(tmp_path / "elsewhere.shard") if link != "looping" else shard.name
+    shutil.move(shard, target) if link != "looping" else shard.unlink()
+    shard.symlink_to(target)
+    named = (
+        f"shard 1 is a symbolic link ({shard} -> {target}), not a shard file: guideloom writes no links, so it "
+        "follows none; put the shard file itself in its place"
+    )
+    with pytest.raises(CorruptStorageError) as caught:
+        read(path, "documents")
+    assert str(caught.value) == named
+    completed = subprocess.run(
+        [sys.executable, "-m", "guideloom", "verify", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert (completed.returncode, completed.stdout.splitlines()[0]) == (1, f"CORRUPT {named}"), completed
+
+
 def test_symlinked_shards_directory_exposes_no_foreign_file(tmp_path: Path) -> None:
     """``shards/`` pointing elsewhere: files there are read only if they are valid shards of this storage."""
     path = tmp_path / "storage"

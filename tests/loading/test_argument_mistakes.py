@@ -104,3 +104,23 @@ def test_building_the_loader_like_torch_points_to_from_storage(tmp_path: Path) -
         "a loader over a TokenStorage is built with StatefulDataLoader.from_storage(storage, device=..., "
         "local_batch_size=..., ...), not StatefulDataLoader(storage, ...)"
     )
+
+
+@pytest.mark.parametrize("seed", [-1, -(2**63), 2**64, 2**70, 5 + 2**128])
+def test_a_seed_outside_64_bits_is_refused(tmp_path: Path, seed: int) -> None:
+    # The orders are keyed by 64 bits: 2**64 read seed 0's order, 5 + 2**128 seed 5's and -1 seed 2**64 - 1's.
+    storage = make_document_storage(tmp_path, count=12)
+    with pytest.raises(ValueError) as caught:
+        StatefulDataLoader.from_storage(storage, device="cpu", local_batch_size=2, shuffle=True, seed=seed)
+    assert str(caught.value) == f"seed must be an int in [0, 2**64), got {seed}"
+
+
+def test_the_largest_seed_reads_its_own_order(tmp_path: Path) -> None:
+    storage = make_document_storage(tmp_path, count=12)
+    orders = []
+    for seed in (0, 2**64 - 1):
+        with StatefulDataLoader.from_storage(
+            storage, device="cpu", local_batch_size=12, shuffle=True, seed=seed
+        ) as loader:
+            orders.append(next(iter(loader)))
+    assert orders[0] != orders[1] and sorted(orders[0], key=repr) == sorted(orders[1], key=repr)

@@ -123,6 +123,35 @@ def test_a_shard_file_deleted_under_an_open_loader_is_named_when_read(tmp_path: 
         list(loader)
 
 
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_shard_files_deleted_after_the_first_batch_are_named_as_deleted(tmp_path: Path, num_workers: int) -> None:
+    storage = TokenStorage(tmp_path / "tokens")
+    add_shards(storage, range(12))  # more than the first batches of each worker read
+    with open_loader(storage, num_workers=num_workers) as loader, pytest.raises(CorruptStorageError) as caught:
+        iterator = iter(loader)
+        next(iterator)
+        for shard in range(12):
+            shard_path(storage, shard).unlink()
+        list(iterator)
+    shard = int(str(caught.value).split()[1])  # one the loader had not mapped yet: which depends on the workers
+    assert str(caught.value) == (
+        f"shard {shard} vanished: its file {shard_path(storage, shard)} was deleted or renamed while the storage was "
+        "read (a reader keeps only the shards it has mapped, at most max_open_shards; delete or move a storage's "
+        "files only when no loader reads it)"
+    )
+
+
+def test_a_shard_already_mapped_is_read_to_the_end_after_its_file_is_deleted(tmp_path: Path) -> None:
+    storage = TokenStorage(tmp_path / "tokens")
+    add_shards(storage, range(1))
+    with open_loader(storage) as loader:
+        expected = batches(loader)
+    with open_loader(storage) as loader:
+        read = batches(loader, 1)
+        shard_path(storage, 0).unlink()
+        assert read + batches(loader) == expected
+
+
 def test_a_rewritten_shard_is_named(tmp_path: Path) -> None:
     storage = TokenStorage(tmp_path / "tokens")
     add_shards(storage, range(5))

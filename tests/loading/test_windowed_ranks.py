@@ -6,17 +6,15 @@ five steps and their state, that state resumed by two of the ranks as a world of
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
 import pytest
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from guideloom import DocumentJsonFormat, DocumentStorage, StatefulDataLoader
 from guideloom._mixture.mixture import Mixture
-from tests.helpers.processes import free_port, gather_to_file
+from tests.helpers.ranks import run_ranks
 
 RECORDS, PER_SHARD = 96, 8
 MIXED = 2000  # the ids of the mixture's second component start here
@@ -40,28 +38,24 @@ def read(loader: StatefulDataLoader, steps: int = -1) -> list[int]:
     return ids
 
 
-def rank_main(rank: int, port: int, path: str, out: str) -> None:
+def check_in_a_rank(rank: int, world_size: int, path: str) -> dict[str, Any]:
     """One rank: its machine from LOCAL_WORLD_SIZE, each check in turn in step with the others."""
     os.environ["LOCAL_WORLD_SIZE"] = "2"
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD_SIZE)
-    try:
-        storage = DocumentStorage(path + "/a", DocumentJsonFormat())
-        with open_loader(storage) as loader:
-            result: dict[str, Any] = {"epoch": read(loader), "machines": loader.world_size // loader.local_world_size}
-        with open_loader(storage) as loader:
-            result["first"], result["state"] = read(loader, 5), loader.state_dict()
-        result["second"] = []
-        if rank < 2:  # the state resumed by a world of two ranks (one machine), stepping apart from the others
-            with open_loader(storage, rank=rank, world_size=2) as resumed:
-                resumed.load_state_dict(result["state"])
-                result["second"] = [[record["id"] for record in batch] for batch in resumed]
-        dist.barrier()
-        mixture = Mixture({"a": storage, "b": DocumentStorage(path + "/b", DocumentJsonFormat())}, {"a": 1, "b": 1})
-        with open_loader(mixture, drop_last=True) as loader:
-            result["mixture"] = read(loader) + read(loader)  # two epochs: a pass of "a" is about one
-        gather_to_file(result, out)
-    finally:
-        dist.destroy_process_group()
+    storage = DocumentStorage(path + "/a", DocumentJsonFormat())
+    with open_loader(storage) as loader:
+        result: dict[str, Any] = {"epoch": read(loader), "machines": loader.world_size // loader.local_world_size}
+    with open_loader(storage) as loader:
+        result["first"], result["state"] = read(loader, 5), loader.state_dict()
+    result["second"] = []
+    if rank < 2:  # the state resumed by a world of two ranks (one machine), stepping apart from the others
+        with open_loader(storage, rank=rank, world_size=2) as resumed:
+            resumed.load_state_dict(result["state"])
+            result["second"] = [[record["id"] for record in batch] for batch in resumed]
+    dist.barrier()
+    mixture = Mixture({"a": storage, "b": DocumentStorage(path + "/b", DocumentJsonFormat())}, {"a": 1, "b": 1})
+    with open_loader(mixture, drop_last=True) as loader:
+        result["mixture"] = read(loader) + read(loader)  # two epochs: a pass of "a" is about one
+    return result
 
 
 @pytest.fixture(scope="module")
@@ -72,10 +66,7 @@ def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
         with DocumentStorage(path / component, DocumentJsonFormat()).sync_writer() as writer:
             for index in range(RECORDS):
                 writer.append(index // PER_SHARD, {"id": first + index})
-    out = path / "out.json"
-    mp.start_processes(rank_main, args=(free_port(), str(path), str(out)), nprocs=WORLD_SIZE, start_method="spawn")
-    result: list[dict[str, Any]] = json.loads(out.read_text())
-    return result
+    return run_ranks(check_in_a_rank, WORLD_SIZE, str(path), out=path / "out.json")
 
 
 def machine_shards(ranks: list[dict[str, Any]], key: str) -> list[set[int]]:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-import guideloom._remote.object_store
+import guideloom._remote.s3_backend
 from guideloom import TokenStorage
 
 
@@ -53,9 +53,9 @@ def main(endpoint: str, command: str, url: str, cache_dir: str, *args: str) -> N
     elif command in ("die-uploading", "die-in-parts"):
         opened: Any = _DyingFile
         if command == "die-in-parts":  # uploaded in 5 MiB parts: dies reading the second, the first sent
-            guideloom._remote.object_store.MULTIPART_BYTES = guideloom._remote.object_store.PART_BYTES = 5 << 20
+            guideloom._remote.s3_backend.MULTIPART_BYTES = guideloom._remote.s3_backend.PART_BYTES = 5 << 20
             _DyingFile.dies_after = 0.5
-        guideloom._remote.object_store.open = opened  # type: ignore[attr-defined]
+        guideloom._remote.s3_backend.open = opened  # type: ignore[attr-defined]
         with storage.sync_writer() as writer:  # a 4 MB shard, or 12 MB in parts
             for tokens in shard_tokens(int(args[0]), documents=200 if command == "die-uploading" else 600, length=5000):
                 writer.append(int(args[0]), tokens)

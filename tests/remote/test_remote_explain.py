@@ -11,7 +11,7 @@ import pytest
 from guideloom import StatefulDataLoader, TokenStorage
 from guideloom._cli import main
 from guideloom._loading.explain import next_batch
-from guideloom._loading.state import OrderSettings
+from guideloom._loading.settings import OrderKind, OrderSettings
 from tests.remote.s3_support import S3Server
 
 
@@ -48,7 +48,7 @@ def test_the_next_batch_digest_downloads_no_shard(
         storage, device="cpu", local_batch_size=2, sequence_length=8, **mode
     ) as loader:
         loader.skip(7)  # the next batch starts in shard 1
-        settings = OrderSettings(False, 0, 2, 1, False)
+        settings = OrderSettings(False, 0, 2, 1, False, kind=OrderKind.PERMUTATION)
         assert len(next_batch(loader._source, settings, loader.epoch, loader.position)) == 16
         assert s3_server.gets(bucket, "/shards/") == []
         loader._source.describe(np.array([14]), 0)  # describing the sample would have downloaded its shard

@@ -15,7 +15,7 @@ import requests
 import torch
 
 import guideloom._remote.ranged_parts
-import guideloom._remote.s3_bodies
+import guideloom._remote.s3_backend
 from guideloom import CorruptStorageError, StatefulDataLoader, TokenStorage
 from tests.remote.s3_support import S3Server
 
@@ -197,7 +197,7 @@ def test_a_full_cache_disk_is_named_and_nothing_is_left_half_written(
     storage = _storage(s3_url, s3_server, cache)
     if download == "one GET":
         monkeypatch.setattr(guideloom._remote.ranged_parts, "MIN_PART_BYTES", 4 << 20)  # one GET
-        monkeypatch.setattr(guideloom._remote.s3_bodies, "open", _FullDisk, raising=False)  # where its body is written
+        monkeypatch.setattr(guideloom._remote.s3_backend, "open", _FullDisk, raising=False)  # where its body is written
     else:
         monkeypatch.setattr(guideloom._remote.ranged_parts, "write_at", _full_disk_at)
     with storage.sync_reader() as reader:

@@ -17,7 +17,7 @@ import pytest
 from guideloom import CorruptStorageError, DocumentJsonFormat, DocumentStorage, StatefulDataLoader, TokenStorage
 from guideloom._remote.shard_cache import ShardCache
 from guideloom._shards.checkpoints import CHECKPOINT_BYTES
-from guideloom._shards.shard_access import WantedPart
+from guideloom._shards.parts import PlannedPart, ReadPlan
 from tests.remote.s3_support import S3Server
 
 SHARDS, TOKENS = 10, 130_000  # uint32 tokens a shard: about 500 KiB; shares of 2.5 shards
@@ -116,7 +116,7 @@ def test_a_read_outside_the_planned_part_reads_the_whole_shard(
     size = int(TokenStorage(local).snapshot().rows["size"].max())
     storage = TokenStorage(url, storage_options=s3_server.options, cache_dir=tmp_path / "machine")
     with storage.open_reader() as reader, TokenStorage(local).open_reader() as expected:
-        reader.shard_set.plan_parts("plan", {3: WantedPart(0, 4096, in_records=False)})  # 16 KiB of tokens
+        reader.shard_set.use_plan(ReadPlan.of({3: PlannedPart(0, 4096, in_records=False)}))  # 16 KiB of tokens
         early = 3 * TOKENS // SEQUENCE + 1  # a window early in shard 3: in the part
         late = (4 * TOKENS - 2 * SEQUENCE) // SEQUENCE  # near the shard's end: outside it
         since = _log_position(s3_server, bucket)
@@ -142,7 +142,7 @@ def test_a_part_whose_piece_was_damaged_on_the_store_is_named(
     client.put_object(Bucket=bucket, Key=key, Body=bytes(damaged))
     storage = TokenStorage(url, storage_options=s3_server.options, cache_dir=tmp_path / "machine")
     with storage.open_reader() as reader:
-        reader.shard_set.plan_parts("plan", {5: WantedPart(2 * CHECKPOINT_BYTES // 4, TOKENS, in_records=False)})
+        reader.shard_set.use_plan(ReadPlan.of({5: PlannedPart(2 * CHECKPOINT_BYTES // 4, TOKENS, in_records=False)}))
         with pytest.raises(CorruptStorageError, match=rf"shard 5.*data bytes {3 * CHECKPOINT_BYTES}\.\."):
             reader.read_tokens(5 * TOKENS + TOKENS - 10, 5 * TOKENS + TOKENS)
 
@@ -183,3 +183,23 @@ def test_the_cache_counts_a_part_by_the_bytes_it_holds(tmp_path: Path) -> None:
         part.write(b"x" * 8192)
     (tmp_path / "000000000002.0000abcd.5000.shard").write_bytes(b"y" * 5000)
     assert 8192 <= cache.cached_bytes() - 5000 <= 8192 + 65536  # the part's blocks, not its 9 MB
+
+
+def test_the_read_plan_travels_with_the_work_and_leaves_nothing_in_the_cache(
+    s3_server: S3Server, tmp_path: Path, corpus: tuple[str, Path]
+) -> None:
+    """Worker processes read their machine's parts from the plan sent with each batch: the cache directory holds
+    shards, parts of shards and their locks, nothing of a loader's plan."""
+    url, _ = corpus
+    bucket = url.removeprefix("s3://").split("/")[0]
+    cache = tmp_path / "machine-1"
+    storage = TokenStorage(url, storage_options=s3_server.options, cache_dir=cache)
+    since = _log_position(s3_server, bucket)
+    seen: set[str] = set()
+    with _loader(storage, machines=4, rank=1, num_workers=2) as loader:
+        for _ in loader:
+            seen |= {str(path.relative_to(cache)) for path in cache.rglob("*") if path.is_file()}
+    size = int(storage.snapshot().rows["size"].max())
+    assert any(count < size for count in _bytes_by_shard(s3_server, bucket, since, size).values())  # parts read
+    strays = {name for name in seen if not name.endswith((".shard", ".lock", ".part"))}
+    assert not strays and not any(name.startswith("plans") for name in seen), strays

@@ -11,7 +11,7 @@ import boto3
 import numpy as np
 import pytest
 
-import guideloom._remote.object_store
+import guideloom._remote.s3_backend
 from guideloom import (
     DocumentJsonFormat,
     DocumentStorage,
@@ -186,8 +186,8 @@ def test_a_remote_storage_travels_by_pickle(s3_url: str, s3_server: S3Server, tm
 @pytest.fixture
 def small_parts(monkeypatch: pytest.MonkeyPatch) -> None:
     """Shards over 5 MiB go up in 5 MiB parts (the smallest S3 allows), so tests stay small."""
-    monkeypatch.setattr(guideloom._remote.object_store, "MULTIPART_BYTES", 5 << 20)
-    monkeypatch.setattr(guideloom._remote.object_store, "PART_BYTES", 5 << 20)
+    monkeypatch.setattr(guideloom._remote.s3_backend, "MULTIPART_BYTES", 5 << 20)
+    monkeypatch.setattr(guideloom._remote.s3_backend, "PART_BYTES", 5 << 20)
 
 
 @pytest.mark.usefixtures("small_parts")

@@ -14,11 +14,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from guideloom import StatefulDataLoader, StorageNotFoundError, TokenStorage
-from tests.helpers.processes import free_port
+from tests.helpers.ranks import start_ranks
 
 
 def wait_for(path: Path, timeout: float = 120) -> None:
@@ -29,30 +27,26 @@ def wait_for(path: Path, timeout: float = 120) -> None:
         time.sleep(0.02)
 
 
-def rank_main(rank: int, port: int, paths: list[str], out: str) -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+def open_in_a_rank(rank: int, world_size: int, paths: list[str], out: str) -> None:
     outcome: dict[str, Any] = {}
+    folder = Path(out)
+    if rank == 0:
+        (folder / "opening").touch()
+    else:
+        wait_for(folder / "committed")  # rank 0 has listed; a shard was committed since
     try:
-        folder = Path(out)
-        if rank == 0:
-            (folder / "opening").touch()
-        else:
-            wait_for(folder / "committed")  # rank 0 has listed; a shard was committed since
-        try:
-            with StatefulDataLoader.from_storage(
-                TokenStorage(paths[rank]), device="cpu", local_batch_size=2, sequence_length=4, shuffle=True
-            ) as loader:
-                state = loader.state_dict()
-                outcome = {
-                    "batches": len(loader),
-                    "shards": state["source"]["shards"],
-                    "first": next(iter(loader)).tolist(),
-                }
-        except StorageNotFoundError as error:
-            outcome = {"error": str(error)}
-        (folder / f"rank{rank}.json").write_text(json.dumps(outcome))
-    finally:
-        dist.destroy_process_group()
+        with StatefulDataLoader.from_storage(
+            TokenStorage(paths[rank]), device="cpu", local_batch_size=2, sequence_length=4, shuffle=True
+        ) as loader:
+            state = loader.state_dict()
+            outcome = {
+                "batches": len(loader),
+                "shards": state["source"]["shards"],
+                "first": next(iter(loader)).tolist(),
+            }
+    except StorageNotFoundError as error:
+        outcome = {"error": str(error)}
+    (folder / f"rank{rank}.json").write_text(json.dumps(outcome))
 
 
 def write_shards(path: Path, shards: Iterable[int]) -> None:
@@ -62,13 +56,7 @@ def write_shards(path: Path, shards: Iterable[int]) -> None:
 
 
 def launch(paths: list[Path], out: Path, between: Any = None) -> list[dict[str, Any]]:
-    context = mp.start_processes(
-        rank_main,
-        args=(free_port(), [str(path) for path in paths], str(out)),
-        nprocs=2,
-        join=False,
-        start_method="spawn",
-    )
+    context = start_ranks(open_in_a_rank, 2, [str(path) for path in paths], str(out))
     wait_for(out / "opening")
     time.sleep(2)  # rank 0 lists its few shards meanwhile, then waits for rank 1 in the broadcast
     if between is not None:

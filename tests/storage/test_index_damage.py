@@ -9,6 +9,10 @@ exactly the batches of the undamaged storage), never makes ``clean`` delete a sh
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -203,3 +207,66 @@ def test_bit_flips_anywhere_never_change_what_is_read(storage: TokenStorage, fli
     assert snapshot.ids.tolist() == list(range(SHARDS))
     with storage.sync_reader() as reader:
         assert [shard.info for shard in reader.shards] == list(snapshot)
+
+
+def test_verify_says_an_index_it_cannot_write_was_not_rebuilt(storage: TokenStorage) -> None:
+    # A file where the draft's directory belongs stops the rebuild's write, as a read-only storage does (for root too).
+    cut(7)(storage.path / INDEX_NAME)
+    damaged = (storage.path / INDEX_NAME).read_bytes()
+    os.rmdir(storage.path / "incomplete")
+    (storage.path / "incomplete").write_bytes(b"")
+    for _ in range(2):  # nothing rebuilt: the second run finds the same damage
+        assert storage.verify() == [
+            f"the shard index {storage.path / INDEX_NAME} is damaged: it is {len(damaged)} bytes, but its header "
+            f"counts {SHARDS} shards; not rebuilt: cannot write in {storage.path / 'incomplete'} (Not a directory)"
+        ]
+    assert (storage.path / INDEX_NAME).read_bytes() == damaged
+
+
+def test_verify_by_a_user_who_may_not_write_the_storage(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """``guideloom verify`` of a read-only storage. Where the tests run as root (whom modes do not stop), it runs as
+    user 65534 through ``setpriv``, in a folder that user can reach."""
+    as_root = os.geteuid() == 0
+    if as_root and shutil.which("setpriv") is None:
+        pytest.skip("running as root, and setpriv is missing to verify as a user without root's rights")
+    folder = Path(tempfile.mkdtemp()) if as_root else tmp_path_factory.mktemp("read-only")
+    folder.chmod(0o755)
+    storage = write_storage(folder / "tokens", range(3))
+    cut(7)(storage.path / INDEX_NAME)
+    damaged = (storage.path / INDEX_NAME).read_bytes()
+    directories = (storage.path, storage.path / "shards", storage.path / "incomplete")
+    as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if as_root else []
+    for directory in directories:
+        directory.chmod(0o555)
+    try:
+        done = subprocess.run(
+            [*as_user, sys.executable, "-m", "guideloom", "verify", "tokens"],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        for directory in directories:
+            directory.chmod(0o755)
+    assert (done.returncode, done.stdout) == (
+        1,
+        f"CORRUPT the shard index tokens/{INDEX_NAME} is damaged: it is {len(damaged)} bytes, but its header counts "
+        "3 shards; not rebuilt: cannot write in tokens/incomplete (Permission denied)\n",
+    ), done.stderr
+    assert (storage.path / INDEX_NAME).read_bytes() == damaged
+    if as_root:
+        shutil.rmtree(folder)
+
+
+def test_verify_rebuilds_no_index_without_a_shard_it_could_not_open(storage: TokenStorage) -> None:
+    cut(7)(storage.path / INDEX_NAME)
+    shard = storage.path / "shards" / "000000000003.shard"
+    shard.write_bytes(shard.read_bytes()[:-10])
+    problems = storage.verify()
+    assert problems[1:] == [
+        f"the shard index {storage.path / INDEX_NAME} is damaged: it is {(storage.path / INDEX_NAME).stat().st_size} "
+        f"bytes, but its header counts {SHARDS} shards; not rebuilt while a shard is damaged (readers bypass it)"
+    ]
+    assert problems[0].startswith("shard 3 has a damaged footer")

@@ -9,13 +9,16 @@ is raised only where the shard is committed, and nothing else is in ``shards/``.
 
 from __future__ import annotations
 
+import errno
 import json
+import re
 import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from guideloom import TokenStorage
 from tests.helpers.processes import child_environment, module_command
@@ -120,3 +123,41 @@ def test_writers_on_nfs_lose_no_commit(nfs_emulation: Path, tmp_path: Path) -> N
     kinds = {kind: sum(outcome["outcome"] == kind for outcome in outcomes) for kind in ("committed", "exists")}
     assert kinds["committed"] >= WRITERS * OWN_SHARDS // 4 and kinds["exists"] > 0, kinds
     assert any("Input/output error" in outcome["error"] for outcome in outcomes), "no injected EIO was seen"
+
+
+COMMIT_ONE_SHARD = """
+import sys
+import numpy as np
+from guideloom import TokenStorage
+try:
+    with TokenStorage(sys.argv[1], "uint32").sync_writer() as writer:
+        for _ in range(int(sys.argv[2])):
+            writer.append(7, np.arange(1 << 20, dtype=np.uint32))  # 4 MiB a document
+except OSError as error:
+    print(error.errno, error, sep="\\n")
+"""
+
+
+@pytest.mark.parametrize("documents", [1, 5], ids=["at commit", "flushed in the background"])
+def test_an_eio_from_the_shard_files_own_fsync_names_shard_and_file(
+    nfs_emulation: Path, tmp_path: Path, documents: int
+) -> None:
+    # The writer's first fsync is its shard file's: at the commit, or of the first 8 MiB flushed while appends go on.
+    path = tmp_path / "tokens"
+    TokenStorage(path, "uint32").create()
+    done = subprocess.run(
+        [sys.executable, "-c", COMMIT_ONE_SHARD, str(path), str(documents)],
+        env=emulated(nfs_emulation, fsync_fail_at=1),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    number, message = done.stdout.splitlines()
+    unfinished = re.fullmatch(r".*fsync of its file (\S+) failed.*", message)
+    assert unfinished is not None and Path(unfinished[1]).parent == path / "incomplete", message
+    assert (int(number), message) == (
+        errno.EIO,
+        f"[Errno 5] shard 7 cannot be committed: fsync of its file {unfinished[1]} failed (Input/output error), so its "
+        f"data may not be on disk; the shard is not committed: '{unfinished[1]}'",
+    )
+    assert TokenStorage(path).committed_shards() == []

@@ -24,7 +24,7 @@ import select
 import sys
 from collections.abc import Callable, Sequence
 
-from guideloom import __version__
+import guideloom
 from guideloom._cli.explain_command import add_explain_command
 from guideloom._cli.lengths import Lengths
 from guideloom._cli.plots import check_png
@@ -218,6 +218,17 @@ def _prepare_index(arguments: argparse.Namespace) -> Run:
     return run
 
 
+class _PrintVersion(argparse.Action):
+    """``--version``: the installed package's version, read from its metadata only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        sys.stdout.write(f"{parser.prog} {guideloom.__version__}\n")
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="guideloom",
@@ -227,7 +238,7 @@ def _parser() -> argparse.ArgumentParser:
         ),
         epilog="exit status: 0 done, 1 problems found or the work failed, 2 usage error (nothing was changed)",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--version", action=_PrintVersion, help="print guideloom's version and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     inspect = commands.add_parser("inspect", help="print kind, format, dtype, shards, records/tokens, bytes")
     inspect.add_argument("path", help="a storage directory or URL (s3://bucket/prefix, ...)")

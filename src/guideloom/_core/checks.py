@@ -24,6 +24,15 @@ def check_int(name: str, value: object, minimum: int | None = None, maximum: int
     return int(value)
 
 
+def check_seed(value: object) -> int:
+    """``seed`` as an int in [0, 2**64): the orders are keyed by 64 bits, so a larger or negative seed would silently
+    read the order of another one (2**64 that of 0, -1 that of 2**64 - 1)."""
+    seed = check_int("seed", value)
+    if not 0 <= seed < 2**64:
+        raise ValueError(f"seed must be an int in [0, 2**64), got {seed}")
+    return seed
+
+
 def check_bool(name: str, value: object) -> bool:
     """``value`` as a bool; anything else (even 0 or 1) is a TypeError."""
     if not isinstance(value, bool | np.bool_):

@@ -55,7 +55,7 @@ class MediaValue:
         return self.data.nbytes
 
     def metadata(self) -> dict[str, Any]:
-        """What was recorded of the medium at write time (its format included), as a dict."""
+        """What was recorded of the medium at write time (sizes, rate, frames, format), by name."""
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -71,15 +71,16 @@ class MediaValue:
     __hash__ = None  # type: ignore[assignment]
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (self._rebuilt, (self.metadata(), bytes(self.data), self.origin))
+        return (_rebuilt_value, (type(self), self.metadata(), bytes(self.data), self.origin))
 
-    @classmethod
-    def _rebuilt(cls, metadata: dict[str, Any], data: bytes, origin: Origin) -> MediaValue:
-        value = cls.__new__(cls)
-        for name, item in metadata.items():
-            object.__setattr__(value, name, item)
-        value.data, value.origin = memoryview(data).toreadonly(), origin
-        return value
+
+def _rebuilt_value(kind: type[MediaValue], metadata: dict[str, Any], data: bytes, origin: Origin) -> MediaValue:
+    """A media value unpickled (in the training process, from a worker): its metadata and a copy of its bytes."""
+    value = kind.__new__(kind)
+    for name, item in metadata.items():
+        object.__setattr__(value, name, item)
+    value.data, value.origin = memoryview(data).toreadonly(), origin
+    return value
 
 
 class ImageValue(MediaValue):

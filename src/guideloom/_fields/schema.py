@@ -9,7 +9,6 @@ fields (media read back as values holding their metadata and a view of their byt
 
 from __future__ import annotations
 
-import copy
 import json
 import struct
 import threading
@@ -107,8 +106,8 @@ class RecordSchema(DocumentStorageFormat[Mapping[str, Any], dict[str, Any]]):
     def selecting(self, fields: Iterable[str]) -> RecordSchema:
         """The same schema (the same storages), reading only ``fields``: what ``from_storage(fields=...)`` reads."""
         names = self.check_fields(fields)
-        chosen = copy.copy(self)  # through __getstate__ / __setstate__: a cache of its own
-        chosen.read_fields = names
+        chosen = object.__new__(RecordSchema)
+        chosen.__dict__.update(self.__dict__, read_fields=names, _last=threading.local())
         return chosen
 
     # -- writing --------------------------------------------------------------------------------------------------

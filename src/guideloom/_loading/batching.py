@@ -10,19 +10,28 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 
 from guideloom._core.checks import check_int
 from guideloom._loading.orders import epoch_order
-from guideloom._loading.state import OrderSettings
+from guideloom._loading.settings import OrderSettings
+from guideloom._mixture.mixture import Mixture
 from guideloom._sampling.epoch_order import BatchPlan
 from guideloom._sampling.token_budget import LengthsAt, Step, TokenBudgetPlan
 from guideloom._sampling.windowed_budget import StreamStep, WindowedBudgetPlan
+from guideloom._sources.capabilities import MeasuredSamples
 from guideloom._sources.source import SampleSource
+from guideloom._storage.storages import TokenStorage
 
-__all__ = ["EpochSteps", "OrderedRuns", "check_batch_sizes", "check_measured", "check_some_batch"]
+__all__ = [
+    "EpochSteps",
+    "OrderedRuns",
+    "check_batch_sizes",
+    "check_budgets_for_documents",
+    "check_measured",
+    "check_some_batch",
+]
 
 ORDER_CHUNK = 4096  # positions whose sample indices are computed at once when batches by budget ask for runs
 
@@ -32,8 +41,7 @@ class OrderedRuns:
     vectorised, and batches by budget ask for one short run after another)."""
 
     def __init__(self, source: SampleSource, settings: OrderSettings, epoch: int) -> None:
-        windowed = settings.shuffle_window is not None and settings.shuffle  # (a windowed mixture's too)
-        self._order = None if source.orders_itself and not windowed else epoch_order(source, settings, epoch, 0)
+        self._order = None if settings.kind.passes_positions else epoch_order(source, settings, epoch, 0)
         self._base = 0
         self._indices = np.empty(0, np.int64)
 
@@ -59,11 +67,23 @@ def check_batch_sizes(local_batch_size: object, batch_tokens: object) -> tuple[i
     return None, check_int("batch_tokens", batch_tokens, minimum=1)
 
 
+def check_budgets_for_documents(storage: object) -> None:
+    """ValueError if ``batch_tokens`` is asked of token storages, before any argument only token windows take (such as
+    ``sequence_length``) is asked for: a budget batches records, and token windows have a fixed length."""
+    storages = storage.components.values() if isinstance(storage, Mixture) else [storage]
+    tokens = [each for each in storages if isinstance(each, TokenStorage)]
+    if tokens:
+        what = f"the TokenStorage at {tokens[0].location}" if storage is tokens[0] else "a mixture of TokenStorages"
+        raise ValueError(
+            f"batch_tokens applies to the records of a DocumentStorage (or a mixture of them), not to {what}: "
+            "token windows have a fixed length (sequence_length), so batch them with local_batch_size"
+        )
+
+
 def check_measured(source: SampleSource) -> None:
     """ValueError unless ``source`` knows its samples' lengths, as ``batch_tokens`` needs (the source is then
     closed)."""
-    measured = getattr(source, "measures_samples", getattr(source, "sample_lengths", None) is not None)
-    if not measured:
+    if not (isinstance(source, MeasuredSamples) and source.measures_samples):
         source.close()
         raise ValueError(
             f"batch_tokens applies to the records of a DocumentStorage (or a mixture of them), not to {source}: "
@@ -90,10 +110,10 @@ def check_some_batch(source: SampleSource, settings: OrderSettings) -> None:
 def lengths_in_order(source: SampleSource, settings: OrderSettings, epoch: int) -> LengthsAt:
     """The lengths of the samples at epoch positions of ``epoch``, as the budget planner asks for them."""
     indices_at = OrderedRuns(source, settings, epoch)
-    measured: Any = source  # (check_measured said it has sample_lengths)
+    assert isinstance(source, MeasuredSamples)  # (check_measured made sure)
 
     def lengths_at(positions: np.ndarray) -> np.ndarray:
-        return np.asarray(measured.sample_lengths(indices_at(positions), epoch), np.int64)
+        return np.asarray(source.sample_lengths(indices_at(positions), epoch), np.int64)
 
     return lengths_at
 
@@ -122,7 +142,7 @@ class EpochSteps:
             lengths_in_order(self.source, settings, self.epoch),
             self.start if start is None else start,
         )
-        if settings.shuffle_window is not None and settings.shuffle:
+        if settings.kind.windowed:
             return WindowedBudgetPlan(plan, settings.streams)
         return plan
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,16 +19,8 @@ from guideloom._core.checks import check_int
 from guideloom._core.errors import StateMismatchError
 from guideloom._loading.batching import EpochSteps
 from guideloom._loading.orders import epoch_order
-from guideloom._loading.state import (
-    BATCH_TOKENS,
-    DROP_LAST,
-    LOCAL_BATCH_SIZE,
-    LOCAL_WORLD_SIZE,
-    NEXT_BATCH,
-    SOURCE,
-    WORLD_SIZE,
-    OrderSettings,
-)
+from guideloom._loading.settings import OrderSettings
+from guideloom._loading.state import NEXT_BATCH, SOURCE, recorded_batches
 from guideloom._sampling.epoch_order import BatchPlan
 from guideloom._sampling.token_budget import Step
 from guideloom._sampling.windowed_budget import StreamStep
@@ -168,25 +160,9 @@ def check_next_batch(
     mine = source.identity(digest=not fingerprinted)  # a fingerprint covers what the digest does
     if NEXT_BATCH not in state or _placeless(recorded_source) != _placeless(mine):
         return
-    recorded = state[NEXT_BATCH]
-    local_batch_size, world_size, drop_last = (state.get(key) for key in (LOCAL_BATCH_SIZE, WORLD_SIZE, DROP_LAST))
-    batch_tokens = state.get(BATCH_TOKENS)
-    local_world_size = state.get(LOCAL_WORLD_SIZE, settings.local_world_size)
-    sizes = (local_batch_size if batch_tokens is None else batch_tokens, world_size, local_world_size)
-    sizes_fit = all(isinstance(size, int) and not isinstance(size, bool) and size >= 1 for size in sizes)
-    if batch_tokens is not None and local_batch_size is not None:
-        sizes_fit = False  # one or the other
-    if not (sizes_fit and isinstance(drop_last, bool) and isinstance(recorded, str)):
+    recorded, then = state[NEXT_BATCH], recorded_batches(state, settings)
+    if then is None or not isinstance(recorded, str):
         raise StateMismatchError(f"the state's {NEXT_BATCH!r} and batch sizes are not what guideloom writes")
-    assert isinstance(world_size, int) and isinstance(local_world_size, int)
-    then = replace(
-        settings,
-        local_batch_size=local_batch_size,
-        world_size=world_size,
-        drop_last=drop_last,
-        batch_tokens=batch_tokens,
-        local_world_size=local_world_size,
-    )
     if next_batch(source, then, epoch, position) != recorded:
         raise StateMismatchError(
             "the state's next batch is not the one this loader would read there (their digests differ): the "

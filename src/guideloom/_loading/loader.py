@@ -14,36 +14,53 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Generic, Self, TypeVar
 
-import numpy as np
 import torch
 
-from guideloom._core.checks import check_bool, check_callable, check_int, check_number
+from guideloom._core.checks import check_bool, check_callable, check_int, check_number, check_seed
 from guideloom._fields.loading import record_loading
-from guideloom._loading.batching import EpochSteps, check_batch_sizes, check_measured, check_some_batch
+from guideloom._loading.batching import (
+    EpochSteps,
+    check_batch_sizes,
+    check_budgets_for_documents,
+    check_measured,
+    check_some_batch,
+)
 from guideloom._loading.devices import check_device
 from guideloom._loading.epoch_iterator import EpochIterator
 from guideloom._loading.explain import DigestCache, Place, check_next_batch, explain_batches, skipped
 from guideloom._loading.index_batches import index_batches
 from guideloom._loading.make_source import make_source
-from guideloom._loading.orders import epoch_order
+from guideloom._loading.orders import choose_order, epoch_order
 from guideloom._loading.ranks import check_process_group, resolve_ranks
+from guideloom._loading.settings import LoaderSettings, OrderSettings, TransportSettings
 from guideloom._loading.snapshot_broadcast import in_job
-from guideloom._loading.state import OrderSettings, build_state, check_state
+from guideloom._loading.state import build_state, check_state
 from guideloom._loading.streaming import (
     check_windowed,
     in_machine_shares,
     local_world_size_of,
-    plan_boundary_parts,
     prepare_streaming,
+    read_plan,
 )
 from guideloom._loading.transport import Batcher, Transport, make_transport
 from guideloom._mixture.mixture import Mixture
-from guideloom._sampling.epoch_order import BatchPlan
 from guideloom._sources.source import SampleSource
 from guideloom._sources.window_modes import window_mode
 from guideloom._storage.storages import DocumentStorage, TokenStorage
+
+SettingT = TypeVar("SettingT")
+
+
+class _Setting(Generic[SettingT]):
+    """A read-only attribute of a loader: one of the settings `from_storage` checked (``loader.settings``)."""
+
+    def __init__(self, read: Callable[[LoaderSettings], SettingT]) -> None:
+        self._read = read
+
+    def __get__(self, loader: StatefulDataLoader, owner: type | None = None) -> SettingT:
+        return self._read(loader.settings)
 
 
 class StatefulDataLoader:
@@ -64,47 +81,15 @@ class StatefulDataLoader:
             )
         return super().__new__(cls)
 
-    def __init__(
-        self,
-        source: SampleSource,
-        collate: Callable[[Any], Any] | None,
-        *,
-        device: torch.device,
-        local_batch_size: int | None,
-        shuffle: bool,
-        seed: int,
-        drop_last: bool,
-        rank: int,
-        world_size: int,
-        num_workers: int,
-        prefetch_factor: int,
-        timeout: float,
-        sequence_length: int | None = None,
-        ranks_from_environment: bool = False,
-        batch_tokens: int | None = None,
-        shuffle_window: int | None = None,
-        local_world_size: int = 1,
-    ) -> None:
+    def __init__(self, source: SampleSource, collate: Callable[[Any], Any] | None, settings: LoaderSettings) -> None:
+        """A loader reading ``source`` with ``settings``, which `from_storage` checked and made ready for each other."""
         self._closed = True  # until the transport exists: close() then releases only what was made
         self._source = source
         self._next_epoch_source: SampleSource | None = None  # a grown storage's, while a state's epoch finishes
         self._collate = collate
-        self.device = device
-        self.local_batch_size = local_batch_size
-        self.batch_tokens = batch_tokens
-        self.sequence_length = sequence_length
-        self.shuffle = shuffle
-        self.seed = seed
-        self.drop_last = drop_last
-        self.rank = rank
-        self.world_size = world_size
-        self.shuffle_window = shuffle_window
-        self.local_world_size = local_world_size
+        self.settings = settings
         self._epoch_machines: int | None = None  # a resumed windowed epoch's machine shares, until it ends
-        self._ranks_to_check = ranks_from_environment  # against a process group initialised later
-        self.num_workers = num_workers
-        self._prefetch_factor = prefetch_factor
-        self._timeout = timeout
+        self._ranks_to_check = settings.ranks_from_environment  # against a process group initialised later
         self.sample_count = source.sample_count
         if self.sample_count == 0:
             source.close()
@@ -122,14 +107,28 @@ class StatefulDataLoader:
         self._transport = self._make_transport()
         self._closed = False
 
+    # The settings from_storage checked, read-only: what users and integrations ask of a loader.
+    device = _Setting(lambda settings: settings.transport.device)
+    num_workers = _Setting(lambda settings: settings.transport.num_workers)
+    rank = _Setting(lambda settings: settings.rank)
+    sequence_length = _Setting(lambda settings: settings.sequence_length)
+    shuffle = _Setting(lambda settings: settings.order.shuffle)
+    seed = _Setting(lambda settings: settings.order.seed)
+    local_batch_size = _Setting(lambda settings: settings.order.local_batch_size)
+    batch_tokens = _Setting(lambda settings: settings.order.batch_tokens)
+    world_size = _Setting(lambda settings: settings.order.world_size)
+    local_world_size = _Setting(lambda settings: settings.order.local_world_size)
+    drop_last = _Setting(lambda settings: settings.order.drop_last)
+    shuffle_window = _Setting(lambda settings: settings.order.shuffle_window)
+
     def _make_transport(self) -> Transport:
-        batcher = Batcher(self._source, self._collate)
+        batcher, transport = Batcher(self._source, self._collate), self.settings.transport
         return make_transport(
             batcher,
-            device=self.device,
-            num_workers=self.num_workers,
-            prefetch_factor=self._prefetch_factor,
-            timeout=self._timeout,
+            device=transport.device,
+            num_workers=transport.num_workers,
+            prefetch_factor=transport.prefetch_factor,
+            timeout=transport.timeout,
             batch_bytes=self._source.sample_bytes * (self.local_batch_size or 0),
         )
 
@@ -192,11 +191,13 @@ class StatefulDataLoader:
         )
         device = check_device(device)
         local_batch_size, batch_tokens = check_batch_sizes(local_batch_size, batch_tokens)
+        if batch_tokens is not None:
+            check_budgets_for_documents(storage)
         num_workers = check_int("num_workers", num_workers, minimum=0)
         prefetch_factor = check_int("prefetch_factor", prefetch_factor, minimum=1)
         shuffle = check_bool("shuffle", shuffle)
         drop_last = check_bool("drop_last", drop_last)
-        seed = check_int("seed", seed, minimum=-(2**63))
+        seed = check_seed(seed)
         timeout = check_number("timeout", timeout, minimum=0)
         rank, world_size, ranks_from_environment = resolve_ranks(rank, world_size)
         shuffle_window = check_windowed(storage, shuffle_window, shuffle)
@@ -220,27 +221,30 @@ class StatefulDataLoader:
         )
         if batch_tokens is not None:
             check_measured(source)
-        by_budget = batch_tokens is not None
-        source = prepare_streaming(storage, source, shuffle, shuffle_window, world_size // local_world_size, by_budget)
-        return cls(
-            source,
-            collate,
-            device=device,
-            local_batch_size=local_batch_size,
-            shuffle=shuffle,
-            seed=seed,
-            drop_last=drop_last,
-            rank=rank,
-            world_size=world_size,
-            num_workers=num_workers,
-            prefetch_factor=prefetch_factor,
-            timeout=timeout,
-            sequence_length=sequence_length,
-            ranks_from_environment=ranks_from_environment,
+        try:
+            kind = choose_order(source, shuffle, shuffle_window)
+        except ValueError:
+            source.close()
+            raise
+        order = OrderSettings(
+            shuffle,
+            seed,
+            local_batch_size,
+            world_size,
+            drop_last,
+            shuffle_window,
+            local_world_size,
             batch_tokens=batch_tokens,
-            shuffle_window=shuffle_window,
-            local_world_size=local_world_size,
+            kind=kind,
         )
+        settings = LoaderSettings(
+            order,
+            TransportSettings(device, num_workers, prefetch_factor, timeout),
+            rank,
+            sequence_length,
+            ranks_from_environment,
+        )
+        return cls(prepare_streaming(source, order), collate, settings)
 
     def _steps(self, start: int) -> EpochSteps:
         return EpochSteps(self._source, self._settings(), self.epoch, start)
@@ -268,7 +272,7 @@ class StatefulDataLoader:
 
     def _start_next_epoch(self) -> None:
         self.epoch += 1
-        if not self._source.orders_itself:  # a windowed mixture keeps its run's machine shares (see streaming)
+        if not self.settings.order.kind.keeps_machine_shares:  # a windowed mixture's run keeps them (see streaming)
             self._epoch_machines = None
         if self._next_epoch_source is not None:  # shards added since the checkpoint join now
             source, self._next_epoch_source = self._next_epoch_source, None
@@ -280,7 +284,11 @@ class StatefulDataLoader:
             yield from self._budget_segment(generation, steps)
             return
         plan = steps.fixed
-        batches = self._transport.batches(self._index_batches(plan), self.epoch)
+        settings = self._settings()
+        order = epoch_order(self._source, settings, self.epoch, plan.start)
+        parts = read_plan(self._source, order, self.rank, settings.machines)
+        index_arrays = index_batches(self._source, order, self.epoch, plan, self.rank)
+        batches = self._transport.batches(index_arrays, self.epoch, parts)
         for end in plan.batch_ends():
             if generation != self._generation:
                 raise RuntimeError("this iterator was superseded by a newer iter() or state of the same loader")
@@ -298,23 +306,10 @@ class StatefulDataLoader:
             self.position = ends.popleft()
             yield batch
 
-    def _index_batches(self, plan: BatchPlan) -> Iterator[np.ndarray]:
-        order = epoch_order(self._source, self._settings(), self.epoch, plan.start)
-        plan_boundary_parts(self._source, order, self.rank)
-        return index_batches(self._source, order, self.epoch, plan, self.rank)
-
     def _settings(self) -> OrderSettings:
-        return OrderSettings(
-            self.shuffle,
-            self.seed,
-            self.local_batch_size,
-            self.world_size,
-            self.drop_last,
-            self.shuffle_window,
-            self.local_world_size,
-            self._epoch_machines,
-            self.batch_tokens,
-        )
+        """What the batches of the current epoch depend on (read in the machine shares of a resumed state's epoch)."""
+        order = self.settings.order
+        return order if self._epoch_machines is None else replace(order, epoch_machines=self._epoch_machines)
 
     def _place(self) -> Place:
         return Place(self.epoch, self.position, self._source, self._next_epoch_source or self._source)
@@ -349,9 +344,8 @@ class StatefulDataLoader:
         latest = self._next_epoch_source or self._source
         resume = check_state(state, self._settings(), latest)
         settings = replace(self._settings(), epoch_machines=resume.machines)
-        window, machines = self.shuffle_window, resume.machines  # a windowed mixture is read in the state's shares
-        shares = in_machine_shares(latest, window, machines)
-        rest = shares if resume.source is latest else in_machine_shares(resume.source, window, machines)
+        shares = in_machine_shares(latest, settings)  # a windowed mixture is read in the state's shares
+        rest = shares if resume.source is latest else in_machine_shares(resume.source, settings)
         resume, latest = replace(resume, source=rest), shares
         check_next_batch(state, resume.source, settings, resume.epoch, resume.position)
         if resume.source is not self._source:  # e.g. the shards a grown storage had at the checkpoint

@@ -13,18 +13,7 @@ from typing import Any
 
 from guideloom._core.errors import StateMismatchError, StorageNotFoundError
 from guideloom._loading.loader import StatefulDataLoader
-from guideloom._loading.state import (
-    BATCH_TOKENS,
-    DROP_LAST,
-    LOCAL_BATCH_SIZE,
-    LOCAL_WORLD_SIZE,
-    SEED,
-    SHUFFLE,
-    SHUFFLE_WINDOW,
-    SOURCE,
-    VERSION_KEY,
-    WORLD_SIZE,
-)
+from guideloom._loading.state import SOURCE, VERSION_KEY, recorded_arguments, recorded_field
 from guideloom._mixture.mixture import Mixture
 from guideloom._remote.object_store import is_url
 from guideloom._shards.formats import DocumentStorageFormat
@@ -47,18 +36,11 @@ class OpaqueFormat(DocumentStorageFormat[Any, bytes]):
         return bytes(encoded_data)
 
 
-def _field(state: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
-    value = state.get(key)
-    if not isinstance(value, kind) or isinstance(value, bool) is not (kind is bool):
-        raise StateMismatchError(f"the state's {key!r} is {value!r}, not what guideloom writes")
-    return value
-
-
 def storages_of(state: dict[str, Any]) -> dict[str | None, str]:
     """The path or URL of every storage a state read, by mixture component name (None: a single storage)."""
     source = _source(state)
     if source.get("kind") != "mixture":
-        return {None: _field(source, "path", str)}
+        return {None: recorded_field(source, "path", str)}
     located, components = source.get("storages"), source.get("components")
     if not isinstance(located, list) or not all(isinstance(value, str) for value in located):
         raise StateMismatchError(
@@ -104,7 +86,7 @@ def _open(location: str, kind: str, storage_options: dict[str, Any] | None, what
 def _schedule(source: dict[str, Any], names: list[str]) -> list[tuple[int, Mapping[str, float]]]:
     """A mixture state's schedule, ``[[start, [count per component, ...]], ...]``, as `Mixture` takes it: its
     per-block counts as weights give back exactly those counts."""
-    stages = _field(source, "schedule", list)
+    stages = recorded_field(source, "schedule", list)
     schedule: list[tuple[int, Mapping[str, float]]] = []
     for stage in stages:
         if not (
@@ -122,8 +104,8 @@ def loader_from_state(
     source = _source(state)
     located = storages_of(state)
     if source.get("kind") == "mixture":
-        described = _field(source, "source", dict)
-        kind = _field(source, "component_kind", str)
+        described = recorded_field(source, "source", dict)
+        kind = recorded_field(source, "component_kind", str)
         components = {
             str(name): _open(location, kind, storage_options, f"the mixture's component {name!r}")
             for name, location in located.items()
@@ -131,27 +113,20 @@ def loader_from_state(
         storage: Any = Mixture(
             components,
             schedule=_schedule(source, list(components)),
-            block_size=_field(source, "block_size", int),
-            samples_per_epoch=_field(source, "samples_per_epoch", int),
+            block_size=recorded_field(source, "block_size", int),
+            samples_per_epoch=recorded_field(source, "samples_per_epoch", int),
         )
     else:
         described = source
-        kind = _field(source, "kind", str)
+        kind = recorded_field(source, "kind", str)
         storage = _open(located[None], kind, storage_options, "its storage")
     mode = recorded_mode({**described, "kind": kind})
     loader = StatefulDataLoader.from_storage(
         storage,
         device="cpu",
-        local_batch_size=_field(state, LOCAL_BATCH_SIZE, int) if state.get(BATCH_TOKENS) is None else None,
-        batch_tokens=_field(state, BATCH_TOKENS, int) if state.get(BATCH_TOKENS) is not None else None,
-        shuffle=_field(state, SHUFFLE, bool),
-        seed=_field(state, SEED, int),
-        drop_last=_field(state, DROP_LAST, bool),
         rank=rank,
-        world_size=_field(state, WORLD_SIZE, int),
         sequence_length=described.get("sequence_length"),
-        shuffle_window=state.get(SHUFFLE_WINDOW),
-        local_world_size=state.get(LOCAL_WORLD_SIZE, 1),
+        **recorded_arguments(state),
         **mode.arguments(),
     )
     try:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from guideloom._core.errors import StateMismatchError
+from guideloom._loading.settings import OrderSettings
 from guideloom._sources.source import PinnedShards, SampleSource
 
 VERSION = 3
@@ -35,34 +36,6 @@ NEXT_BATCH = "next_batch"  # a digest of the next global batch's first sample (h
 # Version 1 recorded the source as these two keys instead of SOURCE.
 V1_STORAGE = "storage"  # the fingerprint of the storage's contents
 V1_SEQUENCE_LENGTH = "sequence_length"
-
-
-@dataclass(frozen=True)
-class OrderSettings:
-    """What a loader's batches depend on, and what its state records for reference."""
-
-    shuffle: bool
-    seed: int
-    local_batch_size: int | None  # None when batches are cut by batch_tokens
-    world_size: int
-    drop_last: bool
-    shuffle_window: int | None = None  # None: the global order
-    local_world_size: int = 1
-    epoch_machines: int | None = None  # the machines whose shares the current epoch is read in (None: machines)
-    batch_tokens: int | None = None  # batches cut by a budget of lengths instead of local_batch_size
-
-    @property
-    def machines(self) -> int:
-        return self.world_size // self.local_world_size
-
-    @property
-    def streams(self) -> int:
-        """The machine shares of the current epoch (later epochs are read in ``machines`` shares)."""
-        return self.machines if self.epoch_machines is None else self.epoch_machines
-
-    def next_epoch(self) -> OrderSettings:
-        """The settings of the epochs after the current one: they are read in this configuration's shares."""
-        return replace(self, epoch_machines=None)
 
 
 @dataclass(frozen=True)
@@ -106,6 +79,54 @@ def windowed_keys(settings: OrderSettings) -> dict[str, Any]:
         LOCAL_WORLD_SIZE: settings.local_world_size,
         MACHINES: settings.streams,
     }
+
+
+def recorded_arguments(state: dict[str, Any]) -> dict[str, Any]:
+    """The settings a state records, as ``from_storage``'s keywords (it checks their values): what reopening a
+    loader from the state alone reads its batches with. StateMismatchError for a key of the wrong type."""
+    budget = state.get(BATCH_TOKENS) is not None
+    return {
+        LOCAL_BATCH_SIZE: None if budget else recorded_field(state, LOCAL_BATCH_SIZE, int),
+        BATCH_TOKENS: recorded_field(state, BATCH_TOKENS, int) if budget else None,
+        SHUFFLE: recorded_field(state, SHUFFLE, bool),
+        SEED: recorded_field(state, SEED, int),
+        DROP_LAST: recorded_field(state, DROP_LAST, bool),
+        WORLD_SIZE: recorded_field(state, WORLD_SIZE, int),
+        SHUFFLE_WINDOW: state.get(SHUFFLE_WINDOW),
+        LOCAL_WORLD_SIZE: state.get(LOCAL_WORLD_SIZE, 1),
+    }
+
+
+def recorded_batches(state: dict[str, Any], settings: OrderSettings) -> OrderSettings | None:
+    """``settings`` cut into the batches a state recorded (its batch size or budget, world size, ``drop_last`` and
+    ranks per machine): the batches its next-batch digest was taken in. None if those are not what guideloom
+    writes."""
+    local_batch_size, world_size, drop_last = (state.get(key) for key in (LOCAL_BATCH_SIZE, WORLD_SIZE, DROP_LAST))
+    batch_tokens = state.get(BATCH_TOKENS)
+    local_world_size = state.get(LOCAL_WORLD_SIZE, settings.local_world_size)
+    sizes = (local_batch_size if batch_tokens is None else batch_tokens, world_size, local_world_size)
+    sizes_fit = all(isinstance(size, int) and not isinstance(size, bool) and size >= 1 for size in sizes)
+    if batch_tokens is not None and local_batch_size is not None:
+        sizes_fit = False  # one or the other
+    if not (sizes_fit and isinstance(drop_last, bool)):
+        return None
+    assert isinstance(world_size, int) and isinstance(local_world_size, int)
+    return replace(
+        settings,
+        local_batch_size=local_batch_size,
+        world_size=world_size,
+        drop_last=drop_last,
+        batch_tokens=batch_tokens,
+        local_world_size=local_world_size,
+    )
+
+
+def recorded_field(state: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    """``state[key]``, which must be of type ``kind`` (a bool only where ``kind`` is bool); else StateMismatchError."""
+    value = state.get(key)
+    if not isinstance(value, kind) or isinstance(value, bool) is not (kind is bool):
+        raise StateMismatchError(f"the state's {key!r} is {value!r}, not what guideloom writes")
+    return value
 
 
 def check_state(state: object, settings: OrderSettings, source: SampleSource) -> Resume:

@@ -3,25 +3,25 @@
 from __future__ import annotations
 
 import os
-import uuid
 import warnings
 
 import numpy as np
 
 from guideloom._core.checks import check_int
 from guideloom._core.user_frames import users_stacklevel
-from guideloom._mixture.mixture import Mixture
+from guideloom._loading.settings import OrderKind, OrderSettings
 from guideloom._mixture.source import MixtureSource
 from guideloom._sampling.windowed_order import WindowedOrder
-from guideloom._shards.shard_access import WantedPart
+from guideloom._shards.parts import NO_PARTS, ReadPlan, joined_parts
+from guideloom._sources.capabilities import InMachineShares
 from guideloom._sources.source import PinnedShards, SampleSource
 
 __all__ = [
     "check_windowed",
     "in_machine_shares",
     "local_world_size_of",
-    "plan_boundary_parts",
     "prepare_streaming",
+    "read_plan",
     "warn_if_shares_are_small",
     "warn_if_thrashing",
 ]
@@ -68,85 +68,70 @@ def local_world_size_of(local_world_size: object, world_size: int, shuffle_windo
     return ranks
 
 
-def prepare_streaming(
-    storage: object,
-    source: SampleSource,
-    shuffle: bool,
-    shuffle_window: int | None,
-    machines: int,
-    by_budget: bool = False,
-) -> SampleSource:
+def prepare_streaming(source: SampleSource, settings: OrderSettings) -> SampleSource:
     """The source a new loader reads, made ready for its order: the warnings below, and a windowed order's source
     keeps its window and the shard a window runs into open, no more (a finished shard is left to the cache at
     once). A windowed mixture does so for each component, and reads its positions as machine slots. Batches by
-    budget (``by_budget``) read the record lengths of every machine's window: from the shard objects' tails, or,
-    where those are compressed, from the shards themselves (see `warn_if_thrashing`)."""
-    read: list[tuple[object, SampleSource]] = [(storage, source)]
-    if isinstance(storage, Mixture) and isinstance(source, MixtureSource):
-        read = list(zip(storage.components.values(), source.components, strict=True))
-    for one_storage, one_source in read:
-        if shuffle_window is not None and not hasattr(one_source, "shard_sample_counts"):
-            source.close()
-            raise ValueError(
-                f"shuffle_window={shuffle_window} cannot read {one_source}: its samples are not cut shard by shard "
-                "(read it with the global order, shuffle_window=None)"
-            )
-        # lengths come from the shards' tails, except from compressed shard objects: those are downloaded
-        every_window = by_budget and getattr(one_storage, "compression", None) is not None
+    budget read the record lengths of every machine's window: from the shard objects' tails, or, where those are
+    compressed, from the shards themselves (see `warn_if_thrashing`)."""
+    shuffle_window, by_budget = settings.shuffle_window, settings.by_budget
+    read: list[SampleSource] = list(source.components) if isinstance(source, MixtureSource) else [source]
+    for one_source in read:
         if shuffle_window is not None and isinstance(one_source, PinnedShards):
             one_source.hold_at_most(shuffle_window + 1)
-            if machines > 1 and source is one_source and not by_budget:  # (a budget's batches name no parts)
-                one_source.read_parts(uuid.uuid4().hex)
-        warn_if_thrashing(one_storage, one_source, shuffle, shuffle_window, machines if every_window else 1)
-        warn_if_shares_are_small(one_storage, one_source, shuffle_window, machines)
-    return in_machine_shares(source, shuffle_window, machines)
+        warn_if_thrashing(one_source, settings)
+        # Parts of shards are planned for a storage read alone, not a mixture's, nor batches by budget (`read_plan`).
+        warn_if_shares_are_small(one_source, settings, plans_parts=source is one_source and not by_budget)
+    return in_machine_shares(source, settings)
 
 
-def plan_boundary_parts(source: SampleSource, order: object, rank: int) -> None:
-    """Name the parts of the shards that ``rank``'s machine shares with its neighbours in this windowed epoch
-    (``order``), so that a remote storage downloads only those parts of them (see ``_remote.shard_parts``).
+def read_plan(source: SampleSource, order: object, rank: int, machines: int) -> ReadPlan:
+    """The parts of the shards that ``rank``'s machine shares with its neighbours in this windowed epoch
+    (``order``), so that a remote storage downloads only those parts of them (see ``_shards.parts``): a value the
+    loader sends with the work.
 
-    Every rank of a machine names the same parts: those of its machine's share. An epoch read in shares of other
-    machines than its ranks make (a state resumed elastically) names none: its boundary shards are read whole.
+    Every rank of a machine plans the same parts: those of its machine's share. An epoch read in shares of other
+    machines than its ranks make (a state resumed elastically) plans none: its boundary shards are read whole. So
+    does a loader on one of ``machines`` (all shards are its own), a mixture, and a source that cannot read parts.
     """
-    if not isinstance(order, WindowedOrder) or not isinstance(source, PinnedShards) or not source.reads_parts:
-        return
-    parts: dict[int, WantedPart] = {}
-    if order.ranks % order.streams == 0:
-        ranges, whole = order.end_parts(rank // (order.ranks // order.streams))
-        for first, stop in ranges:
-            for position, wanted in source.sample_parts(first, stop).items():
-                known = parts.get(position)
-                if known is not None:
-                    wanted = WantedPart(min(known.first, wanted.first), max(known.stop, wanted.stop), wanted.in_records)
-                parts[position] = wanted
-        for position in whole.tolist():
-            parts.pop(position, None)
-    source.plan_parts(parts)
+    if machines < 2 or not isinstance(order, WindowedOrder) or order.ranks % order.streams:
+        return NO_PARTS
+    if not isinstance(source, PinnedShards) or not source.reads_in_parts:
+        return NO_PARTS
+    ranges, whole = order.end_parts(rank // (order.ranks // order.streams))
+    parts = joined_parts(source.sample_parts(first, stop) for first, stop in ranges)
+    for position in whole.tolist():
+        parts.pop(position, None)
+    return ReadPlan.of(parts)
 
 
-def in_machine_shares(source: SampleSource, shuffle_window: int | None, machines: int | None) -> SampleSource:
-    """A windowed mixture read in ``machines`` shares (it keeps a run's shares over all its epochs, since its
-    components' passes run on across them); any other source as it is."""
-    if shuffle_window is None or machines is None or not isinstance(source, MixtureSource):
+def in_machine_shares(source: SampleSource, settings: OrderSettings) -> SampleSource:
+    """A windowed mixture read in the current epoch's machine shares (it keeps a run's shares over all its epochs,
+    since its components' passes run on across them); any other source as it is."""
+    if settings.kind is not OrderKind.MACHINE_SLOTS or not isinstance(source, InMachineShares):
         return source
-    if source.window == shuffle_window and source.machines == machines:
+    assert settings.shuffle_window is not None
+    if source.window == settings.shuffle_window and source.machines == settings.streams:
         return source
-    return source.windowed(shuffle_window, machines)
+    return source.windowed(settings.shuffle_window, settings.streams)
 
 
-def warn_if_shares_are_small(storage: object, source: SampleSource, shuffle_window: int | None, machines: int) -> None:
+def warn_if_shares_are_small(source: SampleSource, settings: OrderSettings, plans_parts: bool) -> None:
     """Warn once per storage when a windowed read of a remote storage with a cache limit over several machines
     gives each so few shards that the two it shares with its neighbours may take it past 1.1x its share per epoch.
 
-    Shares are equal in samples, so they begin and end inside shards. Where the source reads such shards in parts
-    (`PinnedShards.reads_in_parts`) a machine downloads only its part; elsewhere (compressed shard objects, shards
+    Shares are equal in samples, so they begin and end inside shards. Where the loader plans parts of such shards
+    (``plans_parts``, see `read_plan`) and the source reads them (`PinnedShards.reads_in_parts`) a machine
+    downloads only its part; elsewhere (compressed shard objects, shards
     without checkpoints, mixtures, batches by budget) the machines on either side of a boundary both download its
     shard whole, so a machine downloads up to two shards more than its share.
     """
-    if shuffle_window is None or machines < 2 or getattr(storage, "cache_limit", None) is None:
+    shuffle_window, machines = settings.shuffle_window, settings.machines
+    if shuffle_window is None or machines < 2 or not isinstance(source, PinnedShards):
+        return
+    if source.storage.cache_limit is None:
         return  # without a limit every shard read stays cached: epochs after the first download less
-    if not isinstance(source, PinnedShards) or source.storage.location in _warned_shares or source.reads_in_parts:
+    if source.storage.location in _warned_shares or (plans_parts and source.reads_in_parts):
         return
     sizes = source.snapshot.rows["size"].astype(np.int64)
     share = int(sizes.sum()) / machines
@@ -165,20 +150,21 @@ def warn_if_shares_are_small(storage: object, source: SampleSource, shuffle_wind
     )
 
 
-def warn_if_thrashing(
-    storage: object, source: SampleSource, shuffle: bool, shuffle_window: int | None, windows: int = 1
-) -> None:
+def warn_if_thrashing(source: SampleSource, settings: OrderSettings) -> None:
     """Warn once per storage when a global shuffle reads a remote storage through a cache smaller than it, or
-    a windowed one through a cache smaller than the ``windows`` it reads at once: its own, or with batches by
+    a windowed one through a cache smaller than the windows it reads at once: its own, or with batches by
     budget over compressed shard objects every machine's (each rank plans every machine's batches from the
     lengths of their records, which only uncompressed objects give without the shards' data).
 
     A global order touches every shard all the time, so each read misses the cache with the chance that its
     shard is not among the cached ones: about ``samples x (1 - cached shards / shards)`` downloads an epoch.
     """
-    limit = getattr(storage, "cache_limit", None)
-    if not shuffle or limit is None or not isinstance(source, PinnedShards):
+    if not settings.shuffle or not isinstance(source, PinnedShards) or source.storage.cache_limit is None:
         return
+    limit, shuffle_window = source.storage.cache_limit, settings.shuffle_window
+    # lengths come from the shards' tails, except from compressed shard objects: those are downloaded
+    every_window = settings.by_budget and source.storage.compression is not None
+    windows = settings.machines if every_window else 1
     sizes = source.snapshot.rows["size"].astype(np.int64)
     total = int(sizes.sum())
     if total <= limit or source.storage.location in _warned:

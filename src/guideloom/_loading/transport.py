@@ -9,7 +9,9 @@ One of three engines, chosen once per loader by :func:`make_transport`:
   its large ones through shared memory (``worker_wire``).
 
 Every engine yields the batches in the order of the index arrays it is given, moved to the device
-(through pinned memory on CUDA), so which engine runs never changes what a batch holds.
+(through pinned memory on CUDA), so which engine runs never changes what a batch holds. The epoch's read
+plan (the parts of shards its machine reads, `_shards.parts.ReadPlan`) travels with the work: worker
+processes receive it with every batch's indices.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from guideloom._loading.devices import map_tensors, move_to_device
 from guideloom._loading.worker_deaths import WorkerReports
 from guideloom._loading.worker_wire import WorkerError, from_wire, is_sent_leaf, is_wire, to_wire
 from guideloom._shards.mapped_shards import check_mapped
-from guideloom._sources.source import SampleSource
+from guideloom._shards.parts import NO_PARTS, ReadPlan
+from guideloom._sources.source import PinnedShards, SampleSource
 
 THREAD_GROUP = 16  # batches built together, up to GROUP_BYTES of samples
 GROUP_BYTES = 8 * 1024 * 1024
@@ -42,6 +45,11 @@ class Batcher:
     def __init__(self, source: SampleSource, collate: Callable[[Any], Any] | None) -> None:
         self.source = source
         self.collate = collate
+
+    def use_plan(self, plan: ReadPlan) -> None:
+        """Read the parts of shards that ``plan`` names from now on (a source that reads shards in parts)."""
+        if isinstance(self.source, PinnedShards):
+            self.source.use_plan(plan)
 
     @property
     def builds_groups(self) -> bool:
@@ -74,7 +82,9 @@ class Batcher:
 class Transport(Protocol):
     """An engine that builds batches, in order, and hands them over on the device."""
 
-    def batches(self, index_batches: Iterator[np.ndarray], epoch: int) -> Iterator[Any]: ...
+    def batches(self, index_batches: Iterator[np.ndarray], epoch: int, plan: ReadPlan = NO_PARTS) -> Iterator[Any]:
+        """The batches of these index arrays, read under ``plan``."""
+        ...
 
     def close(self) -> None: ...
 
@@ -123,8 +133,9 @@ class InlineTransport:
         self._move = _mover(batcher, device)
         self._group_size = group_size
 
-    def batches(self, index_batches: Iterator[np.ndarray], epoch: int) -> Iterator[Any]:
+    def batches(self, index_batches: Iterator[np.ndarray], epoch: int, plan: ReadPlan = NO_PARTS) -> Iterator[Any]:
         batcher = self._batcher
+        batcher.use_plan(plan)
         if self._group_size == 1:
             for indices in index_batches:
                 yield self._move(batcher(indices, epoch))
@@ -157,8 +168,9 @@ class ThreadTransport:
         self._depth = depth
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="guideloom-loader")
 
-    def batches(self, index_batches: Iterator[np.ndarray], epoch: int) -> Iterator[Any]:
+    def batches(self, index_batches: Iterator[np.ndarray], epoch: int, plan: ReadPlan = NO_PARTS) -> Iterator[Any]:
         batcher = self._batcher
+        batcher.use_plan(plan)  # (before any of this segment's groups is built in the thread)
         pending: deque[tuple[list[np.ndarray], Future[list[Any]]]] = deque()
         for size in _group_sizes(self._group_size):
             group = list(islice(index_batches, size))
@@ -180,7 +192,8 @@ class ThreadTransport:
 
 
 class _IndexDataset(torch.utils.data.Dataset[Any]):
-    """Map-style view for torch's DataLoader: item = a whole batch, keyed by its epoch and sample indices.
+    """Map-style view for torch's DataLoader: item = a whole batch, keyed by its epoch, sample indices and the
+    epoch's read plan.
 
     Before each batch a worker checks that no shard it has mapped was truncated (else reading it would
     kill the worker with SIGBUS), and it reports which shards it has mapped, so that a worker killed
@@ -192,13 +205,14 @@ class _IndexDataset(torch.utils.data.Dataset[Any]):
         self.reports = reports
         self._reporting_pid = -1
 
-    def __getitem__(self, key: tuple[int, np.ndarray]) -> Any:
-        epoch, indices = key
+    def __getitem__(self, key: tuple[int, np.ndarray, ReadPlan]) -> Any:
+        epoch, indices, plan = key
         if self._reporting_pid != os.getpid():
             self._reporting_pid = os.getpid()
             self.reports.start_reporting()
         try:
             check_mapped()
+            self.batcher.use_plan(plan)
             # objects that move themselves (PackedSequence) cross whole: their type checks its fields
             return map_tensors(self.batcher(indices, epoch), to_wire, is_sent_leaf)
         except Exception as error:
@@ -215,7 +229,7 @@ class _CurrentEpochBatches:
     """torch's batch sampler: yields the keys of whatever epoch segment the loader set."""
 
     def __init__(self) -> None:
-        self.keys: Iterator[tuple[int, np.ndarray]] = iter(())
+        self.keys: Iterator[tuple[int, np.ndarray, ReadPlan]] = iter(())
 
     def __iter__(self) -> Iterator[Any]:
         # torch's DataLoader treats each yielded item as one dataset key (batch_size=None).
@@ -229,6 +243,7 @@ class WorkerTransport:
         self, batcher: Batcher, device: torch.device, num_workers: int, prefetch_factor: int, timeout: float
     ) -> None:
         self._device = device
+        self._batcher = batcher
         self._segment = _CurrentEpochBatches()
         self._reports = WorkerReports()
         self._loader: torch.utils.data.DataLoader[Any] | None = torch.utils.data.DataLoader(
@@ -242,9 +257,11 @@ class WorkerTransport:
             timeout=timeout,
         )
 
-    def batches(self, index_batches: Iterator[np.ndarray], epoch: int) -> Iterator[Any]:
+    def batches(self, index_batches: Iterator[np.ndarray], epoch: int, plan: ReadPlan = NO_PARTS) -> Iterator[Any]:
         assert self._loader is not None
-        self._segment.keys = ((epoch, indices) for indices in index_batches)
+        # The loader's process reads no batch here, but it hints what the workers read next (prefetching parts).
+        self._batcher.use_plan(plan)
+        self._segment.keys = ((epoch, indices, plan) for indices in index_batches)
         try:
             for batch in self._loader:
                 if isinstance(batch, WorkerError):

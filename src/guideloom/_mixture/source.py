@@ -76,7 +76,7 @@ class MixtureSource:
 
     def _draws_by_machine(self, window: int, machines: int) -> MachineDraws:
         counts = [source.shard_sample_counts() for source in self.components]
-        cuts = [source.clean_cuts() if hasattr(source, "clean_cuts") else None for source in self.components]
+        cuts = [source.clean_cuts() for source in self.components]
         return MachineDraws(self.order, counts, cuts, self._sample_count, window=window, machines=machines)
 
     def _locate(self, positions: npt.NDArray[np.int64], epoch: int) -> tuple[npt.NDArray[np.int64], ...]:
@@ -245,7 +245,7 @@ class MixtureSource:
                     [name, describe_shards(source.shard_ids), source.sample_count]
                     for name, source in zip(self.mixture.names, self.components, strict=True)
                 ],
-                "digest": self._digest().to_text(),
+                "digest": self.shard_digest().to_text(),
                 "source": cut_settings(first),  # each component's shards are recorded apart
                 "schedule": self.mixture.schedule.to_json(),  # each stage's counts per block, as components
                 "block_size": self.mixture.block_size,
@@ -255,7 +255,8 @@ class MixtureSource:
             }
         return {key: value for key, value in self._identity.items() if digest or key != "digest"}
 
-    def _digest(self) -> ShardSetDigest:
+    def shard_digest(self) -> ShardSetDigest:
+        """The digest of every component's shards, each shard keyed by its component (what a state records)."""
         entries = [source.shard_entries() for source in self.components]
         return ShardSetDigest.of_arrays(
             np.concatenate([(k << _KEY_BITS) + ids.astype(np.uint64) for k, (ids, _, _) in enumerate(entries)]),
@@ -284,7 +285,7 @@ class MixtureSource:
         then = MixtureSource(
             self.mixture, components, shuffle=self.shuffle, seed=self.seed, window=self.window, machines=self.machines
         )
-        changed = ShardSetDigest.from_text(recorded.get("digest")).changed_key(then._digest())
+        changed = ShardSetDigest.from_text(recorded.get("digest")).changed_key(then.shard_digest())
         if changed is not None:
             name, shard = self.mixture.names[changed >> _KEY_BITS], changed & ((1 << _KEY_BITS) - 1)
             raise StateMismatchError(f"shard {shard} of component {name!r} changed since the state was taken")

@@ -18,7 +18,8 @@ import numpy as np
 from guideloom._core.errors import FormatMismatchError
 from guideloom._shards.footer import FOOTER
 from guideloom._shards.header import COMPRESSIONS, StorageHeader
-from guideloom._shards.layout import ShardInfo, padded
+from guideloom._shards.layout import ShardInfo
+from guideloom._shards.sections import ShardSections
 
 DEFAULT_LEVEL = 3
 _CHUNK = 4 << 20
@@ -88,12 +89,12 @@ def shuffle_plan(record_count: int, data_size: int, element_size: int, body_size
     (record lengths, a loss mask, checkpoints) up to ``body_size`` (the shard without its footer) are
     blocks of their own, at most SHUFFLE_BLOCK bytes.
     """
-    index_end = padded(data_size) + 8 * (record_count + 1)
+    sections = ShardSections.of(record_count, data_size)
     regions = [
         (data_size, element_size),
-        (padded(data_size) - data_size, 1),
-        (8 * (record_count + 1), 8),
-        (body_size - index_end, 1),
+        (sections.index_start - data_size, 1),
+        (sections.index_size, 8),
+        (body_size - sections.lengths_start, 1),
     ]
     return [
         (min(SHUFFLE_BLOCK, length - start), width)

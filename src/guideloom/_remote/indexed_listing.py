@@ -1,7 +1,7 @@
 """A remote storage's snapshot from its index object plus the listing of only what the index cannot know.
 
 Shard objects are named by their 12-digit id, so their keys sort by id and a listing can start after
-any id (``store_pages.list_after``). A shard the index lacks has an id either above the index's last
+any id (``ObjectStore.listing`` after a name). A shard the index lacks has an id either above the index's last
 one, or in a gap below it (an id absent when the index was written and committed since, by a writer
 that never coordinates with the index's writer). So a reader lists:
 
@@ -18,22 +18,32 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from guideloom._remote.index_object import INDEX_OBJECT, MAX_INDEX_BYTES, parse_index_object
-from guideloom._remote.store_pages import PAGE_SIZE, list_after, read_at_most
+from guideloom._remote.object_backend import PAGE_SIZE
+from guideloom._remote.object_store import ObjectStore
 from guideloom._shards.layout import SHARDS_DIR, ShardInfo, StorageHeader, shard_file_name
 from guideloom._shards.shard_table import ShardTable
 
-if TYPE_CHECKING:
-    from guideloom._remote.remote_files import RemoteFiles
+
+class ListedStorage(Protocol):
+    """What a listing needs of a remote storage's files (``RemoteFiles``): its store, URL, and how listed
+    names become shards."""
+
+    store: ObjectStore
+    url: str
+
+    def infos_from_names(
+        self, names: dict[str, int], header: StorageHeader, read_footers: bool = True
+    ) -> dict[int, ShardInfo]: ...
 
 
-def read_index_object(files: RemoteFiles, header: StorageHeader) -> ShardTable | str | None:
+def read_index_object(files: ListedStorage, header: StorageHeader) -> ShardTable | str | None:
     """The storage's index object: its shards, the problem that makes it unusable, or None where there is none."""
-    found = read_at_most(files.store, INDEX_OBJECT, MAX_INDEX_BYTES)
+    found = files.store.read_start(INDEX_OBJECT, MAX_INDEX_BYTES)
     return None if found is None else parse_index_object(found[0], found[1], header, files.url, MAX_INDEX_BYTES)
 
 
@@ -58,7 +68,7 @@ def full_listing_pages(shards: int) -> int:
     return max(1, math.ceil(2 * shards / PAGE_SIZE))
 
 
-def snapshot_after_index(files: RemoteFiles, header: StorageHeader, index: ShardTable) -> ShardTable | str | None:
+def snapshot_after_index(files: ListedStorage, header: StorageHeader, index: ShardTable) -> ShardTable | str | None:
     """The committed shards: the index's and those listed beyond it; a problem where the store
     contradicts the index; None where its gaps cost more to list than everything."""
     ids = index.ids
@@ -67,11 +77,11 @@ def snapshot_after_index(files: RemoteFiles, header: StorageHeader, index: Shard
         return None
     found: dict[int, ShardInfo] = {}
     for first, last in runs:
-        names, _ = list_after(files.store, SHARDS_DIR, f"{first:012d}", partial(_beyond, last=last))
+        names = files.store.listing(SHARDS_DIR, f"{first:012d}", partial(_beyond, last=last))
         found.update(files.infos_from_names(_between(names, first, last), header))
     last_id = int(ids[-1]) if len(ids) else -1
     # Start with the last indexed shard's own objects: its record is checked against them.
-    names, _ = list_after(files.store, SHARDS_DIR, f"{last_id:012d}" if last_id >= 0 else "")
+    names = files.store.listing(SHARDS_DIR, f"{last_id:012d}" if last_id >= 0 else "")
     if last_id >= 0:
         problem = _contradiction(files, header, index[len(index) - 1], _between(names, last_id, last_id))
         if problem is not None:
@@ -97,7 +107,7 @@ def _between(names: dict[str, int], first: int, last: int | None) -> dict[str, i
     return kept
 
 
-def _contradiction(files: RemoteFiles, header: StorageHeader, record: ShardInfo, names: dict[str, int]) -> str | None:
+def _contradiction(files: ListedStorage, header: StorageHeader, record: ShardInfo, names: dict[str, int]) -> str | None:
     """Why the listed objects of the index's last shard contradict its record, or None."""
     where = f"{files.url}/{INDEX_OBJECT}"
     if shard_file_name(record.id) not in names:

@@ -1,20 +1,15 @@
-"""Objects of a storage on an object store, through fsspec: one listing, conditional create, whole downloads.
+"""Objects of a storage on an object store: listings, reads, conditional creates, whole downloads, each retried.
 
 Imported only when a storage is opened by URL (fsspec, and s3fs for ``s3://``, come from the ``remote``
-extra). On S3 the calls go through s3fs's own client: a create is a ``PutObject`` with
-``If-None-Match: *`` (the store refuses it with 412 when the key exists) and a download streams the
-object's body straight into a file, a shard of a known size in ranged parts side by side (``ranged_parts``).
-Other fsspec stores use fsspec's generic calls, where a create is "check, then put" (see
-docs/object-storage.md). Every request is retried on transient failures
-(``retries``); botocore's and s3fs's own retries are off, so the bounds stated there hold.
+extra). What a service's client does is its backend's (``object_backend``: one module per service, chosen
+by the URL's scheme in ``BACKENDS``); here, what every service shares: the objects' names, retries of
+every request on transient failures (``retries``), errors a user can act on, whether an object found
+existing after a lost answer holds our bytes, and downloads in ranged parts where the backend has them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -22,27 +17,18 @@ from typing import IO, Any, TypeVar
 
 from guideloom._core.errors import StorageNotFoundError
 from guideloom._remote.compression import DamagedDownload
-from guideloom._remote.ranged_parts import download_parts, part_ranges
+from guideloom._remote.fsspec_backend import FsspecBackend
+from guideloom._remote.object_backend import Decoder, ListPage, ObjectBackend
+from guideloom._remote.ranged_parts import part_ranges
 from guideloom._remote.retries import RetriesExhausted, Retrying, RetryPolicy
-from guideloom._remote.s3_bodies import DOWNLOAD_CHUNK, Decoder, read_s3_object, stream_s3_object
+from guideloom._remote.s3_backend import S3Backend
 
-CONDITIONAL_PROTOCOLS = ("s3", "s3a")
-BUCKET_PROTOCOLS = (*CONDITIONAL_PROTOCOLS, "gs", "gcs", "az", "abfs", "abfss")  # the first part is a bucket
-MULTIPART_BYTES = 1 << 30  # larger shards are uploaded in parts (one PUT takes at most 5 GiB)
-PART_BYTES = 64 << 20
+# The backend of each URL scheme; any other scheme goes through fsspec's generic calls.
+BACKENDS: dict[str, Callable[[str, dict[str, Any]], ObjectBackend]] = {"s3": S3Backend, "s3a": S3Backend}
+BUCKET_PROTOCOLS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss")  # the first part of the path is a bucket
 COMPARED_TAIL = 64  # bytes at an object's end compared with ours (a shard's footer: its checksums)
-# Fail fast on an unreachable endpoint instead of botocore's long defaults, and leave retrying to
-# guideloom (total_max_attempts 1: botocore tries once; its max_attempts counts retries, so 1 would
-# retry once more, unlogged and uncounted); storage_options may override.
-S3_DEFAULTS: dict[str, Any] = {
-    "use_listings_cache": False,
-    "config_kwargs": {
-        "connect_timeout": 10,
-        "read_timeout": 30,
-        "retries": {"total_max_attempts": 1, "mode": "standard"},
-    },
-}
 T = TypeVar("T")
+A = TypeVar("A")
 
 
 def is_url(location: object) -> bool:
@@ -64,51 +50,25 @@ def parse_storage_options(text: str | None) -> dict[str, Any] | None:
 
 
 class ObjectStore:
-    """The objects under one URL prefix; picklable, and fork-safe (each process makes its own client)."""
+    """The objects under one URL prefix; picklable, and fork-safe (its backend makes a client in each process)."""
 
     def __init__(self, url: str, options: dict[str, Any] | None) -> None:
-        try:
-            import fsspec
-        except ImportError:  # pragma: no cover - depends on the installed extras
-            raise ImportError(
-                f"opening {url} needs fsspec (and s3fs for s3://): pip install 'guideloom[remote]'"
-            ) from None
         self.protocol, _, rest = url.partition("://")
         if not rest.strip("/") or (rest.startswith("/") and self.protocol in BUCKET_PROTOCOLS):
             raise ValueError(f"path {url!r} names no bucket: use {self.protocol}://BUCKET/PREFIX")
         self.url = url.rstrip("/")
-        rest = rest.rstrip("/")
-        self.root = rest
+        self.root = rest.rstrip("/")
         policy, self.options = RetryPolicy.from_options(options or {})
-        self.retrying = Retrying(policy)
-        if self.protocol in CONDITIONAL_PROTOCOLS:
-            config = {**S3_DEFAULTS["config_kwargs"], **self.options.get("config_kwargs", {})}
-            self.options = {**S3_DEFAULTS, **self.options, "config_kwargs": config}
         try:
-            fsspec.get_filesystem_class(self.protocol)
-        except (ImportError, ValueError) as error:
-            raise ImportError(f"opening {url} needs the fsspec implementation of {self.protocol}://: {error}") from None
-        self._fs: Any = None
-        self._pid = -1
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_fs": None, "_pid": -1}  # a client is made afresh where it is unpickled
+            self.backend = BACKENDS.get(self.protocol, FsspecBackend)(self.protocol, self.options)
+        except ImportError as error:  # the service's client library is not installed
+            raise ImportError(f"opening {url} needs {error}") from None
+        self.retrying = Retrying(policy, self.backend)
 
     @property
     def conditional(self) -> bool:
         """Whether creating an object is atomic against a racing create (If-None-Match)."""
-        return self.protocol in CONDITIONAL_PROTOCOLS
-
-    @property
-    def fs(self) -> Any:
-        if self._fs is None or self._pid != os.getpid():  # fsspec's async clients must not cross a fork
-            import fsspec
-
-            self._fs = fsspec.filesystem(self.protocol, skip_instance_cache=True, **self.options)
-            if self.conditional:
-                self._fs.retries = 1  # s3fs's own retry loop: one try, guideloom retries
-            self._pid = os.getpid()
-        return self._fs
+        return self.backend.atomic_creates
 
     def key(self, name: str) -> str:
         return f"{self.root}/{name}"
@@ -117,60 +77,80 @@ class ObjectStore:
         """The full URL of an object, for messages."""
         return f"{self.url}/{name}"
 
-    def _call(self, doing: str, request: Callable[[int], T]) -> T:
-        """``request(attempt)`` with retries; a failure that remains is an error a user can act on."""
+    def close(self) -> None:
+        """Let go of the backend's client (a later request makes a new one)."""
+        self.backend.close()
+
+    def guarded(self, doing: str, request: Callable[[], T]) -> T:
+        """``request()``, its failure turned into an error a user can act on (a missing bucket: no storage)."""
         try:
-            return self.retrying.call(doing, request)
+            return request()
         except RetriesExhausted as error:
             raise self.failure(error, doing) from error.last
         except FileNotFoundError as error:
             self._check_root(error)  # a missing bucket is StorageNotFoundError: callers let it through
             raise
-        except FileExistsError:
+        except (FileExistsError, StorageNotFoundError):
             raise
         except Exception as error:
             raise self.failure(error, doing) from error
 
-    def listing(self, directory: str) -> dict[str, int]:
-        """Names (relative to ``directory``) and sizes of the objects in it; empty when there are none."""
-        doing = f"listing {self.name_of(directory)}"
+    def call(self, doing: str, request: Callable[[int], T]) -> T:
+        """``request(attempt)`` with retries; a failure that remains is an error a user can act on."""
+        return self.guarded(doing, lambda: self.retrying.call(doing, request))
+
+    def _unless_absent(self, doing: str, request: Callable[[int], T], absent: A) -> T | A:
+        """``call``, or ``absent`` where the object is missing (a missing bucket still raises)."""
         try:
-            entries = self._call(doing, lambda _: self.fs.ls(self.key(directory), detail=True, refresh=True))
+            return self.call(doing, request)
         except StorageNotFoundError:
             raise
         except FileNotFoundError:
-            return {}
-        names = {}
-        prefix = self.fs._strip_protocol(self.key(directory)).rstrip("/") + "/"
-        for entry in entries:
-            name = self.fs._strip_protocol(str(entry["name"]))
-            if entry.get("type") == "file" and name.startswith(prefix):
-                names[name[len(prefix) :]] = int(entry.get("size") or 0)
-        return names
+            return absent
+
+    def listing(self, directory: str, after: str = "", enough: Callable[[str], bool] | None = None) -> dict[str, int]:
+        """Names (relative to ``directory``) and sizes of the objects in it that sort after ``after``; empty when
+        there are none.
+
+        Pages are requested until the listing ends or a page holds a name for which ``enough`` is true;
+        the names of the last page past that one are returned too (callers ignore what they do not need).
+        """
+        doing = f"listing {self.name_of(directory)}" + (f" after {after}" if after else "")
+        folder = self.key(directory)
+        names: dict[str, int] = {}
+        page: str | None = None
+        while True:
+            found = self._unless_absent(doing, partial(self._list_page, folder, after, page), None)
+            if found is None:
+                return names
+            names.update(found.names)
+            page = found.next_page
+            if page is None or (enough is not None and any(enough(name) for name in found.names)):
+                return names
+
+    def _list_page(self, folder: str, after: str, page: str | None, _: int) -> ListPage:
+        return self.backend.list_page(folder, after, page)
 
     def exists(self, name: str) -> bool:
-        doing = f"looking up {self.name_of(name)}"
-        return bool(self._call(doing, lambda _: self.fs.exists(self.key(name))))
+        return self._unless_absent(
+            f"looking up {self.name_of(name)}", lambda _: self.backend.size(self.key(name)) >= 0, False
+        )
 
     def read(self, name: str, start: int | None = None, end: int | None = None) -> bytes | None:
         """The object's bytes (or a range of them); None if it does not exist."""
-        doing = f"reading {self.name_of(name)}"
+        return self._unless_absent(
+            f"reading {self.name_of(name)}", lambda _: self.backend.read(self.key(name), start, end), None
+        )
 
-        def request(_: int) -> bytes:
-            if self.conditional:  # one GET, where fsspec's cat_file may first HEAD and list
-                from fsspec.asyn import sync
+    def read_start(self, name: str, limit: int) -> tuple[bytes, int] | None:
+        """The first ``limit`` bytes of an object and its whole size (one request on S3); None if it is absent."""
+        return self._unless_absent(
+            f"reading {self.name_of(name)}", lambda _: self.backend.read_start(self.key(name), limit), None
+        )
 
-                bucket, key, _version = self.fs.split_path(self.key(name))
-                byte_range = {} if start is None else {"Range": f"bytes={start}-{'' if end is None else end - 1}"}
-                return bytes(sync(self.fs.loop, read_s3_object, self.fs, bucket, key, byte_range))
-            return bytes(self.fs.cat_file(self.key(name), start=start, end=end))
-
-        try:
-            return self._call(doing, request)
-        except StorageNotFoundError:
-            raise
-        except FileNotFoundError:
-            return None
+    def put(self, name: str, data: bytes) -> None:
+        """Put ``data`` under ``name``, replacing what is there (a derived object: the last writer wins)."""
+        self.call(f"writing {self.name_of(name)}", lambda _: self.backend.put(self.key(name), data))
 
     def create(self, name: str, source: bytes | Path) -> bool:
         """Create the object from bytes or a local file unless it exists; True if this call created it.
@@ -182,28 +162,7 @@ class ObjectStore:
         """
         doing = f"creating {self.name_of(name)}"
         try:
-            if not self.conditional:
-                if self._call(doing, lambda _: self.fs.exists(self.key(name))):
-                    return False
-                if isinstance(source, Path):
-                    self._call(doing, lambda _: self.fs.put_file(str(source), self.key(name)))
-                else:
-                    self._call(doing, lambda _: self.fs.pipe_file(self.key(name), source))
-                return True
-            bucket, key, _ = self.fs.split_path(self.key(name))
-            if isinstance(source, Path) and source.stat().st_size > MULTIPART_BYTES:
-                created = self._create_in_parts(doing, bucket, key, source)
-            else:
-
-                def put(_: int) -> bool | None:
-                    try:
-                        with open(source, "rb") if isinstance(source, Path) else contextlib.nullcontext(source) as body:
-                            self.fs.call_s3("put_object", Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")
-                    except FileExistsError:  # s3fs's translation of 412 Precondition Failed: whose object?
-                        return None
-                    return True
-
-                created = self._call(doing, put)
+            created = self.guarded(doing, lambda: self.backend.create(self.key(name), source, self.retrying, doing))
             return self._holds(name, source) if created is None else created
         except StorageNotFoundError:
             raise
@@ -218,48 +177,8 @@ class ObjectStore:
         with open(source, "rb") as file:
             file.seek(max(0, size - COMPARED_TAIL))
             tail = file.read()
-        listed = self._call(f"looking up {self.name_of(name)}", lambda _: self.fs.info(self.key(name)))
-        return int(listed.get("size") or -1) == size and self.read(name, size - len(tail), size) == tail
-
-    def _create_in_parts(self, doing: str, bucket: str, key: str, source: Path) -> bool | None:
-        """A multipart upload, completed with If-None-Match: nothing is visible before the completion."""
-        call_s3 = self.fs.call_s3
-        upload_id = self._call(doing, lambda _: call_s3("create_multipart_upload", Bucket=bucket, Key=key))["UploadId"]
-        try:
-            parts: list[dict[str, Any]] = []
-
-            def upload_part(number: int, chunk: bytes, _: int) -> Any:
-                return call_s3("upload_part", Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=chunk)
-
-            with open(source, "rb") as file:
-                while chunk := file.read(PART_BYTES):
-                    number = len(parts) + 1
-                    part = self._call(f"{doing} (part {number})", partial(upload_part, number, chunk))
-                    parts.append({"ETag": part["ETag"], "PartNumber": number})
-
-            def complete(attempt: int) -> bool | None:
-                try:
-                    call_s3(
-                        "complete_multipart_upload",
-                        Bucket=bucket,
-                        Key=key,
-                        UploadId=upload_id,
-                        MultipartUpload={"Parts": parts},
-                        IfNoneMatch="*",
-                    )
-                except FileExistsError:  # 412: the key exists (another writer's, or our earlier attempt's)
-                    return None
-                except FileNotFoundError:  # NoSuchUpload on a retry: our earlier attempt completed it
-                    if attempt == 1:
-                        raise
-                    return None
-                return True
-
-            return self._call(doing, complete)
-        except BaseException:
-            with contextlib.suppress(Exception):  # a failure here leaves an upload that clean aborts
-                call_s3("abort_multipart_upload", Bucket=bucket, Key=key, UploadId=upload_id)
-            raise
+        stored = self.call(f"looking up {self.name_of(name)}", lambda _: self.backend.size(self.key(name)))
+        return stored == size and (not tail or self.read(name, size - len(tail), size) == tail)
 
     def download(
         self,
@@ -270,39 +189,19 @@ class ObjectStore:
     ) -> None:
         """Write the whole object into ``destination`` (created or truncated), through ``decoder`` if given.
 
-        On S3, an object of a known ``size`` (its bytes as stored), read without a decoder, comes in ranged
-        parts side by side (``ranged_parts``), each retried on its own; else one GET, retried whole.
-        FileNotFoundError if the object is gone. Each attempt starts the file afresh.
+        Where the backend has ranged downloads, an object of a known ``size`` (its bytes as stored), read
+        without a decoder, comes in ranged parts side by side (``ranged_parts``), each retried on its own;
+        else one GET, retried whole. FileNotFoundError if the object is gone. Each attempt starts the file afresh.
         """
         doing = f"downloading {self.name_of(name)}"
-        ranges = part_ranges(size) if self.conditional and decoder is None and size is not None else []
-
-        def request(_: int) -> None:
-            if self.conditional:
-                from fsspec.asyn import sync
-
-                bucket, key, _version = self.fs.split_path(self.key(name))
-                sync(self.fs.loop, stream_s3_object, self.fs, bucket, key, destination, decoder)
-            elif decoder is None:
-                self.fs.get_file(self.key(name), str(destination))
-            else:
-                with self.fs.open(self.key(name), "rb") as remote, open(destination, "wb") as file:
-                    decoding = decoder(file)
-                    while chunk := remote.read(DOWNLOAD_CHUNK):
-                        decoding.write(chunk)
-                    decoding.finish()
-
-        def in_parts() -> None:
-            from fsspec.asyn import sync
-
-            bucket, key, _version = self.fs.split_path(self.key(name))
-            sync(self.fs.loop, download_parts, self.fs, bucket, key, destination, ranges, self.retrying, doing)
-
+        key = self.key(name)
+        whole = decoder is not None or size is None or not self.backend.ranged_downloads
+        ranges = [] if whole else part_ranges(size or 0)
         try:
             if len(ranges) > 1:
-                in_parts()
+                self.backend.download_ranges(key, destination, ranges, self.retrying, doing)
             else:
-                self.retrying.call(doing, request)
+                self.retrying.call(doing, lambda _: self.backend.download(key, destination, decoder))
         except FileNotFoundError:
             raise
         except RetriesExhausted as error:
@@ -317,41 +216,19 @@ class ObjectStore:
             raise self.failure(error, doing) from error
 
     def delete(self, name: str) -> None:
-        doing = f"deleting {self.name_of(name)}"
-        try:
-            self._call(doing, lambda _: self.fs.rm_file(self.key(name)))
-        except StorageNotFoundError:
-            raise
-        except FileNotFoundError:
-            pass
+        """Delete the object; one already gone is no error."""
+        self._unless_absent(f"deleting {self.name_of(name)}", lambda _: self.backend.delete(self.key(name)), None)
 
     def abort_uploads(self, directory: str, older_than: float) -> list[str]:
-        """Abort multipart uploads under ``directory`` begun ``older_than`` seconds ago or more (S3 only)."""
-        if not self.conditional:
-            return []
-        bucket, prefix, _ = self.fs.split_path(self.key(directory))
+        """Abort multipart uploads under ``directory`` begun ``older_than`` seconds ago or more; their URLs."""
         doing = f"listing unfinished uploads under {self.name_of(directory)}"
-        listing = self._call(
-            doing, lambda _: self.fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=prefix.rstrip("/") + "/")
-        )
-        aborted = []
-        now = time.time()
-        for upload in listing.get("Uploads", []):
-            if now - upload["Initiated"].timestamp() < older_than:
-                continue  # a live writer's, most likely
-            arguments = {"Bucket": bucket, "Key": upload["Key"], "UploadId": upload["UploadId"]}
-            with contextlib.suppress(FileNotFoundError):  # a retry after the abort landed
-                self._call(f"aborting the upload of {upload['Key']}", partial(self._abort, arguments))
-            aborted.append(f"{self.protocol}://{bucket}/{upload['Key']}")
-        return aborted
-
-    def _abort(self, arguments: dict[str, str], _: int) -> None:
-        self.fs.call_s3("abort_multipart_upload", **arguments)
+        folder = self.key(directory)
+        aborted = self.guarded(doing, lambda: self.backend.abort_uploads(folder, older_than, self.retrying, doing))
+        return [f"{self.protocol}://{key}" for key in aborted]
 
     def _check_root(self, error: FileNotFoundError) -> None:
         """A missing bucket is a missing storage, said so; a missing key is the caller's business."""
-        text = str(error)
-        if "NoSuchBucket" in text or "specified bucket does not exist" in text:
+        if self.backend.missing_bucket(error):
             raise StorageNotFoundError(f"no storage at {self.url}: the bucket does not exist") from None
 
     def failure(self, error: BaseException, doing: str) -> Exception:

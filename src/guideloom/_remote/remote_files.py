@@ -32,14 +32,12 @@ from guideloom._remote.index_object import INDEX_OBJECT, index_object_bytes
 from guideloom._remote.indexed_listing import problem_of_index, read_index_object, snapshot_after_index
 from guideloom._remote.object_store import ObjectStore
 from guideloom._remote.remote_lengths import clean_lengths
-from guideloom._remote.remote_shards import PLANS, RemoteShards, clean_plans
 from guideloom._remote.shard_cache import CacheLease, Prefetched, ShardCache
 from guideloom._remote.shard_parts import download_part, part_entry, part_problem
-from guideloom._remote.store_pages import overwrite
 from guideloom._shards.footer import FOOTER, decode_footer
 from guideloom._shards.header import HEADER_NAME, StorageHeader, parse_header
 from guideloom._shards.layout import SHARDS_DIR, ShardFile, ShardInfo, shard_file_name, shard_size
-from guideloom._shards.shard_access import WantedPart
+from guideloom._shards.parts import PlannedPart
 from guideloom._shards.shard_names import shard_id_of
 from guideloom._shards.shard_table import ShardTable
 from guideloom._shards.upkeep import clean_incomplete
@@ -115,7 +113,7 @@ class RemoteFiles:
     def write_index(self, header: StorageHeader) -> int:
         """Write the index object from one listing of everything; the number of shards it names."""
         table = self.full_listing(header)
-        overwrite(self.store, INDEX_OBJECT, index_object_bytes(table, header, self.url))
+        self.store.put(INDEX_OBJECT, index_object_bytes(table, header, self.url))
         return len(table)
 
     def infos_from_names(
@@ -155,17 +153,12 @@ class RemoteFiles:
             raise CorruptStorageError(f"shard {shard} has inconsistent sizes ({name}): object truncated?")
         return ShardInfo(shard, records, data_size // header.element_size, data_crc, plain_size)
 
-    def shard_set(self, header: StorageHeader, infos: ShardTable, max_open: int) -> RemoteShards:
-        return RemoteShards(self, header, infos, max_open)
-
     def clean(self, older_than: float) -> list[str]:
-        """Remove what dead writers left: local files being built or downloaded, unfinished uploads, stray markers,
-        and loaders' plans of parts of shards not rewritten for ``older_than`` seconds (a loader rewrites its own
-        every epoch)."""
+        """Remove what dead writers left: local files being built or downloaded, unfinished uploads and stray
+        markers, not touched for ``older_than`` seconds (a download in progress is left alone however old)."""
         removed = [str(path) for path in clean_incomplete(self.incomplete, older_than)]
         removed += [str(path) for path in self.cache.clean(older_than)]
         removed += [str(path) for path in clean_lengths(self.directory / "lengths", older_than)]
-        removed += [str(path) for path in clean_plans(self.directory / PLANS, older_than)]
         removed += self.store.abort_uploads(SHARDS_DIR, older_than)
         names = self.store.listing(SHARDS_DIR)
         shards = {shard for name in names if (shard := shard_id_of(name)) is not None}
@@ -203,14 +196,14 @@ class RemoteFiles:
                 progress(info.element_count * header.element_size)
         return problems
 
-    def download_checked(self, info: ShardInfo, header: StorageHeader, wanted: WantedPart | None = None) -> CacheLease:
+    def download_checked(self, info: ShardInfo, header: StorageHeader, wanted: PlannedPart | None = None) -> CacheLease:
         """The shard (or the part of it ``wanted`` names) from the cache, downloaded and verified first if needed."""
         if wanted is not None:
             return self.cache.acquire(part_entry(info, wanted), *self._part_download_and_check(info, header, wanted))
         return self.cache.acquire(self.cache.entry_for(info), *self._download_and_check(info, header))
 
     def prefetch_checked(
-        self, info: ShardInfo, header: StorageHeader, keep: set[str], wanted: WantedPart | None = None
+        self, info: ShardInfo, header: StorageHeader, keep: set[str], wanted: PlannedPart | None = None
     ) -> Prefetched | None:
         """The shard (or the part of it ``wanted`` names) held ahead of its reader (downloaded and verified first if
         it fits the cache next to the cached entries named in ``keep``), else None."""
@@ -220,7 +213,7 @@ class RemoteFiles:
         return self.cache.prefetch(self.cache.entry_for(info), *self._download_and_check(info, header), keep)
 
     def _part_download_and_check(
-        self, info: ShardInfo, header: StorageHeader, wanted: WantedPart
+        self, info: ShardInfo, header: StorageHeader, wanted: PlannedPart
     ) -> tuple[Callable[[Path], None], Callable[[Path], str | None]]:
         object_name = f"{SHARDS_DIR}/{shard_file_name(info.id)}"
 

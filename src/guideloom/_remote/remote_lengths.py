@@ -33,12 +33,13 @@ import numpy as np
 
 from guideloom._core.errors import CorruptStorageError
 from guideloom._remote.object_store import ObjectStore
-from guideloom._remote.shard_cache import DOWNLOAD_ATTEMPTS, ShardCache, exclusive_lock
+from guideloom._remote.shard_cache import DOWNLOAD_ATTEMPTS, ShardCache, clean_part_files, exclusive_lock, writing
 from guideloom._shards.footer import FOOTER, decode_footer
 from guideloom._shards.header import LAYOUT_VERSION, StorageHeader
 from guideloom._shards.index_check import index_problem
-from guideloom._shards.layout import SHARDS_DIR, ShardFile, ShardInfo, padded, shard_file_name, shard_size
+from guideloom._shards.layout import SHARDS_DIR, ShardFile, ShardInfo, shard_file_name
 from guideloom._shards.record_lengths import lengths_problem, sizes_as_lengths
+from guideloom._shards.sections import ShardSections
 
 # What follows a side file's lengths: a magic, the record count and the CRC-32 of the lengths' bytes.
 SIDE_TRAILER = struct.Struct("<8sQI4x")
@@ -120,7 +121,7 @@ class RemoteLengths:
 
     def _read_tail(self, info: ShardInfo) -> np.ndarray:
         name = f"{SHARDS_DIR}/{shard_file_name(info.id)}"
-        start = padded(info.element_count * self.header.element_size)
+        start = ShardSections.of(info.record_count, info.element_count * self.header.element_size).index_start
         problem = ""
         for _ in range(DOWNLOAD_ATTEMPTS):
             try:
@@ -147,26 +148,27 @@ class RemoteLengths:
         body = np.ascontiguousarray(lengths, "<i8").tobytes()
         part = final.with_name(f"{final.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.part")
         try:
-            part.write_bytes(body + SIDE_TRAILER.pack(SIDE_MAGIC, len(lengths), zlib.crc32(body)))
-            os.rename(part, final)
+            with writing(part):
+                part.write_bytes(body + SIDE_TRAILER.pack(SIDE_MAGIC, len(lengths), zlib.crc32(body)))
+                os.rename(part, final)
         except OSError:  # a full or read-only cache: the lengths are still good, only not kept
             with contextlib.suppress(OSError):
                 os.unlink(part)
 
 
 def clean_lengths(directory: Path, older_than: float) -> list[Path]:
-    """Delete side files that dead processes left half written (``.part`` files untouched for ``older_than``)."""
-    return ShardCache(directory, None).clean(older_than)
+    """Delete side files that dead processes left half written (``.part`` files untouched for ``older_than`` that
+    no live process is writing)."""
+    return clean_part_files(directory, older_than)
 
 
 def tail_lengths(raw: bytes, info: ShardInfo, header: StorageHeader) -> np.ndarray | str:
     """The record lengths in a shard's tail (its bytes from the offsets on), checked as opening the shard
     checks them, or what is wrong with it."""
     records = info.record_count
-    data_size = info.element_count * header.element_size
-    tail_size = shard_size(records, data_size, header) - padded(data_size)  # with the sections after the lengths
-    if len(raw) != tail_size:
-        return f"its tail is {len(raw)} bytes, not the {tail_size} the listing gives"
+    sections = ShardSections.of(records, info.element_count * header.element_size, header)
+    if len(raw) != sections.tail_size:
+        return f"its tail is {len(raw)} bytes, not the {sections.tail_size} the listing gives"
     footer = decode_footer(raw[-FOOTER.size :])
     if footer is None:
         return "its footer is damaged"
@@ -175,13 +177,13 @@ def tail_lengths(raw: bytes, info: ShardInfo, header: StorageHeader) -> np.ndarr
     listed = (info.id, records, info.element_count * header.element_size, info.data_crc)
     if (footer.shard, footer.record_count, footer.data_size, footer.data_crc) != listed:
         return "its footer does not match the listing: the shard was replaced"
-    index = memoryview(raw)[: 8 * (records + 1)]
+    index = memoryview(raw)[: sections.index_size]
     offsets = np.frombuffer(raw, "<u8", records + 1)
     problem = index_problem(index, offsets, footer.index_crc, info.element_count)
     if problem is not None:
         return f"its record index is damaged: {problem}"
     if not header.record_lengths:
         return np.array(sizes_as_lengths(offsets))
-    lengths = np.frombuffer(raw, "<i8", records, 8 * (records + 1)).copy()
+    lengths = np.frombuffer(raw, "<i8", records, sections.lengths_start - sections.index_start).copy()
     problem = lengths_problem(lengths)
     return lengths if problem is None else f"its record lengths are damaged: {problem}"

@@ -12,32 +12,29 @@ Where worker processes read and the loader's process only hints, the hinting pro
 it fetched until the readers have left them: it learns how far they read from the shards' modification
 times (`Prefetched.read`).
 
-A windowed loader also names, each epoch, the parts of the boundary shards of its machine's share that it
-reads (`plan_parts`): those are downloaded as parts (`_remote.shard_parts`), unless the whole shard is
-cached. The plan goes to ``plans/<key>.json`` in the cache directory, the key the loader's own, so that its
-worker processes find it when they open a shard, and no other loader's plan is read.
+A windowed loader also gives, each epoch, the parts of the boundary shards of its machine's share that it
+reads (`use_plan`, a `ReadPlan` sent with the work to every process that reads): those are downloaded and
+opened as parts (`_remote.shard_parts`, `ShardPart`), unless the whole shard is cached.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import queue
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from guideloom._remote.remote_lengths import RemoteLengths
 from guideloom._remote.shard_cache import CacheLease, Prefetched
-from guideloom._remote.shard_parts import is_whole, part_bytes, part_entry
+from guideloom._remote.shard_parts import is_whole, part_entry
 from guideloom._shards.header import StorageHeader
 from guideloom._shards.layout import ShardFile
-from guideloom._shards.shard_access import WantedPart
+from guideloom._shards.parts import NO_PARTS, PlannedPart, ReadPlan, ShardPart
 from guideloom._shards.shard_table import ShardTable
 
 if TYPE_CHECKING:
@@ -46,7 +43,6 @@ if TYPE_CHECKING:
 PREFETCH_THREADS = 4  # downloads in flight at once, in the order the loader needs the shards
 IDLE_CHECK_S = 0.05  # how often idle prefetch threads look for room freed by other processes
 CLOSE_WAIT_S = 10.0  # how long closing waits for the downloads in flight
-PLANS = "plans"  # loaders' plans of the parts of shards they read, in the storage's cache directory
 
 
 class RemoteShards:
@@ -66,10 +62,7 @@ class RemoteShards:
         self.max_open = max_open if self._slots is None else min(max_open, max(1, self._slots - 1))
         self._leases: dict[int, CacheLease] = {}
         self.lengths = RemoteLengths(files.store, header, files.cache, files.directory / "lengths")
-        self.reads_parts = header.readable_in_parts
-        self._plan_path: Path | None = None
-        self._plan: dict[int, WantedPart] = {}  # by shard position
-        self._plan_seen: tuple[int, int] | None = None  # the plan file (inode, modification time) read last
+        self._plan = NO_PARTS  # the parts of shards to read (see use_plan)
         self._start_in_this_process()
 
     def _start_in_this_process(self) -> None:
@@ -95,8 +88,8 @@ class RemoteShards:
             self._start_in_this_process()
 
     def open(self, position: int, whole: bool = False) -> ShardFile:
-        """The shard at ``position``: the part of it the plan names (unless ``whole``, or it is cached whole), else
-        all of it."""
+        """The shard at ``position``: the part of it the plan names (a `ShardPart`; unless ``whole``, or it is cached
+        whole), else all of it."""
         self._in_this_process()
         info = self.infos[position]
         with self._lock:
@@ -109,9 +102,11 @@ class RemoteShards:
         wanted = None if whole else self._wanted_part(position)
         lease = self.files.download_checked(info, self.header, wanted)
         try:
-            shard = ShardFile(lease.path.parent, info.id, self.header, file=lease.path)
-            if wanted is not None:
-                shard.present = part_bytes(shard.offsets, wanted, self.header, shard.data_size)
+            shard = (
+                ShardFile(lease.path.parent, info.id, self.header, file=lease.path)
+                if wanted is None
+                else ShardPart(lease.path, info.id, self.header, wanted)
+            )
         except BaseException:
             lease.release()
             raise
@@ -126,33 +121,15 @@ class RemoteShards:
             prefetched.lease.release()
         return shard
 
-    def plan_parts(self, key: str, parts: dict[int, WantedPart]) -> None:
-        """Read these shards (by position) in parts from now on, the others whole, here and in the processes that
-        read under ``key``."""
-        if not self.reads_parts:
-            return
-        self._in_this_process()
-        self.read_parts_of(key)
-        assert self._plan_path is not None
-        infos = self.infos
-        plan = {f"{infos[position].id}.{infos[position].data_crc}": part.to_json() for position, part in parts.items()}
-        self._plan_path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self._plan_path.with_name(f"{key}.{os.getpid()}.{threading.get_ident()}.part")
-        temporary.write_text(json.dumps({"parts": plan}))
-        os.replace(temporary, self._plan_path)
-        with self._lock:
-            self._plan, self._plan_seen = dict(parts), None
+    def use_plan(self, plan: ReadPlan) -> None:
+        """Open the shards ``plan`` names as those parts of them from now on, the others whole (in this process: the
+        loader sends the plan with the work to every process that reads)."""
+        if self.header.readable_in_parts:
+            self._plan = plan
 
-    def read_parts_of(self, key: str) -> None:
-        if self.reads_parts:
-            self._plan_path = self.files.directory / PLANS / f"{key}.json"
-
-    def _wanted_part(self, position: int) -> WantedPart | None:
+    def _wanted_part(self, position: int) -> PlannedPart | None:
         """The part of the shard at ``position`` that the plan names, unless the whole shard is cached."""
-        if not self.reads_parts:
-            return None
-        self._read_plan()
-        wanted = self._plan.get(position)
+        wanted = self._plan.part(position)
         if wanted is None or is_whole(self.infos[position], wanted, self.header):
             return None
         lease = self.files.cache.hold(self.files.cache.entry_for(self.infos[position]))
@@ -160,33 +137,6 @@ class RemoteShards:
             lease.release()
             return None
         return wanted
-
-    def _read_plan(self) -> None:
-        """The plan as the cache directory holds it now (read again when it was replaced)."""
-        if self._plan_path is None:
-            return
-        try:
-            status = self._plan_path.stat()
-        except FileNotFoundError:
-            return
-        seen = (status.st_ino, status.st_mtime_ns)  # each plan is a new file, renamed into place
-        if seen == self._plan_seen:
-            return
-        plan: dict[int, WantedPart] = {}
-        try:
-            parts = json.loads(self._plan_path.read_text()).get("parts", {})
-        except (OSError, ValueError, AttributeError):
-            parts = {}  # a damaged plan: every shard is read whole
-        ids = self.infos.ids
-        for key, raw in parts.items() if isinstance(parts, dict) else ():
-            shard, _, crc = str(key).partition(".")
-            position = int(np.searchsorted(ids, int(shard))) if shard.isdigit() else len(ids)
-            wanted = WantedPart.from_json(raw)
-            if position < len(ids) and self.infos[position].id == int(shard) and wanted is not None:
-                if str(self.infos[position].data_crc) == crc:  # the shard planned, not one replaced since
-                    plan[position] = wanted
-        with self._lock:
-            self._plan, self._plan_seen = plan, seen
 
     def record_lengths(self, position: int) -> np.ndarray | None:
         """A shard's record lengths from its object's tail, without its data (None for compressed objects)."""
@@ -309,7 +259,7 @@ class RemoteShards:
 
     def _entry_name(self, position: int) -> str:
         """The name of what the cache holds for the shard at ``position``: its part the plan names, or it whole."""
-        wanted = self._plan.get(position) if self.reads_parts else None
+        wanted = self._plan.part(position)
         info = self.infos[position]
         return self.files.cache.name_for(info) if wanted is None else part_entry(info, wanted).name
 
@@ -335,19 +285,6 @@ class RemoteShards:
             lease.release()
         if prefetcher is not None:
             prefetcher.stop(self._stopped_one)
-
-
-def clean_plans(directory: Path, older_than: float) -> list[Path]:
-    """Delete the plans (and half-written ones) in ``directory`` untouched for ``older_than`` seconds."""
-    removed = []
-    now = time.time()
-    with contextlib.suppress(FileNotFoundError):
-        for entry in os.scandir(directory):
-            with contextlib.suppress(FileNotFoundError):
-                if now - entry.stat(follow_symlinks=False).st_mtime >= older_than:
-                    os.unlink(entry.path)
-                    removed.append(Path(entry.path))
-    return removed
 
 
 class _Prefetcher:

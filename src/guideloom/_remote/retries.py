@@ -1,14 +1,16 @@
 """Retries of requests to an object store: transient failures are tried again, bounded in count and time.
 
 Transient: throttling and server errors by HTTP status (429, 500, 502, 503, 504, whatever the error
-code says), connection resets and refusals, timeouts, and bodies cut short. Each retry waits an
+code says), connection resets and refusals, timeouts, and bodies cut short. How a service's client
+says these (the status inside its errors, its classes for a broken connection) is the service's
+backend's to read (``ServiceErrors``); the rules here are the same for every service. Each retry waits an
 exponential backoff with full jitter (a uniform draw below ``0.1 s * 2**retry``, at most 10 s), is
 logged (logger ``guideloom``, level WARNING) and counted; when the attempts or the deadline run out,
 the caller turns the last error into a ``ConnectionError`` naming the object. Everything else (403,
 404, 412, a local disk error) is permanent and raised at once.
 
 The clients' own retries (botocore's and s3fs's) are switched off for S3, so these are the only ones
-and the bounds hold as stated (see ``ObjectStore``); only aiohttp, under them, still resends an
+and the bounds hold as stated (see ``s3_backend``); only aiohttp, under them, still resends an
 idempotent request (GET, HEAD, PUT, DELETE) once when its connection drops before the answer, which
 is neither logged nor counted.
 """
@@ -22,7 +24,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 LOGGER = logging.getLogger("guideloom")
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -32,20 +34,6 @@ BASE_DELAY_S = 0.1
 MAX_DELAY_S = 10.0
 ATTEMPTS_OPTION = "request_attempts"
 DEADLINE_OPTION = "request_deadline_s"
-# Exception classes of botocore, aiohttp and s3fs that mean "the connection failed or the response was
-# incomplete", matched by name so that neither library is imported here.
-_TRANSIENT_CLASS_NAMES = frozenset(
-    {
-        "HTTPClientError",  # botocore: connection closed, read timeout, streaming errors
-        "IncompleteReadError",
-        "ResponseParserError",  # a throttling response with a garbled body
-        "ClientPayloadError",  # aiohttp: the body ended early
-        "ClientConnectionError",  # aiohttp: resets, refusals, disconnects
-        "EndpointConnectionError",
-        "IncompleteRead",
-        "FSTimeoutError",
-    }
-)
 
 T = TypeVar("T")
 
@@ -54,45 +42,53 @@ class ShortBody(ConnectionError):
     """A response whose body ended before the length its headers promised."""
 
 
-def http_status(error: BaseException) -> int | None:
+class ServiceErrors(Protocol):
+    """How one service's client reports a failed request (each object-store backend is one)."""
+
+    def status(self, error: BaseException) -> int | None:
+        """The HTTP status the service answered, read from one error of its client; None if it holds none."""
+        ...
+
+    def broken_connection(self, error: BaseException) -> bool:
+        """Whether one error of its client means the connection failed or the response came incomplete."""
+        ...
+
+
+def http_status(error: BaseException, errors: ServiceErrors) -> int | None:
     """The HTTP status of a failed request, from the error or what it was raised from; None if there is none."""
-    for link in _chain(error):
-        response = getattr(link, "response", None)
-        if isinstance(response, dict):
-            status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            if isinstance(status, int):
-                return status
-            code = str(response.get("Error", {}).get("Code", ""))
-            if code.isdigit():
-                return int(code)
+    for link in chain(error):
+        status = errors.status(link)
+        if status is not None:
+            return status
     return None
 
 
-def is_transient(error: BaseException) -> bool:
+def is_transient(error: BaseException, errors: ServiceErrors) -> bool:
     """Whether trying the same request again may succeed."""
-    status = http_status(error)
+    status = http_status(error, errors)
     if status is not None:
         return status in TRANSIENT_STATUSES
-    for link in _chain(error):
+    for link in chain(error):
         if isinstance(link, PermissionError | FileNotFoundError | FileExistsError):
             return False
         if isinstance(link, ConnectionError | TimeoutError):
             return True
-        if any(kind.__name__ in _TRANSIENT_CLASS_NAMES for kind in type(link).__mro__):
+        if errors.broken_connection(link):
             return True
     return False
 
 
-def describe(error: BaseException) -> str:
+def describe(error: BaseException, errors: ServiceErrors) -> str:
     """A short account of an error: its status where it has one, its type and message."""
-    status = http_status(error)
+    status = http_status(error, errors)
     text = str(error) or type(error).__name__
     if status is not None and str(status) not in text:
         return f"HTTP {status}: {text}"
     return f"{type(error).__name__}: {text}"
 
 
-def _chain(error: BaseException) -> list[BaseException]:
+def chain(error: BaseException) -> list[BaseException]:
+    """The error and those it was raised from or during (at most 8)."""
     links: list[BaseException] = []
     link: BaseException | None = error
     while link is not None and len(links) < 8 and link not in links:
@@ -124,26 +120,31 @@ class RetryPolicy:
 class RetriesExhausted(Exception):
     """A transient failure that outlasted the policy: ``last`` is the last attempt's error."""
 
-    def __init__(self, last: BaseException, attempts: int, elapsed: float) -> None:
-        super().__init__(f"after {attempts} attempt{'s' * (attempts > 1)} in {elapsed:.1f} s: {describe(last)}")
+    def __init__(self, last: BaseException, attempts: int, elapsed: float, errors: ServiceErrors) -> None:
+        account = describe(last, errors)
+        super().__init__(f"after {attempts} attempt{'s' * (attempts > 1)} in {elapsed:.1f} s: {account}")
         self.last = last
         self.attempts = attempts
 
 
 class Retrying:
-    """Runs requests under a policy and counts the retries it made (shared by threads; per process)."""
+    """Runs requests under a policy and counts the retries it made (shared by threads; per process).
 
-    def __init__(self, policy: RetryPolicy) -> None:
+    ``errors`` reads the failures of the service's client (its backend; picklable, as it is sent along).
+    """
+
+    def __init__(self, policy: RetryPolicy, errors: ServiceErrors) -> None:
         self.policy = policy
+        self.errors = errors
         self.count = 0
         self._lock = threading.Lock()
         self._random = random.Random()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"policy": self.policy, "count": 0}
+        return {"policy": self.policy, "errors": self.errors, "count": 0}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["policy"])  # type: ignore[misc]
+        self.__init__(state["policy"], state["errors"])  # type: ignore[misc]
 
     def call(self, what: str, request: Callable[[int], T]) -> T:
         """``request(attempt)`` (attempt 1, 2, ...) until it succeeds, fails permanently, or the policy ends.
@@ -175,13 +176,13 @@ class Retrying:
 
     def _retry_after(self, what: str, error: Exception, attempt: int, start: float) -> float:
         """The wait before the next attempt, logged and counted; raises when ``error`` is not to be retried."""
-        if not is_transient(error):
+        if not is_transient(error, self.errors):
             raise error
         elapsed = time.monotonic() - start
         with self._lock:
             delay = self._random.uniform(0, min(MAX_DELAY_S, BASE_DELAY_S * 2 ** (attempt - 1)))
         if attempt >= self.policy.attempts or elapsed + delay >= self.policy.deadline_s:
-            raise RetriesExhausted(error, attempt, elapsed) from error
+            raise RetriesExhausted(error, attempt, elapsed, self.errors) from error
         with self._lock:
             self.count += 1
         LOGGER.warning(
@@ -189,7 +190,7 @@ class Retrying:
             what,
             attempt,
             self.policy.attempts,
-            describe(error),
+            describe(error, self.errors),
             delay,
         )
         return delay

@@ -5,7 +5,9 @@ A cached shard is ``<dir>/<id>.<data crc>.<size>.shard`` (the name changes if th
 replaced, so a stale copy is never served); a part of one adds what it holds before ``.shard`` (see
 ``_remote.shard_parts``) and counts as the blocks it holds. Downloads go to a unique ``.part`` file, are verified,
 then renamed into place, under an exclusive ``flock`` on ``<dir>/locks/<name>.lock``: one download in
-flight per shard however many ranks and workers ask. A reader holds a shared ``flock`` on the cached
+flight per shard however many ranks and workers ask. The downloading process holds a shared ``flock`` on
+its ``.part`` file (`writing`), so ``clean`` beside live loaders removes only the ``.part`` files of
+processes that died. A reader holds a shared ``flock`` on the cached
 file while it maps it; eviction (least recently used first, by modification time, which every use
 touches) takes a non-blocking exclusive lock, so a shard being read is never evicted. A prefetch holds
 the shared lock too, from its download until its reader has it: a shard fetched ahead is never evicted
@@ -147,6 +149,43 @@ def _locked(path: Path, flags: int) -> int | None:
 
 
 @contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """Create ``path`` (empty) and hold a shared lock on it while it is written: `clean_part_files` leaves a file
+    so held alone, whatever its age. The writer rewrites the same file in place, or renames it into place."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(descriptor)
+
+
+def clean_part_files(directory: Path, older_than: float) -> list[Path]:
+    """Delete the ``.part`` files in ``directory`` that dead processes left: untouched for ``older_than`` seconds
+    and not held by a live writer (see `writing`)."""
+    removed = []
+    now = time.time()
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.scandir(directory):
+            if not entry.name.endswith(".part"):
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                if now - entry.stat(follow_symlinks=False).st_mtime < older_than:
+                    continue
+            descriptor = _locked(Path(entry.path), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if descriptor is None:
+                continue  # being written (or gone already)
+            try:
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+            except FileNotFoundError:
+                pass
+            finally:
+                os.close(descriptor)
+    return removed
+
+
+@contextlib.contextmanager
 def exclusive_lock(directory: Path, name: str) -> Iterator[None]:
     """Hold ``<directory>/locks/<name>.lock`` exclusively: one process of the machine at a time does what it guards."""
     locks = directory / "locks"
@@ -250,36 +289,54 @@ class ShardCache:
             for _ in range(DOWNLOAD_ATTEMPTS):
                 part = self.directory / f"{final.name}.{self._token}.part"
                 try:
-                    download(part)
-                    problem = check(part) or ""
-                    if not problem:
-                        held = os.open(part, os.O_RDONLY | os.O_NOFOLLOW)
-                        try:
-                            fcntl.flock(held, fcntl.LOCK_SH)
-                            if prefetching:
-                                marked = time.time_ns() + UNREAD_AHEAD_NS
-                                os.utime(held, ns=(marked, marked))
-                            os.rename(part, final)
-                        except BaseException:
-                            os.close(held)
-                            raise
+                    with writing(part):
+                        problem, held = self._download(entry, part, final, download, check, prefetching)
+                    if held is not None:
                         return True, held
-                except DamagedDownload as error:  # an object that cannot be decoded: as a failed check
-                    problem = f"shard {entry.shard} cannot be decompressed: {error}"
-                except OSError as error:
-                    if error.errno == errno.ENOSPC:
-                        raise OSError(
-                            errno.ENOSPC,
-                            f"the cache directory {self.directory} is full while downloading shard {entry.shard} "
-                            "(free space there, choose another cache_dir, or set cache_limit_bytes)",
-                        ) from error
-                    raise
                 finally:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(part)
             raise CorruptStorageError(
                 f"shard {entry.shard} failed its checks {DOWNLOAD_ATTEMPTS} times after download: {problem}"
             )
+
+    def _download(
+        self,
+        entry: CacheEntry,
+        part: Path,
+        final: Path,
+        download: Callable[[Path], None],
+        check: Callable[[Path], str | None],
+        prefetching: bool,
+    ) -> tuple[str, int | None]:
+        """Download ``entry`` to ``part`` and check it; renamed to ``final`` if sound. The problem found (or ""), and
+        a descriptor holding the cached file when it is sound."""
+        try:
+            download(part)
+            problem = check(part) or ""
+            if problem:
+                return problem, None
+            held = os.open(part, os.O_RDONLY | os.O_NOFOLLOW)
+            try:
+                fcntl.flock(held, fcntl.LOCK_SH)
+                if prefetching:
+                    marked = time.time_ns() + UNREAD_AHEAD_NS
+                    os.utime(held, ns=(marked, marked))
+                os.rename(part, final)
+            except BaseException:
+                os.close(held)
+                raise
+            return "", held
+        except DamagedDownload as error:  # an object that cannot be decoded: as a failed check
+            return f"shard {entry.shard} cannot be decompressed: {error}", None
+        except OSError as error:
+            if error.errno == errno.ENOSPC:
+                raise OSError(
+                    errno.ENOSPC,
+                    f"the cache directory {self.directory} is full while downloading shard {entry.shard} "
+                    "(free space there, choose another cache_dir, or set cache_limit_bytes)",
+                ) from error
+            raise
 
     def cached_bytes(self) -> int:
         return sum(size for _, size, _ in self._entries())
@@ -324,14 +381,6 @@ class ShardCache:
         return total + size <= self.limit_bytes
 
     def clean(self, older_than: float) -> list[Path]:
-        """Delete downloads of dead processes (``.part`` files untouched for ``older_than`` seconds)."""
-        removed = []
-        now = time.time()
-        with contextlib.suppress(FileNotFoundError):
-            for entry in os.scandir(self.directory):
-                if entry.name.endswith(".part"):
-                    with contextlib.suppress(FileNotFoundError):
-                        if now - entry.stat(follow_symlinks=False).st_mtime >= older_than:
-                            os.unlink(entry.path)
-                            removed.append(Path(entry.path))
-        return removed
+        """Delete downloads of dead processes (``.part`` files untouched for ``older_than`` seconds that no live
+        download holds)."""
+        return clean_part_files(self.directory, older_than)

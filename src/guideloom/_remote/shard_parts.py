@@ -7,9 +7,9 @@ pieces that cover the part can be verified without the rest: a ranged read of th
 tail (offsets, record lengths, loss mask, checkpoints, footer) make a *part* of the shard.
 
 A part is cached as a sparse file as large as the shard, the pieces and the tail at their own offsets,
-under a name that says what it was wanted for (elements or records ``first .. stop - 1``); so every
-reader maps it as it maps a whole shard, and ``ShardFile.present`` says which data bytes it holds.
-Readers read only there (see ``_shards.reader``): a read outside the part opens the whole shard instead.
+under a name that says what it was wanted for (elements or records ``first .. stop - 1``); a reader opens
+it as a `ShardPart`, mapped as a whole shard is, which says which data it holds (``held``). Readers read
+only there (see ``_shards.reader``): a read outside the part opens the whole shard instead.
 Storages without checkpoints, and compressed ones (an object that cannot be read by range), have no parts
 (``StorageHeader.readable_in_parts``).
 """
@@ -27,15 +27,16 @@ from guideloom._remote.object_store import ObjectStore
 from guideloom._remote.shard_cache import CacheEntry
 from guideloom._shards.checkpoints import pieces_problem
 from guideloom._shards.header import StorageHeader
-from guideloom._shards.layout import ShardFile, ShardInfo, padded
-from guideloom._shards.shard_access import WantedPart
+from guideloom._shards.layout import ShardFile, ShardInfo
+from guideloom._shards.parts import PlannedPart
+from guideloom._shards.sections import ShardSections
 
-__all__ = ["download_part", "is_whole", "part_bytes", "part_entry", "part_problem"]
+__all__ = ["download_part", "is_whole", "part_entry", "part_problem"]
 
 READ_BYTES = 8 << 20  # a part's data is read by range in pieces of at most this many bytes (memory per read)
 
 
-def part_entry(info: ShardInfo, wanted: WantedPart) -> CacheEntry:
+def part_entry(info: ShardInfo, wanted: PlannedPart) -> CacheEntry:
     """The cache entry of a shard's part; its size is the whole shard's until it is downloaded (what room a
     download makes at most); the cache counts a part's own blocks (see `held_bytes`)."""
     unit = "r" if wanted.in_records else "e"
@@ -43,7 +44,7 @@ def part_entry(info: ShardInfo, wanted: WantedPart) -> CacheEntry:
     return CacheEntry(name, info.size, info.id)
 
 
-def is_whole(info: ShardInfo, wanted: WantedPart, header: StorageHeader) -> bool:
+def is_whole(info: ShardInfo, wanted: PlannedPart, header: StorageHeader) -> bool:
     """Whether the part ``wanted`` names holds all the shard's data (a small shard): read it whole instead."""
     if wanted.in_records:
         return wanted.first == 0 and wanted.stop >= info.record_count
@@ -56,36 +57,19 @@ def is_whole(info: ShardInfo, wanted: WantedPart, header: StorageHeader) -> bool
     )
 
 
-def part_bytes(offsets: np.ndarray, wanted: WantedPart, header: StorageHeader, data_size: int) -> tuple[int, int]:
-    """The data bytes a part holds: the whole pieces that cover what it was wanted for."""
-    checkpoint_bytes = header.checkpoint_bytes
-    assert checkpoint_bytes is not None
-    last = len(offsets) - 1
-    if wanted.in_records:
-        first, stop = min(wanted.first, last), min(wanted.stop, last)
-        low, high = int(offsets[first]), int(offsets[stop])
-    else:
-        elements = data_size // header.element_size
-        low, high = min(wanted.first, elements), min(wanted.stop, elements)
-    low, high = low * header.element_size, high * header.element_size
-    if low >= high:
-        return 0, 0
-    return low // checkpoint_bytes * checkpoint_bytes, min(-(-high // checkpoint_bytes) * checkpoint_bytes, data_size)
-
-
 def download_part(
-    store: ObjectStore, object_name: str, info: ShardInfo, header: StorageHeader, wanted: WantedPart, path: Path
+    store: ObjectStore, object_name: str, info: ShardInfo, header: StorageHeader, wanted: PlannedPart, path: Path
 ) -> None:
     """Write the part of the shard object ``object_name`` at ``path``: its tail, and the data pieces ``wanted``
     needs, each at its offset in a file as large as the shard (checked afterwards, by `part_problem`)."""
     data_size = info.element_count * header.element_size
-    tail_start = padded(data_size)
+    sections = ShardSections.of(info.record_count, data_size, header)
+    tail_start = sections.index_start
     tail = _read(store, object_name, info, tail_start, info.size)
-    records = info.record_count
-    offsets = np.frombuffer(tail, "<u8", records + 1) if len(tail) >= 8 * (records + 1) else None
+    offsets = np.frombuffer(tail, "<u8", info.record_count + 1) if len(tail) >= sections.index_size else None
     # A damaged tail gets no data: opening the part names it (and the download is tried again).
     sound = offsets is not None and bool((offsets[1:] >= offsets[:-1]).all()) and offsets[-1] == info.element_count
-    low, high = part_bytes(offsets, wanted, header, data_size) if sound and offsets is not None else (0, 0)
+    low, high = wanted.data_range(offsets, header, data_size) if sound and offsets is not None else (0, 0)
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
     try:
         os.ftruncate(descriptor, info.size)
@@ -112,13 +96,13 @@ def _read(store: ObjectStore, object_name: str, info: ShardInfo, start: int, sto
     return raw
 
 
-def part_problem(shard: ShardFile, wanted: WantedPart, header: StorageHeader) -> str | None:
+def part_problem(shard: ShardFile, wanted: PlannedPart, header: StorageHeader) -> str | None:
     """The problem with a downloaded part (its tail already checked by opening it), or None: its data pieces
     against their checkpoints, and the checkpoints and the tail against the footer's data checksum."""
     checkpoints, checkpoint_bytes = shard.checkpoints, header.checkpoint_bytes
     if checkpoints is None or checkpoint_bytes is None:
         return f"shard {shard.id} has no checkpoints ({shard.path})"
-    low, high = part_bytes(shard.offsets, wanted, header, shard.data_size)
+    low, high = wanted.data_range(shard.offsets, header, shard.data_size)
     problem = None
     if high > low:
         with shard.view[low:high] as view:

@@ -147,16 +147,16 @@ class WindowedOrder:
         self.clean_cuts = None if clean_cuts is None else np.asarray(clean_cuts, np.int64)
         self.ranks = self._checked_ranks(ranks)
         self._streams: dict[int, _Stream] = {}
-        self._place()
+        self.full_batches = self.full_batches_from(self.start)
 
     def _checked_ranks(self, ranks: int | None) -> int:
         return check_int("ranks", self.streams if ranks is None else ranks, 1)
 
-    def _place(self) -> None:
-        """How global batches from ``start`` take from the streams."""
-        if self.start > self.sample_count:
-            raise ValueError(f"start must be at most the epoch's {self.sample_count} samples, got {self.start}")
-        self.full_batches = (self.sample_count - self.start) // self.global_batch_size
+    def full_batches_from(self, start: int) -> int:
+        """The full global batches from ``start`` to the epoch's end (how global batches take from the streams)."""
+        if start > self.sample_count:
+            raise ValueError(f"start must be at most the epoch's {self.sample_count} samples, got {start}")
+        return (self.sample_count - start) // self.global_batch_size
 
     def __len__(self) -> int:
         return self.sample_count
@@ -169,7 +169,7 @@ class WindowedOrder:
         moved.ranks = self._checked_ranks(self.ranks if ranks is None else ranks)
         moved.global_batch_size = check_int("global_batch_size", global_batch_size, 1)
         moved.start = check_int("start", start, 0)
-        moved._place()
+        moved.full_batches = moved.full_batches_from(moved.start)
         return moved
 
     @cached_property

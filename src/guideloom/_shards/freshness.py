@@ -43,7 +43,8 @@ class IndexDraft:
     """A new index begun before its listing: its temporary file is made first, then ``shards/`` is stamped.
 
     ``publish`` writes the table listed after ``stamp`` and renames it into place. A storage that cannot
-    be written has no draft (``begin_index`` says None); nothing is lost then, the next reader lists again.
+    be written has no draft (``begin_index`` says None, ``try_begin_index`` why); nothing is lost then,
+    the next reader lists again.
     """
 
     def __init__(self, path: Path, descriptor: int, temporary: Path, listed_after: int) -> None:
@@ -52,17 +53,20 @@ class IndexDraft:
         self._descriptor = descriptor
         self._temporary = temporary
 
-    def publish(self, table: ShardTable) -> None:
-        """Write the index of ``table`` (the shards listed after ``stamp``) in place of the old one, if possible."""
+    def publish(self, table: ShardTable) -> OSError | None:
+        """Write the index of ``table`` (the shards listed after ``stamp``) in place of the old one, if possible: the
+        error that kept it from being written (a full disk, `guideloom clean` removing the draft), or None."""
         try:
-            with contextlib.suppress(OSError):  # a full disk, `guideloom clean` removing the draft: no index then
-                data = memoryview(encode_index(table, self.stamp))
-                while data:
-                    data = data[os.write(self._descriptor, data) :]
-                # No fsync: an index a power cut tore is named as damaged and rebuilt, like any other.
-                os.replace(self._temporary, self.path / INDEX_NAME)
+            data = memoryview(encode_index(table, self.stamp))
+            while data:
+                data = data[os.write(self._descriptor, data) :]
+            # No fsync: an index a power cut tore is named as damaged and rebuilt, like any other.
+            os.replace(self._temporary, self.path / INDEX_NAME)
+        except OSError as error:
+            return error
         finally:
             self.discard()
+        return None
 
     def discard(self) -> None:
         if self._descriptor >= 0:
@@ -74,19 +78,26 @@ class IndexDraft:
 
 def begin_index(path: Path) -> IndexDraft | None:
     """A draft of a new index for the storage at ``path``, or None where it cannot be written (read only)."""
+    draft = try_begin_index(path)
+    return None if isinstance(draft, OSError) else draft
+
+
+def try_begin_index(path: Path) -> IndexDraft | OSError:
+    """A draft of a new index for the storage at ``path``, or the error that keeps one from being written there (a
+    storage its user may not write; ``shards/`` missing or no directory, which the listing names)."""
     temporary = path / INCOMPLETE_DIR / f"{INDEX_NAME}.{uuid.uuid4().hex}"
     try:  # not O_EXCL: an exclusive create on NFS may park a verifier in the times this reads
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    except OSError:
-        return None
+    except OSError as error:
+        return error
     try:
         return IndexDraft(path, descriptor, temporary, os.fstat(descriptor).st_mtime_ns)
     except BaseException as error:
         os.close(descriptor)
         with contextlib.suppress(OSError):
             os.unlink(temporary)
-        if isinstance(error, OSError):  # shards/ missing or no directory: the listing names what is wrong
-            return None
+        if isinstance(error, OSError):
+            return error
         raise
 
 

@@ -18,6 +18,7 @@ partial shard.
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
 import stat
@@ -34,7 +35,6 @@ from guideloom._shards.checkpoints import (
     CHECKPOINTS_FLAG,
     checkpoint_count,
     checkpoints_section,
-    checkpoints_size,
     closing_checkpoints,
     piece_range,
     running_checkpoints,
@@ -45,9 +45,11 @@ from guideloom._shards.header import HEADER_NAME, LAYOUT_VERSION, why_not_a_dire
 from guideloom._shards.header import StorageHeader as StorageHeader  # also imported from here (snapshots, upkeep)
 from guideloom._shards.index_check import index_problem
 from guideloom._shards.limits import RESOURCE_ERRNOS, out_of_resources
-from guideloom._shards.loss_masks import LOSS_MASK_FLAG, mask_size, padded_mask_size
+from guideloom._shards.loss_masks import LOSS_MASK_FLAG, mask_size
 from guideloom._shards.mapped_shards import track, untrack
 from guideloom._shards.record_lengths import RECORD_LENGTHS_FLAG, lengths_problem, sizes_as_lengths
+from guideloom._shards.sections import ShardSections
+from guideloom._shards.sections import padded as padded  # also imported from here
 from guideloom._shards.shard_names import MAX_SHARD_ID as MAX_SHARD_ID  # also imported from here
 from guideloom._shards.shard_names import check_shard_id as check_shard_id
 from guideloom._shards.shard_names import shard_file_name as shard_file_name
@@ -73,13 +75,8 @@ class ShardInfo:
 
 def shard_size(record_count: int, data_size: int, header: StorageHeader | None = None) -> int:
     """Bytes of a shard file with these counts (data, padding, offsets, the record lengths, loss mask and checkpoints
-    that ``header``'s shards hold, footer)."""
-    if header is None:
-        return padded(data_size) + 8 * (record_count + 1) + FOOTER.size
-    mask = padded_mask_size(data_size // header.element_size) if header.loss_mask else 0
-    lengths = 8 * record_count if header.record_lengths else 0
-    checkpoints = 0 if header.checkpoint_bytes is None else checkpoints_size(data_size, header.checkpoint_bytes)
-    return padded(data_size) + 8 * (record_count + 1) + lengths + mask + checkpoints + FOOTER.size
+    that ``header``'s shards hold, footer: see `ShardSections`)."""
+    return ShardSections.of(record_count, data_size, header).size
 
 
 def fsync_directory(path: Path) -> None:
@@ -175,10 +172,6 @@ def shard_trailer(
     return bytes(padded(data_size) - data_size) + index + lengths + mask + section + footer
 
 
-def padded(size: int) -> int:
-    return (size + 7) // 8 * 8
-
-
 def verify_shards(
     shards: Iterable[ShardFile], progress: Callable[[int], None] | None, problems: list[str]
 ) -> list[str]:
@@ -203,10 +196,19 @@ class ShardFile:
             # O_NONBLOCK: a FIFO planted under a shard's name must not block the open (it is refused below)
             descriptor = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError:
-            raise CorruptStorageError(f"shard {shard} vanished: {self.path} is missing") from None
+            raise CorruptStorageError(
+                f"shard {shard} vanished: its file {self.path} was deleted or renamed while the storage was read (a "
+                "reader keeps only the shards it has mapped, at most max_open_shards; delete or move a storage's "
+                "files only when no loader reads it)"
+            ) from None
         except OSError as error:
             if error.errno in RESOURCE_ERRNOS:
                 raise out_of_resources(error, shard, self.path) from None
+            if error.errno == errno.ELOOP and os.path.islink(self.path):  # refused, not followed: see docs/format.md
+                raise CorruptStorageError(
+                    f"shard {shard} is a symbolic link ({self.path} -> {os.readlink(self.path)}), not a shard file: "
+                    "guideloom writes no links, so it follows none; put the shard file itself in its place"
+                ) from None
             raise CorruptStorageError(f"shard {shard} cannot be opened ({self.path}): {error}") from None
         try:
             status = os.fstat(descriptor)
@@ -247,8 +249,8 @@ class ShardFile:
         if header_crc != header.checksum:
             self.close()
             raise FormatMismatchError(f"shard {shard} was written for another storage header ({self.path})")
-        expected = shard_size(record_count, data_size, header)
-        if footer_shard != shard or expected != size or data_size % header.element_size:
+        sections = ShardSections.of(record_count, data_size, header)
+        if footer_shard != shard or sections.size != size or data_size % header.element_size:
             self.close()
             raise CorruptStorageError(f"shard {shard} has inconsistent sizes ({self.path}): file truncated?")
         self.record_count = int(record_count)
@@ -258,21 +260,22 @@ class ShardFile:
         self.element_size = header.element_size
         self.element_count = self.data_size // header.element_size
         self.view = memoryview(self._mapping)
-        # The data bytes a part of a shard holds (see _remote.shard_parts); None: the whole shard.
-        self.present: tuple[int, int] | None = None
-        self.offsets = np.frombuffer(self._mapping, "<u8", self.record_count + 1, padded(data_size))
-        self.mask_start = padded(data_size) + 8 * (self.record_count + 1)
+        # The data elements the mapping holds (``low .. high - 1``): all of them; a part of a shard (`ShardPart`)
+        # holds fewer.
+        self.held = (0, self.element_count)
+        self.sections = sections
+        self.offsets = np.frombuffer(self._mapping, "<u8", self.record_count + 1, sections.index_start)
         # The stored record lengths (int64, mapped) of a storage that records them, else None.
         self.lengths: np.ndarray | None = None
         if header.record_lengths:
-            self.lengths = np.frombuffer(self._mapping, "<i8", self.record_count, self.mask_start)
+            self.lengths = np.frombuffer(self._mapping, "<i8", self.record_count, sections.lengths_start)
             problem = lengths_problem(self.lengths)
             if problem is not None:
                 self.close()
                 raise CorruptStorageError(f"shard {shard} has damaged record lengths ({self.path}): {problem}")
         # The packed loss mask of a masked storage's shard (uint8, little bit order), else None.
         self.mask_bits: np.ndarray | None = (
-            np.frombuffer(self._mapping, np.uint8, mask_size(self.element_count), self.mask_start)
+            np.frombuffer(self._mapping, np.uint8, mask_size(self.element_count), sections.mask_start)
             if header.loss_mask
             else None
         )
@@ -282,10 +285,9 @@ class ShardFile:
         self.checkpoints: np.ndarray | None = None
         if self.checkpoint_bytes is not None:
             count = checkpoint_count(self.data_size, self.checkpoint_bytes)
-            start = size - FOOTER.size - checkpoints_size(self.data_size, self.checkpoint_bytes)
-            self.checkpoints = np.frombuffer(self._mapping, "<u4", count, start)
+            self.checkpoints = np.frombuffer(self._mapping, "<u4", count, sections.checkpoints_start)
         # Indexing a memoryview gives Python ints several times faster than NumPy scalars do.
-        index_bytes = self.view[padded(data_size) : padded(data_size) + 8 * (self.record_count + 1)]
+        index_bytes = self.view[sections.index_start : sections.lengths_start]
         problem = index_problem(index_bytes, self.offsets, self.index_crc, self.element_count)
         if problem is not None:
             index_bytes.release()
@@ -323,13 +325,11 @@ class ShardFile:
         """Where each record starts (in elements), then where the last ends: indexing gives Python ints."""
         return self._record_offsets
 
-    def holds(self, start: int, stop: int) -> bool:
-        """Whether data elements ``start .. stop - 1`` are in the mapping: all of a whole shard's are, a part's only
-        within the bytes it holds (``present``)."""
-        if self.present is None:
-            return True
-        low, high = self.present
-        return low <= start * self.element_size and stop * self.element_size <= high
+    def covers(self, start: int, stop: int) -> bool:
+        """Whether data elements ``start .. stop - 1`` are in the mapping: all of a whole shard's are, a part's
+        only those it holds (``held``)."""
+        low, high = self.held
+        return low <= start and stop <= high
 
     def record_bounds(self, record: int) -> tuple[int, int]:
         """Element offsets of a record, checked so a damaged index can never read out of bounds."""
@@ -343,22 +343,21 @@ class ShardFile:
 
     def verify(self) -> str | None:
         """Recompute the checksums and checkpoints; the problem found, or None."""
-        trailer_end = len(self.view) - FOOTER.size  # where the last section (and its padding) ends
+        sections = self.sections
         computed: list[int] = []  # the checkpoints the data gives
         if self.checkpoint_bytes is None:
             data_crc = zlib.crc32(self.view[: self.data_size])
         else:
             computed, data_crc = running_checkpoints(self.view[: self.data_size], self.checkpoint_bytes)
             computed += closing_checkpoints(self.data_size, self.checkpoint_bytes, data_crc)
-            trailer_end -= checkpoints_size(self.data_size, self.checkpoint_bytes)
-            if any(self.view[trailer_end + 4 * len(computed) : len(self.view) - FOOTER.size]):
+            if any(self.view[sections.checkpoints_start + 4 * len(computed) : sections.footer_start]):
                 return f"shard {self.id}: padding after the checkpoints is not zero ({self.path})"
         if self.lengths is not None:  # the data checksum goes on over the record lengths
-            data_crc = zlib.crc32(self.view[self.mask_start : self.mask_start + 8 * self.record_count], data_crc)
+            data_crc = zlib.crc32(self.view[sections.lengths_start : sections.mask_start], data_crc)
         if self.mask_bits is not None:  # the data checksum goes on over the packed mask
-            data_crc = zlib.crc32(self.view[self.mask_start : self.mask_start + len(self.mask_bits)], data_crc)
-            mask_end = self.mask_start + len(self.mask_bits)
-            if any(self.view[mask_end:trailer_end]):
+            mask_end = sections.mask_start + len(self.mask_bits)
+            data_crc = zlib.crc32(self.view[sections.mask_start : mask_end], data_crc)
+            if any(self.view[mask_end : sections.checkpoints_start]):
                 return f"shard {self.id}: padding after the loss mask is not zero ({self.path})"
         if self.checkpoints is not None and self.checkpoint_bytes is not None:
             stored = self.checkpoints.tolist()
@@ -372,10 +371,9 @@ class ShardFile:
             what = "data or loss mask checksum" if self.mask_bits is not None else "data checksum"
             what = "data or record lengths checksum" if self.lengths is not None else what
             return f"shard {self.id}: {what} mismatch ({self.path})"
-        index_start = padded(self.data_size)
-        if any(self.view[self.data_size : index_start]):
+        if any(self.view[self.data_size : sections.index_start]):
             return f"shard {self.id}: padding after the data is not zero ({self.path})"
-        if zlib.crc32(self.view[index_start : index_start + 8 * (self.record_count + 1)]) != self.index_crc:
+        if zlib.crc32(self.view[sections.index_start : sections.lengths_start]) != self.index_crc:
             return f"shard {self.id}: index checksum mismatch ({self.path})"
         offsets = self.offsets
         if offsets[0] != 0 or offsets[-1] != self.element_count or bool(np.any(offsets[1:] < offsets[:-1])):

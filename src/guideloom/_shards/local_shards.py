@@ -12,7 +12,7 @@ from guideloom._shards.header import StorageHeader
 from guideloom._shards.layout import INCOMPLETE_DIR, INDEX_NAME, SHARDS_DIR, ShardFile, ShardInfo, shard_file_name
 from guideloom._shards.local_commit import commit_shard, is_committed
 from guideloom._shards.local_listing import reindex
-from guideloom._shards.shard_access import WantedPart
+from guideloom._shards.parts import ReadPlan
 from guideloom._shards.shard_table import ShardTable
 
 
@@ -28,11 +28,8 @@ class LocalShards:
         self.infos = infos
         self.max_open = max_open
 
-    def plan_parts(self, key: str, parts: dict[int, WantedPart]) -> None:
+    def use_plan(self, plan: ReadPlan) -> None:
         """Local shards are mapped where they lie: read in parts by the page cache already."""
-
-    def read_parts_of(self, key: str) -> None:
-        """Local shards have no parts."""
 
     def open(self, position: int, whole: bool = False) -> ShardFile:
         expected = self.infos[position]

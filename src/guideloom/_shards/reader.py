@@ -94,14 +94,20 @@ class StorageReader(Generic[Out]):
         return shard
 
     def whole_shard(self, position: int, keep_open: bool = False) -> ShardFile:
-        """The shard at ``position`` with all its data: a part of it open (a remote shard's, see ``ShardFile.present``)
-        is closed and the whole shard opened instead."""
+        """The shard at ``position`` with all its data: a part of it open (a remote shard's `ShardPart`) is closed
+        and the whole shard opened instead."""
         shard = self.shard(position, keep_open)
-        if shard.present is None:
+        if shard.covers(0, shard.element_count):
             return shard
         self._forget(position)
         shard = self._opened[position] = self.shard_set.open(position, whole=True)
         return shard
+
+    def shard_covering(self, position: int, start: int, stop: int) -> ShardFile:
+        """The shard at ``position`` as open, if it covers data elements ``start .. stop - 1``; else the whole shard
+        (what is open is a part of it that does not hold them)."""
+        shard = self.shard(position)
+        return shard if shard.covers(start, stop) else self.whole_shard(position)
 
     def _forget(self, position: int) -> None:
         """Close the shard at ``position`` (views into it stay valid); it reopens when read again."""
@@ -208,7 +214,7 @@ class DocumentReader(StorageReader[Out]):
         # A format of named fields (a RecordSchema): it reads some fields alone and names each record's place.
         self._fields_format = document_format if isinstance(document_format, FieldFormat) else None
         self._pages = ResidentPages()  # the records' mapped pages, dropped as they add up (see resident_pages)
-        # An open shard's bytes, offsets, and the bytes it holds (a part of a remote shard holds some).
+        # An open shard's bytes, offsets, and the bytes it holds (``ShardFile.held``: a part of a shard holds some).
         self._spans: dict[int, tuple[memoryview, memoryview, int, int]] = {}
 
     def read_encoded(self, index: int) -> tuple[memoryview, int]:
@@ -216,10 +222,8 @@ class DocumentReader(StorageReader[Out]):
         self.check_open()
         self._pages.settle(self._opened.values())
         position, record = self.locate(index)
-        shard = self.shard(position)
-        start, stop = shard.record_bounds(record)
-        if not shard.holds(start, stop):
-            shard = self.whole_shard(position)
+        start, stop = self.shard(position).record_bounds(record)
+        shard = self.shard_covering(position, start, stop)
         self._pages.add(stop - start)
         return shard.view[start:stop], shard.id
 
@@ -284,11 +288,9 @@ class DocumentReader(StorageReader[Out]):
     def _record_outside(self, position: int, record: int) -> memoryview:
         """A record that its shard's span does not hold: checked (a damaged index is named), from the whole shard
         where the span is a part of it."""
-        shard = self.shard(position)
-        start, stop = shard.record_bounds(record)
-        if not shard.holds(start, stop):
-            self._spans.pop(position, None)
-            shard = self.whole_shard(position)
+        start, stop = self.shard(position).record_bounds(record)
+        shard = self.shard_covering(position, start, stop)
+        if position not in self._spans:  # the whole shard opened instead of a part: its span anew
             self._span(position, record)
         return shard.view[start:stop]
 
@@ -303,8 +305,7 @@ class DocumentReader(StorageReader[Out]):
         if not 0 <= position < len(self.infos):
             check_index(record + int(self.record_starts[position]), len(self))
         shard = self.shard(position)
-        low, high = (0, shard.element_count) if shard.present is None else shard.present
-        span = self._spans[position] = (shard.view, shard.record_offsets, low, high)
+        span = self._spans[position] = (shard.view, shard.record_offsets, *shard.held)
         return span
 
     def _forget(self, position: int) -> None:
@@ -382,11 +383,11 @@ class TokenReader(StorageReader[np.ndarray]):
         part = self._part_tokens.get(position)
         if part is None and position not in self._tokens:
             shard = self.shard(position)
-            if shard.present is not None:
+            if not shard.covers(0, shard.element_count):  # a part of the shard is open
                 part = self._part_tokens[position] = (np.frombuffer(shard.view, self.dtype, shard.element_count), shard)
         if part is not None:
             tokens, shard = part
-            if shard.holds(start, min(stop, len(tokens))):
+            if shard.covers(start, min(stop, len(tokens))):
                 self._opened.move_to_end(position)
                 return tokens
         return self.shard_tokens(position)

@@ -8,34 +8,14 @@ build shards in a local directory and hand them to a :class:`CommitTarget`. The 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
 from guideloom._shards.layout import ShardFile, ShardInfo
+from guideloom._shards.parts import ReadPlan
 from guideloom._shards.shard_table import ShardTable
-
-
-@dataclass(frozen=True)
-class WantedPart:
-    """What a machine reads of a shard: elements (tokens, or bytes of records) or whole records ``first ..
-    stop - 1``, counted within the shard."""
-
-    first: int
-    stop: int
-    in_records: bool
-
-    def to_json(self) -> list[int]:
-        return [self.first, self.stop, int(self.in_records)]
-
-    @classmethod
-    def from_json(cls, raw: object) -> WantedPart | None:
-        if not (isinstance(raw, list) and len(raw) == 3 and all(type(value) is int for value in raw)):
-            return None
-        first, stop, in_records = raw
-        return cls(first, stop, bool(in_records)) if 0 <= first <= stop else None
 
 
 class ShardSet(Protocol):
@@ -47,7 +27,8 @@ class ShardSet(Protocol):
     mapped_in_place: bool  # True: shards are read where they lie, so prefetching them gains nothing
 
     def open(self, position: int, whole: bool = False) -> ShardFile:
-        """The shard at ``position``; a remote one may be a part of it (``ShardFile.present``) unless ``whole``."""
+        """The shard at ``position``; a remote one may be the part of it that the plan names (a `ShardPart`) unless
+        ``whole``."""
         ...
 
     def record_lengths(self, position: int) -> np.ndarray | None:
@@ -56,13 +37,9 @@ class ShardSet(Protocol):
 
     def release(self, position: int, shard: ShardFile) -> None: ...
 
-    def plan_parts(self, key: str, parts: dict[int, WantedPart]) -> None:
-        """Read these shards (by position) in the parts named, from now on, in every process of the machine that
-        reads under ``key`` (`read_parts_of`); the others whole. Where shards cannot be read in parts, nothing."""
-        ...
-
-    def read_parts_of(self, key: str) -> None:
-        """Read shards in the parts that the plan under ``key`` names."""
+    def use_plan(self, plan: ReadPlan) -> None:
+        """From now on open the shards ``plan`` names as those parts of them, the others whole (where shards cannot
+        be read in parts, nothing changes)."""
         ...
 
     def prefetch(self, positions: list[int]) -> None: ...

@@ -56,11 +56,32 @@ class Background:
         self._executor = None
 
 
+def _sync_shard_file(descriptor: int, shard: int, path: Path, sync: Callable[[int], None] = os.fsync) -> None:
+    """Flush the file of shard ``shard`` to disk; a failure (an EIO of NFS or a failing disk) names shard and file."""
+    try:
+        sync(descriptor)
+    except OSError as error:
+        raise OSError(
+            error.errno,
+            f"shard {shard} cannot be committed: fsync of its file {path} failed ({error.strerror or error}), so its "
+            "data may not be on disk; the shard is not committed",
+            str(path),
+        ) from error
+
+
 def _file_checksum(
-    path: Path, start: int, stop: int, crc: int, sync: bool, checkpoint_bytes: int | None, checkpoints: list[int]
+    path: Path,
+    start: int,
+    stop: int,
+    crc: int,
+    sync: bool,
+    checkpoint_bytes: int | None,
+    checkpoints: list[int],
+    shard: int,
 ) -> int:
     """``crc`` extended over bytes ``[start, stop)`` of the file at ``path`` (read back from the page cache); with
-    ``checkpoint_bytes``, the running CRC-32 at every multiple of it in the range is appended to ``checkpoints``."""
+    ``checkpoint_bytes``, the running CRC-32 at every multiple of it in the range is appended to ``checkpoints``;
+    with ``sync``, those bytes are flushed to disk (``shard`` names the file's shard if that fails)."""
     descriptor = os.open(path, os.O_RDONLY)
     try:
         base = start - start % mmap.ALLOCATIONGRANULARITY
@@ -72,7 +93,7 @@ def _file_checksum(
                     found, crc = running_checkpoints(view, checkpoint_bytes, crc, start)
                     checkpoints += found
         if sync:
-            os.fdatasync(descriptor)
+            _sync_shard_file(descriptor, shard, path, os.fdatasync)
         return crc
     finally:
         os.close(descriptor)
@@ -157,7 +178,9 @@ class ShardInProgress:
     def _checksum(self, start: int, stop: int, sync: bool = True) -> None:
         """Extend the data checksum and the checkpoints over data bytes ``[start, stop)``, flushing them if ``sync``."""
         checkpoints, checkpoint_bytes = self.checkpoints, self.checkpoint_bytes
-        self.data_crc = _file_checksum(self.path, start, stop, self.data_crc, sync, checkpoint_bytes, checkpoints)
+        self.data_crc = _file_checksum(
+            self.path, start, stop, self.data_crc, sync, checkpoint_bytes, checkpoints, self.shard
+        )
 
     def suspend(self) -> None:
         """Close the file to bound open descriptors; it reopens on the next write."""
@@ -191,7 +214,7 @@ class ShardInProgress:
         )
         self.file.write(trailer)
         self.file.flush()
-        os.fsync(self.file.fileno())
+        _sync_shard_file(self.file.fileno(), self.shard, self.path)
         self.file.close()
         self.file = None
 
@@ -204,7 +227,7 @@ class ShardInProgress:
             file.seek(-len(footer), os.SEEK_END)
             file.write(footer)
             file.flush()
-            os.fsync(file.fileno())
+            _sync_shard_file(file.fileno(), shard, self.path)
         self.shard = shard
 
     def info(self) -> ShardInfo:

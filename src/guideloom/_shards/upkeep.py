@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from guideloom._core.errors import CorruptStorageError, FormatMismatchError
-from guideloom._shards.freshness import begin_index, is_current
+from guideloom._shards.freshness import IndexDraft, is_current, try_begin_index
 from guideloom._shards.index import IndexContents, read_index
 from guideloom._shards.layout import INCOMPLETE_DIR, INDEX_NAME, ShardFile, ShardInfo, StorageHeader, verify_shards
 from guideloom._shards.local_listing import index_problem, listed_shard_ids
@@ -31,22 +31,32 @@ def verify_local(path: Path, header: StorageHeader, progress: Callable[[int], No
     problems: list[str] = []
     contents = read_index(path)
     current = is_current(contents, path)
-    draft = begin_index(path)  # before the listing, as any index is
+    draft = try_begin_index(path)  # before the listing, as any index is
     footers: list[ShardInfo] = []
     try:
         ids = listed_shard_ids(path)
         verify_shards(_each_shard(path, header, ids, problems, footers), progress, problems)
     except BaseException:
-        if draft is not None:
+        if isinstance(draft, IndexDraft):
             draft.discard()
         raise
-    problems += _index_problems(path, contents, current, ids, ShardTable.of(footers))
-    if draft is not None:
-        if len(footers) == len(ids):
-            draft.publish(ShardTable.of(footers))  # every listed shard opened: the index is rebuilt from them
-        else:
-            draft.discard()  # an index without a damaged shard would hide it from readers, who must name it
-    return problems
+    index_problems = _index_problems(path, contents, current, ids, ShardTable.of(footers))
+    if isinstance(draft, OSError):
+        rebuilt = _not_rebuilt(draft)
+    elif len(footers) == len(ids):  # every listed shard opened: the index is rebuilt from them
+        failed = draft.publish(ShardTable.of(footers))
+        rebuilt = "rebuilt from the shards" if failed is None else _not_rebuilt(failed)
+    else:  # an index without a damaged shard would hide it from readers, who must name it
+        draft.discard()
+        rebuilt = "not rebuilt while a shard is damaged (readers bypass it)"
+    return problems + [f"{problem}; {rebuilt}" for problem in index_problems]
+
+
+def _not_rebuilt(error: OSError) -> str:
+    """Why the index could not be written (a storage its user may not write, a full disk): the directory and the
+    system's reason, not the name of a temporary file."""
+    where = f" in {Path(error.filename).parent}" if error.filename else ""
+    return f"not rebuilt: cannot write{where} ({error.strerror or error})"
 
 
 def _each_shard(
@@ -74,7 +84,7 @@ def _index_problems(
     shards committed or removed since: only a current one must match them exactly)."""
     damage = index_problem(contents, path)
     if damage is not None:
-        return [f"{damage}; rebuilt from the shards"]
+        return [damage]
     if not contents.present:
         return []
     known = contents.table.select(footers.ids)[0]
@@ -83,14 +93,14 @@ def _index_problems(
         shard = known[int(differing[0])]
         return [
             f"the shard index {path / INDEX_NAME} records shard {shard.id} as {shard}, but its file holds "
-            f"{footers.select([shard.id])[0][0]}; rebuilt from the shards"
+            f"{footers.select([shard.id])[0][0]}"
         ]
     if not current:
         return []
     unknown, extra = contents.table.lacking(listed), np.setdiff1d(contents.table.ids, listed)
     if len(unknown) or len(extra):
         named = f"lacks shard {int(unknown[0])}" if len(unknown) else f"records shard {int(extra[0])}, not in shards/"
-        return [f"the shard index {path / INDEX_NAME} {named} though it says it is current; rebuilt from the shards"]
+        return [f"the shard index {path / INDEX_NAME} {named} though it says it is current"]
     return []
 
 

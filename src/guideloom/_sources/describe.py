@@ -90,12 +90,14 @@ class SamplePieces:
         ]
         return replace(self, sources=found)
 
-    def _sources_or_none(self) -> np.ndarray:
+    def piece_sources(self) -> np.ndarray:
+        """Each piece's source (None where it is not recorded), as an object array."""
         if self.sources is not None:
             return self.sources
         return np.full(len(self.shards), None, object)
 
-    def _pieces(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def piece_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The arrays with one entry per piece: shards, records, indices, starts, stops."""
         return self.shards, self.records, self.indices, self.starts, self.stops
 
     def split(self, sizes: list[int]) -> list[SamplePieces]:
@@ -106,7 +108,7 @@ class SamplePieces:
         for (start, stop), (first, last) in zip(
             pairwise(sample_bounds.tolist()), pairwise(piece_bounds.tolist()), strict=True
         ):
-            shards, records, indices, starts, stops = (array[first:last] for array in self._pieces())
+            shards, records, indices, starts, stops = (array[first:last] for array in self.piece_columns())
             counts, components = self.piece_counts[start:stop], self.components[start:stop]
             sources = None if self.sources is None else self.sources[first:last]
             parts.append(SamplePieces(counts, shards, records, indices, starts, stops, components, sources=sources))
@@ -116,14 +118,13 @@ class SamplePieces:
     def concatenate(parts: list[SamplePieces]) -> SamplePieces:
         """The samples of ``parts``, one after another."""
         shards, records, indices, starts, stops = (
-            np.concatenate([part._pieces()[column] for part in parts]) for column in range(5)
+            np.concatenate(column) for column in zip(*(part.piece_columns() for part in parts), strict=True)
         )
-        counts, components = (
-            np.concatenate([getattr(part, name) for part in parts]) for name in ("piece_counts", "components")
-        )
+        counts = np.concatenate([part.piece_counts for part in parts])
+        components = np.concatenate([part.components for part in parts])
         sources = None
         if any(part.sources is not None for part in parts):
-            sources = np.concatenate([part._sources_or_none() for part in parts])
+            sources = np.concatenate([part.piece_sources() for part in parts])
         return SamplePieces(counts, shards, records, indices, starts, stops, components, sources=sources)
 
     def samples(self) -> list[dict[str, Any]]:

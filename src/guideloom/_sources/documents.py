@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from guideloom._shards.parts import PlannedPart
 from guideloom._shards.reader import DocumentReader
-from guideloom._shards.shard_access import WantedPart
 from guideloom._sources.describe import SamplePieces, record_keys, record_pieces
 from guideloom._sources.source import PinnedShards, spans_in_shards
 
@@ -30,7 +30,11 @@ class DocumentSource(PinnedShards[DocumentReader[Any]]):
         """Records per shard, in storage order (what a windowed order walks), from the snapshot alone."""
         return self.snapshot.rows["record_count"].astype(np.int64)
 
-    def sample_parts(self, first: int, stop: int) -> dict[int, WantedPart]:
+    def clean_cuts(self) -> None:
+        """No record crosses a shard: a windowed order may put shards in any order."""
+        return None
+
+    def sample_parts(self, first: int, stop: int) -> dict[int, PlannedPart]:
         """The records ``first .. stop - 1`` of each shard they are in."""
         counts = self.snapshot.rows["record_count"].astype(np.int64)
         return spans_in_shards(counts, first, stop, in_records=True)
@@ -43,6 +47,11 @@ class DocumentSource(PinnedShards[DocumentReader[Any]]):
 
     def sample_keys(self, indices: np.ndarray, epoch: int) -> np.ndarray:
         return record_keys(self.reader, indices)
+
+    @property
+    def measures_samples(self) -> bool:
+        """Records know their lengths (``batch_tokens`` counts them)."""
+        return True
 
     def sample_lengths(self, indices: np.ndarray, epoch: int) -> np.ndarray:
         """The lengths of the records at these indices (what ``batch_tokens`` counts): those their format

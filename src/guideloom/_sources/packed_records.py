@@ -147,7 +147,5 @@ class PackedRecordSource(PinnedShards[DocumentReader[Any]]):
         chosen = {"long_documents": "drop"} if self.drop_long else {}
         return {**super().identity(digest=digest), "sequence_length": self.sequence_length, **chosen}
 
-    def with_shards(self, shard_ids: list[int]) -> PackedRecordSource:
-        clone = super().with_shards(shard_ids)
-        clone._rows = None  # packed from the other shards when first needed
-        return clone
+    def _unset_caches(self) -> dict[str, Any]:
+        return {**super()._unset_caches(), "_rows": None}  # packed from the other shards when first needed

@@ -6,25 +6,36 @@ Batches are a dict of ``input_ids``, ``position_ids``, ``labels``, ``cu_seqlens`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from guideloom._shards.shard_access import WantedPart
+from guideloom._shards.parts import PlannedPart
 from guideloom._sources.describe import SamplePieces, packed_keys, packed_pieces
-from guideloom._sources.token_windows import TokenSource
+from guideloom._sources.token_windows import CutSettings, TokenSource
 from guideloom._windows.boundaries import PieceRows, split_batch
 from guideloom._windows.document_rows import PackedShards
 
-if TYPE_CHECKING:
-    from guideloom._sources.window_modes import PackedDocuments
+
+class PackingSettings(CutSettings, Protocol):
+    """The settings of packed rows (``pack_documents=True``, `window_modes.PackedDocuments`)."""
+
+    @property
+    def pad_id(self) -> int:
+        """The token id that pads a row."""
+        ...
+
+    @property
+    def long_documents(self) -> str:
+        """What becomes of a document longer than a row: "split", "truncate" or "drop"."""
+        ...
 
 
 class PackedRowSource(TokenSource[PieceRows]):
     """Sample ``k`` is packed row ``k``: whole documents (cut at ``S``) placed by best-fit decreasing per shard."""
 
     kind = "packed documents"
-    mode: PackedDocuments
+    mode: PackingSettings
     _packed: PackedShards | None = None  # loaded when first read, in each process
 
     @property
@@ -45,7 +56,7 @@ class PackedRowSource(TokenSource[PieceRows]):
         """Packed rows per shard, in storage order (packing never crosses a shard)."""
         return np.asarray(self.packed.row_counts, np.int64)
 
-    def sample_parts(self, first: int, stop: int) -> dict[int, WantedPart]:
+    def sample_parts(self, first: int, stop: int) -> dict[int, PlannedPart]:
         """Nothing: a packed row's documents lie anywhere in its shard, so its shards are read whole."""
         return {}
 

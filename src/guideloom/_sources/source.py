@@ -15,8 +15,8 @@ from typing import Any, Generic, Protocol, Self, TypeVar
 import numpy as np
 
 from guideloom._core.errors import StateMismatchError
+from guideloom._shards.parts import NO_PARTS, PlannedPart, ReadPlan
 from guideloom._shards.reader import StorageReader
-from guideloom._shards.shard_access import WantedPart
 from guideloom._shards.shard_table import ShardTable
 from guideloom._sources.describe import SamplePieces
 from guideloom._sources.recorded_shards import ShardSetDigest, cut_settings, describe_shards, over_recorded_shards
@@ -92,21 +92,33 @@ class SampleSource(Protocol):
     def close(self) -> None: ...
 
 
-def spans_in_shards(sizes: np.ndarray, first: int, stop: int, in_records: bool) -> dict[int, WantedPart]:
+def spans_in_shards(sizes: np.ndarray, first: int, stop: int, in_records: bool) -> dict[int, PlannedPart]:
     """Elements (or records) ``first .. stop - 1`` of shards of these ``sizes`` laid end to end, shard by shard
     (by position), each counted within its shard."""
     ends = np.cumsum(sizes)
     starts = ends - sizes
     touched = np.flatnonzero((starts < stop) & (ends > first) & (sizes > 0))
     return {
-        position: WantedPart(max(first - start, 0), min(stop, end) - start, in_records)
+        position: PlannedPart(max(first - start, 0), min(stop, end) - start, in_records)
         for position, start, end in zip(touched.tolist(), starts[touched].tolist(), ends[touched].tolist(), strict=True)
     }
 
 
 class _OpensReaders(Protocol[ReaderT_co]):
+    """What pinned shards ask of their storage (``_storage.storages``' storages are such)."""
+
     @property
     def location(self) -> str: ...
+
+    @property
+    def cache_limit(self) -> int | None:
+        """A remote storage's cache limit in bytes (None: no limit, or a local storage)."""
+        ...
+
+    @property
+    def compression(self) -> str | None:
+        """The compression of a remote storage's shard objects (None: uncompressed, or a local storage)."""
+        ...
 
     def open_reader(self, shard_ids: list[int] | ShardTable | None = None) -> ReaderT_co: ...
 
@@ -126,7 +138,7 @@ class PinnedShards(Generic[ReaderT]):
         self._reader_pid = -1
         self._identity: dict[str, Any] | None = None  # the snapshot never changes: computed once
         self._open_at_most: int | None = None  # see hold_at_most
-        self._parts_key: str | None = None  # see read_parts
+        self._plan = NO_PARTS  # see use_plan
         self._sources: ShardSources | None = None  # see sourced
 
     @property
@@ -143,8 +155,8 @@ class PinnedShards(Generic[ReaderT]):
             if self._open_at_most is not None:
                 shard_set = self._reader.shard_set
                 shard_set.max_open = min(shard_set.max_open, self._open_at_most)
-            if self._parts_key is not None:
-                self._reader.shard_set.read_parts_of(self._parts_key)
+            if len(self._plan):
+                self._reader.shard_set.use_plan(self._plan)
         return self._reader
 
     def hold_at_most(self, shards: int) -> None:
@@ -156,33 +168,21 @@ class PinnedShards(Generic[ReaderT]):
             shard_set = self._reader.shard_set
             shard_set.max_open = min(shard_set.max_open, shards)
 
-    def read_parts(self, key: str) -> None:
-        """Read shards in the parts that this source's plans name (`plan_parts`), in every process: a windowed
-        loader's machine reads only its part of the shards its share begins and ends in. ``key`` names the plans
-        (the loader's own)."""
-        self._parts_key = key
-        if self._reader is not None:
-            self._reader.shard_set.read_parts_of(key)
-
-    @property
-    def reads_parts(self) -> bool:
-        """Whether this source names the parts of shards it reads (`read_parts`)."""
-        return self._parts_key is not None
+    def use_plan(self, plan: ReadPlan) -> None:
+        """Read the shards ``plan`` names in those parts from now on, the others whole (in this process: the loader
+        sends the epoch's plan with the work to every process that reads)."""
+        if plan != self._plan:
+            self._plan = plan
+            if self._reader is not None:
+                self._reader.shard_set.use_plan(plan)
 
     @property
     def reads_in_parts(self) -> bool:
-        """Whether it reads shards in parts: it names them, can say what its samples read of each shard, and its
-        storage's shards can be read in parts (uncompressed, with checkpoints; see docs/format.md)."""
-        if not self.reads_parts or not self.sample_parts(0, 1):  # it cannot say what its first sample reads
-            return False
-        return self.reader.header.readable_in_parts
+        """Whether it can read shards in parts: it can say what its samples read of each shard, and its storage's
+        shards can be read in parts (uncompressed, with checkpoints; see docs/format.md)."""
+        return bool(self.sample_parts(0, 1)) and self.reader.header.readable_in_parts
 
-    def plan_parts(self, parts: dict[int, WantedPart]) -> None:
-        """From now on read these shards (by position) in these parts, the others whole (see `read_parts`)."""
-        if self._parts_key is not None:
-            self.reader.shard_set.plan_parts(self._parts_key, parts)
-
-    def sample_parts(self, first: int, stop: int) -> dict[int, WantedPart]:
+    def sample_parts(self, first: int, stop: int) -> dict[int, PlannedPart]:
         """What samples ``first .. stop - 1`` read of each shard they read (by position); empty where the source
         cannot say (its shards are then read whole)."""
         return {}
@@ -216,12 +216,17 @@ class PinnedShards(Generic[ReaderT]):
     def with_shards(self, shard_ids: list[int]) -> Self:
         """This source over other shards of its snapshot (those a state recorded); opens nothing yet.
 
-        A subclass that caches what it derives from its shards must drop those caches here.
+        A subclass that caches what it derives from its shards names those caches in `_unset_caches`.
         """
         clone = copy.copy(self)
-        clone.__dict__.update(self.__getstate__())
-        clone.snapshot, clone._identity = self.snapshot.select(shard_ids)[0], None
+        clone.__dict__.update(
+            {**self.__getstate__(), **self._unset_caches(), "snapshot": self.snapshot.select(shard_ids)[0]}
+        )
         return clone
+
+    def _unset_caches(self) -> dict[str, Any]:
+        """The attributes this source derives from its shards, as they are before first use (`with_shards`)."""
+        return {"_identity": None}
 
     def resumed(self, recorded: dict[str, Any], *, epoch: int | None = None, position: int | None = None) -> Self:
         """The source for the rest of the state's epoch: ``self``, or this storage over the shards the state read

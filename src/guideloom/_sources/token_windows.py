@@ -7,23 +7,29 @@ int64 or int32; each window mode's source says what a sample holds besides, and 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 import torch
 
 from guideloom._core.checks import check_sequence_length
+from guideloom._shards.parts import PlannedPart
 from guideloom._shards.reader import TokenReader
-from guideloom._shards.shard_access import WantedPart
 from guideloom._shards.shard_table import ShardTable
 from guideloom._sources.describe import SamplePieces, window_keys, window_pieces
 from guideloom._sources.source import PinnedShards, spans_in_shards
 from guideloom._storage.storages import TokenStorage
 
-if TYPE_CHECKING:
-    from guideloom._sources.window_modes import WindowMode
-
 SamplesT = TypeVar("SamplesT")  # what ``fetch`` returns: the samples ``default_collate`` batches
+
+
+class CutSettings(Protocol):
+    """What a token source keeps of the window mode that made it (``_sources.window_modes``): its settings, which
+    the source's identity records."""
+
+    def recorded(self) -> dict[str, Any]:
+        """What a state records of the mode's settings, besides the source's kind (JSON values)."""
+        ...
 
 
 class TokenSource(PinnedShards[TokenReader], Generic[SamplesT], ABC):
@@ -35,7 +41,7 @@ class TokenSource(PinnedShards[TokenReader], Generic[SamplesT], ABC):
         snapshot: ShardTable,
         sequence_length: int,
         window_dtype: np.dtype[Any],
-        mode: WindowMode,
+        mode: CutSettings,
     ) -> None:
         super().__init__(storage, snapshot)
         self.mode = mode  # the window mode that made this source: its settings are part of the identity
@@ -67,7 +73,7 @@ class TokenSource(PinnedShards[TokenReader], Generic[SamplesT], ABC):
         window_ends = np.minimum(-(-token_ends // self.sequence_length), self.sample_count)
         return np.diff(window_ends, prepend=0)
 
-    def sample_parts(self, first: int, stop: int) -> dict[int, WantedPart]:
+    def sample_parts(self, first: int, stop: int) -> dict[int, PlannedPart]:
         """The tokens that windows ``first .. stop - 1`` read of each shard: a window is ``sequence_length`` tokens of
         the stream, and may run on into the next shard."""
         sizes = self.snapshot.rows["element_count"].astype(np.int64)

@@ -75,7 +75,7 @@ class ObjectStoreLocation:
             if shards is None or listed is None or len(listed.lacking(np.asarray(sorted(shards), np.int64))):
                 listed = self.snapshot(header)
             shards = selected(listed, shards, self.name)
-        return self.files.shard_set(header, shards, max_open)
+        return RemoteShards(self.files, header, shards, max_open)
 
     def committed_facts(self, header: StorageHeader, shard: int) -> ShardInfo | None:
         found, _ = self.snapshot(header).select([shard])
@@ -94,6 +94,7 @@ class ObjectStoreLocation:
         return self.files.verify(header, progress)
 
     def clean(self, older_than: float) -> list[Path | str]:
+        """What dead writers and loaders left (``RemoteFiles.clean``)."""
         return list(self.files.clean(older_than))
 
     def trust_key(self) -> str:

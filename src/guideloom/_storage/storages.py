@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -142,6 +143,10 @@ class StorageBase:
     def _adopt_recorded(self, found: StorageHeader) -> None:
         """Take from an existing storage's header what opening it does not choose (documents: record lengths)."""
 
+    def _opened_as(self, expected: StorageHeader) -> str:
+        """What the arguments given asked for, as a refusal names it (``expected`` holds what was adopted)."""
+        return expected.describe()
+
     def trust_key(self) -> str:
         """Names this storage in the process's record of the shards it committed (see ``_storage.trust``)."""
         return self.home.trust_key()
@@ -162,8 +167,9 @@ class StorageBase:
         self._adopt_recorded(found)
         expected = self._expected_header()
         if found != expected:
+            opened = self._opened_as(expected)
             raise FormatMismatchError(
-                f"the storage at {self.location} holds {found.describe()}, but was opened as {expected.describe()}"
+                f"the storage at {self.location} holds {found.describe()}, but was opened as {opened}"
             )
         return found
 
@@ -263,6 +269,10 @@ class DocumentStorage(StorageBase, Generic[In, Out]):
 
     def _adopt_recorded(self, found: StorageHeader) -> None:
         self.record_lengths = found.record_lengths
+
+    def _opened_as(self, expected: StorageHeader) -> str:
+        # The record lengths were adopted from the storage: the format given has them if it defines a length.
+        return dataclasses.replace(expected, record_lengths=defines_length(self.format)).describe()
 
     def encode(self, data: In) -> tuple[memoryview, int]:
         """One record as the bytes a shard stores, and their count."""

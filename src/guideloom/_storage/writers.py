@@ -4,21 +4,32 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from guideloom._core.sizes import parse_shard_size
+from guideloom._shards.header import StorageHeader
 from guideloom._shards.record_encoder import RecordEncoder
 from guideloom._shards.record_lengths import defines_length
 from guideloom._shards.rolling_writer import RollingWriter
+from guideloom._shards.shard_access import CommitTarget
 from guideloom._shards.writer import SyncWriter
 from guideloom._storage.trust import note_committed
 
-if TYPE_CHECKING:
-    from guideloom._storage.storages import StorageBase
+
+class WritableStorage(Protocol):
+    """What opening a writer asks of a storage (``_storage.storages``' storages are such)."""
+
+    def commit_target(self) -> CommitTarget: ...
+
+    def create(self) -> StorageHeader: ...
+
+    def trust_key(self) -> str: ...
+
+    def highest_committed(self) -> int: ...
 
 
 def open_writer(
-    storage: StorageBase,
+    storage: WritableStorage,
     encode: Callable[[Any], tuple[memoryview, int]],
     shard_size: object,
     measure: Callable[[Any], int] | None = None,

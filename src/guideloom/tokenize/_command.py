@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from typing import Any, Protocol
 
 from guideloom._core.checks import check_path
 from guideloom._core.sizes import parse_shard_size
@@ -76,7 +77,13 @@ def _token_dtype(text: str) -> str:
     return text
 
 
-def add_tokenize_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+class _Subcommands(Protocol):
+    """What ``ArgumentParser.add_subparsers()`` returns, as far as this module uses it."""
+
+    def add_parser(self, name: str, **options: Any) -> argparse.ArgumentParser: ...
+
+
+def add_tokenize_command(commands: _Subcommands) -> None:
     """Register ``guideloom tokenize`` on the command line's subcommands."""
     command = commands.add_parser(
         "tokenize",
