@@ -119,11 +119,11 @@ def test_a_tar_is_resumed_after_its_last_committed_sample(tmp_path: Path) -> Non
     assert [record["__key__"] for record in stored_records(tmp_path / "out")] == [f"k{i:04d}" for i in range(2000)]
 
 
-def test_inputs_changed_since_the_import_began_are_refused(tmp_path: Path) -> None:
-    path = write_jsonl(tmp_path / "rows.jsonl", [{"n": i} for i in range(10)])
-    import_records([path], tmp_path / "out", workers=1)
-    write_jsonl(path, [{"n": i} for i in range(11)])
-    with pytest.raises(ValueError, match="holds an import of other input sizes"):
-        import_records([path], tmp_path / "out", workers=1)
+def test_inputs_whose_pieces_changed_since_the_import_began_are_refused(tmp_path: Path) -> None:
+    pq.write_table(pa.table({"n": list(range(10))}), tmp_path / "rows.parquet", row_group_size=4)
+    import_records([tmp_path / "rows.parquet"], tmp_path / "out", workers=1, shard_size=16)
+    pq.write_table(pa.table({"n": list(range(11))}), tmp_path / "rows.parquet", row_group_size=4)
+    with pytest.raises(ValueError, match=r"holds an import of other jobs \(input pieces\)"):
+        import_records([tmp_path / "rows.parquet"], tmp_path / "out", workers=1, shard_size=16)
     with pytest.raises(ValueError, match="holds an import of other inputs"):
         import_records([write_jsonl(tmp_path / "other.jsonl", [{"n": 0}])], tmp_path / "out", workers=1)

@@ -97,13 +97,16 @@ class ImportPlan:
     names: Any = None  #: how the caller spells the options (``_run.OptionNames``), for messages
 
 
-WHAT_DIFFERS = {"inputs": "inputs", "shard_size": "shard size", "fields": "fields", "jobs": "input sizes"}
+WHAT_DIFFERS = {"inputs": "inputs", "shard_size": "shard size", "fields": "fields", "jobs": "jobs (input pieces)"}
 
 
 def jobs_digest(jobs: list[ImportJob]) -> str:
-    """What the jobs are (each piece's input, rows and bytes): inputs that changed since an import began change it."""
-    described = [[job.number, [[number, piece.first_row, piece.rows, piece.size] for number, piece in job.pieces]]
-                 for job in jobs]  # fmt: skip
+    """Which rows of which inputs each job holds (input, first row, rows of each piece): what decides the shard ids.
+
+    Sizes are left out, so an input fixed after a bad row (its size changed, its pieces not) is resumed; inputs
+    that changed so much that their pieces or jobs moved are refused.
+    """
+    described = [[job.number, [[number, piece.first_row, piece.rows] for number, piece in job.pieces]] for job in jobs]
     return hashlib.sha256(json.dumps(described).encode()).hexdigest()[:32]
 
 
