@@ -224,3 +224,17 @@ def test_dictionary_encoded_columns_and_a_byte_order_mark(tmp_path: Path) -> Non
     summary = import_records([tmp_path / "a.parquet", tmp_path / "b.jsonl"], tmp_path / "out", workers=1)
     assert summary.fields.startswith("label: Text()")
     assert [record["label"] for record in stored_records(tmp_path / "out")] == ["cat", "dog", "cat", "bird"]
+
+
+def test_parquet_media_as_bytes_or_bytes_and_path_structs_without_metadata(tmp_path: Path) -> None:
+    media = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    table = pa.table(
+        {
+            "jpg": pa.array([JPEG, JPEG], pa.binary()),
+            "audio": pa.array([{"bytes": FLAC, "path": "a.flac"}, {"bytes": FLAC, "path": None}], media),
+        }
+    )
+    pq.write_table(table, tmp_path / "media.parquet")
+    summary = import_records([tmp_path / "media.parquet"], tmp_path / "out", workers=1)
+    assert summary.fields == "jpg: Image(), audio: Audio(), optional"
+    assert stored_records(tmp_path / "out") == [{"jpg": JPEG, "audio": FLAC}] * 2

@@ -3,7 +3,8 @@
 Shared by Parquet files and Hugging Face datasets' Arrow files. Types map to fields as: strings ->
 ``Text``; booleans, integers and floats -> ``Scalar(dtype)``; lists of integers -> ``Tokens(dtype)``;
 lists of floats, and lists of fixed-size lists of numbers -> ``Array(dtype)``; binary -> ``Image`` /
-``Audio`` / ``Video`` when its first value starts as such a file does, else ``Array(uint8)``; anything
+``Audio`` / ``Video`` when its first value starts as such a file does, else ``Array(uint8)`` (a struct of
+``bytes`` and ``path`` likewise, by its bytes); anything
 else (ragged nested lists, structs, lists of strings, maps, nulls) -> ``Json``; dates, times and
 decimals -> ``Text``. A Hugging Face
 ``Image()`` / ``Audio()`` / ``Video()`` feature (the schema's ``huggingface`` metadata) becomes that media
@@ -124,6 +125,10 @@ def field_of_type(arrow_type: Any, nullable: bool, first_value: Any = None) -> F
     if types.is_binary(arrow_type) or types.is_large_binary(arrow_type) or types.is_fixed_size_binary(arrow_type):
         media = sniff_media(first_value if isinstance(first_value, bytes) else None)
         return FieldSpec(media, optional=optional) if media else FieldSpec("array", "uint8", optional)
+    if _is_bytes_struct(arrow_type):  # {bytes, path}: how Hugging Face and others store media without metadata
+        media = sniff_media(first_value if isinstance(first_value, bytes) else None)
+        if media is not None:
+            return FieldSpec(media, optional=optional)
     if types.is_temporal(arrow_type) or types.is_decimal(arrow_type):
         return FieldSpec("text", optional=optional)
     leaf, depth = _numeric_leaf(arrow_type)
@@ -158,12 +163,28 @@ def fields_of_schema(schema: Any, first_values: dict[str, Any] | None = None) ->
     return fields
 
 
+def _is_bytes_struct(arrow_type: Any) -> bool:
+    """Whether a type is a struct with a binary ``bytes`` field (and maybe a ``path``)."""
+    import pyarrow.types as types
+
+    if not types.is_struct(arrow_type):
+        return False
+    names = {arrow_type.field(i).name: arrow_type.field(i).type for i in range(arrow_type.num_fields)}
+    data = names.get("bytes")
+    return (
+        data is not None and (types.is_binary(data) or types.is_large_binary(data)) and set(names) <= {"bytes", "path"}
+    )
+
+
 def first_binary_values(batch: Any) -> dict[str, Any]:
-    """The first non-null value of each binary column of a record batch (what decides its media kind)."""
+    """The first non-null value of each binary column (or ``bytes`` of a ``{bytes, path}`` struct) of a record batch:
+    what decides its media kind."""
     import pyarrow.types as types
 
     values: dict[str, Any] = {}
     for name, column in zip(batch.schema.names, batch.columns, strict=True):
+        if _is_bytes_struct(column.type):
+            column = column.field("bytes")
         if types.is_binary(column.type) or types.is_large_binary(column.type):
             valid = column.drop_null()
             if len(valid):
