@@ -11,6 +11,7 @@ import argparse
 from collections.abc import Callable
 
 from guideloom._core.sizes import parse_shard_size
+from guideloom._core.subcommands import Subcommands
 from guideloom._remote.object_store import parse_storage_options
 from guideloom._storage.storages import local_path
 from guideloom.importing._plan import DEFAULT_SHARD_SIZE, plan_import
@@ -59,7 +60,7 @@ def _shard_size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(error).removeprefix("--shard-size ")) from None
 
 
-def add_import_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_import_command(commands: Subcommands) -> None:
     """Register ``guideloom import`` on the command line's subcommands."""
     command = commands.add_parser(
         "import",

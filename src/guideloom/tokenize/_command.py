@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import Any, Protocol
 
 from guideloom._core.checks import check_path
 from guideloom._core.sizes import parse_shard_size
+from guideloom._core.subcommands import Subcommands
 from guideloom._remote.object_store import is_url, parse_storage_options
 from guideloom._shards.header import TOKEN_DTYPES
 from guideloom._storage.storages import local_path
@@ -77,13 +77,7 @@ def _token_dtype(text: str) -> str:
     return text
 
 
-class _Subcommands(Protocol):
-    """What ``ArgumentParser.add_subparsers()`` returns, as far as this module uses it."""
-
-    def add_parser(self, name: str, **options: Any) -> argparse.ArgumentParser: ...
-
-
-def add_tokenize_command(commands: _Subcommands) -> None:
+def add_tokenize_command(commands: Subcommands) -> None:
     """Register ``guideloom tokenize`` on the command line's subcommands."""
     command = commands.add_parser(
         "tokenize",
