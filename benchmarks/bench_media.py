@@ -68,7 +68,7 @@ def resize_value(value: ImageValue) -> torch.Tensor:
 
 
 def stack_images(records: list[dict[str, Any]]) -> torch.Tensor:
-    return torch.stack([record["image"] for record in records])
+    return torch.from_numpy(np.stack([record["image"].numpy() for record in records]))
 
 
 def msgpack_collate(records: list[dict[str, Any]]) -> torch.Tensor:
