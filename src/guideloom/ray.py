@@ -6,10 +6,14 @@ shard ``first + t``, where ``first`` follows the storage's committed shards when
 Ray numbers write tasks in the dataset's block order, so the ids do not depend on which worker ran
 what. A task whose shard an earlier attempt already committed checks the shard holds exactly its
 rows and writes nothing. See docs/preprocessing.md for retries, lost tasks and re-runs.
+
+``guideloom.ray.import_records(sources, destination, address=...)`` imports Parquet, saved datasets,
+JSONL, WebDataset tars, MDS and LitData folders on a Ray cluster, one task per job (docs/importing.md).
 """
 
 from __future__ import annotations
 
+import os
 import zlib
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -19,6 +23,7 @@ import pyarrow as pa
 from ray.data import Datasink
 from ray.data.block import Block, BlockAccessor
 
+from guideloom import importing
 from guideloom._core.errors import ShardExistsError, UnfinishedWriteError
 from guideloom._shards.loss_masks import MaskBits, loss_mask_array
 from guideloom._shards.record_lengths import checked_length, lengths_bytes
@@ -39,7 +44,9 @@ from guideloom._storage.writers import record_measure
 if TYPE_CHECKING:
     from ray.data.datasource.datasink import WriteResult
 
-__all__ = ["StorageDatasink", "UnfinishedWriteError"]
+    from guideloom.importing import ImportSummary
+
+__all__ = ["StorageDatasink", "UnfinishedWriteError", "import_records"]
 
 Storage = TokenStorage | DocumentStorage[Any, Any]
 TaskResult = dict[str, int]
@@ -251,3 +258,14 @@ def _write_shard(storage: Storage, shard: int, items: Iterable[Any]) -> tuple[Sh
     if digest.records and not written:
         check_same_shard(storage, header, shard, digest)
     return digest, written
+
+
+def import_records(
+    sources: Any, destination: str | os.PathLike[str], *, address: str | None = None, **options: Any
+) -> ImportSummary:
+    """``guideloom.importing.import_records`` on the Ray cluster at ``address`` (None: ``RAY_ADDRESS``, else a new
+    local cluster), one task per job: the same jobs, shards and schema as worker processes write, exactly once
+    (a task that dies is run again and goes on after what its job committed). Every machine must see
+    ``destination`` at the same path (a shared file system), and the sources (the same paths, or an object store).
+    ``options`` are ``import_records``'s (``schema``, ``shard_size``, ``storage_options``, ``progress``)."""
+    return importing.import_records(sources, destination, ray=True if address is None else address, **options)

@@ -268,6 +268,9 @@ def _parser() -> argparse.ArgumentParser:
     from guideloom.tokenize._command import add_tokenize_command  # tokenizers itself is imported only when run
 
     add_tokenize_command(commands)
+    from guideloom.importing._command import add_import_command  # pyarrow itself is imported only when run
+
+    add_import_command(commands)
     add_explain_command(commands)
     return parser
 

@@ -172,6 +172,8 @@ def _batches_of(state: dict[str, Any]) -> str:
 
 def _piece_text(piece: dict[str, Any]) -> str:
     where = f"shard {piece['shard']}, record {piece['record']} (index {piece['index']})"
+    if "source" in piece:  # an imported record: its input and row
+        where += f" from {piece['source']['file']} row {piece['source']['row']}"
     return where if piece["stop"] is None else f"{where} [{piece['start']}:{piece['stop']}]"
 
 

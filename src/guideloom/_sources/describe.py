@@ -9,6 +9,7 @@ from what needs no shard opened (shard ids, counts, a packing), so taking a stat
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import Any
@@ -47,6 +48,7 @@ class SamplePieces:
     stops: np.ndarray
     components: np.ndarray
     names: tuple[str, ...] | None = None  # of a mixture's components, which ``components`` index
+    sources: np.ndarray | None = None  # per piece, an imported record's ``{"file", "row"}`` (or None); see with_sources
 
     @classmethod
     def of(
@@ -80,6 +82,20 @@ class SamplePieces:
         """The same samples, their components called by these names."""
         return replace(self, names=names)
 
+    def with_sources(self, source: Callable[[int, int], dict[str, Any] | None]) -> SamplePieces:
+        """The same samples, each piece with ``source(shard, record)``: where an imported record came from."""
+        found = np.empty(len(self.shards), object)
+        found[:] = [
+            source(shard, record) for shard, record in zip(self.shards.tolist(), self.records.tolist(), strict=True)
+        ]
+        return replace(self, sources=found)
+
+    def piece_sources(self) -> np.ndarray:
+        """Each piece's source (None where it is not recorded), as an object array."""
+        if self.sources is not None:
+            return self.sources
+        return np.full(len(self.shards), None, object)
+
     def piece_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The arrays with one entry per piece: shards, records, indices, starts, stops."""
         return self.shards, self.records, self.indices, self.starts, self.stops
@@ -94,7 +110,8 @@ class SamplePieces:
         ):
             shards, records, indices, starts, stops = (array[first:last] for array in self.piece_columns())
             counts, components = self.piece_counts[start:stop], self.components[start:stop]
-            parts.append(SamplePieces(counts, shards, records, indices, starts, stops, components))
+            sources = None if self.sources is None else self.sources[first:last]
+            parts.append(SamplePieces(counts, shards, records, indices, starts, stops, components, sources=sources))
         return parts
 
     @staticmethod
@@ -105,7 +122,10 @@ class SamplePieces:
         )
         counts = np.concatenate([part.piece_counts for part in parts])
         components = np.concatenate([part.components for part in parts])
-        return SamplePieces(counts, shards, records, indices, starts, stops, components)
+        sources = None
+        if any(part.sources is not None for part in parts):
+            sources = np.concatenate([part.piece_sources() for part in parts])
+        return SamplePieces(counts, shards, records, indices, starts, stops, components, sources=sources)
 
     def samples(self) -> list[dict[str, Any]]:
         """One dict per sample: ``{"component", "pieces": [{"shard", "record", "index", "start", "stop"}, ...]}``."""
@@ -115,6 +135,10 @@ class SamplePieces:
             {"shard": shard, "record": record, "index": index, "start": start, "stop": stop}
             for shard, record, index, start, stop in zip(*columns, strict=True)
         ]
+        if self.sources is not None:  # imported records: where each came from
+            for piece, source in zip(pieces, self.sources.tolist(), strict=True):
+                if source is not None:
+                    piece["source"] = source
         bounds = np.concatenate([[0], np.cumsum(self.piece_counts)]).tolist()
         return [
             {

@@ -43,7 +43,7 @@ class DocumentSource(PinnedShards[DocumentReader[Any]]):
         return self.reader.read_many(indices)
 
     def describe(self, indices: np.ndarray, epoch: int) -> SamplePieces:
-        return record_pieces(self.reader, indices)
+        return self.sourced(record_pieces(self.reader, indices))
 
     def sample_keys(self, indices: np.ndarray, epoch: int) -> np.ndarray:
         return record_keys(self.reader, indices)

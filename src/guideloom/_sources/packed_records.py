@@ -126,8 +126,10 @@ class PackedRecordSource(PinnedShards[DocumentReader[Any]]):
         records, counts = self.rows.of_rows(np.asarray(indices, np.int64))
         keys = record_keys(self.reader, records).reshape(-1, 2)
         whole = len(records)
-        return SamplePieces.of(
-            counts, keys[:, 0], keys[:, 1], np.zeros(whole), np.full(whole, WHOLE_RECORD), indices=records
+        return self.sourced(
+            SamplePieces.of(
+                counts, keys[:, 0], keys[:, 1], np.zeros(whole), np.full(whole, WHOLE_RECORD), indices=records
+            )
         )
 
     def sample_keys(self, indices: np.ndarray, epoch: int) -> np.ndarray:

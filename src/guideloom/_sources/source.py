@@ -20,6 +20,7 @@ from guideloom._shards.reader import StorageReader
 from guideloom._shards.shard_table import ShardTable
 from guideloom._sources.describe import SamplePieces
 from guideloom._sources.recorded_shards import ShardSetDigest, cut_settings, describe_shards, over_recorded_shards
+from guideloom._storage.provenance import ShardSources
 
 ReaderT = TypeVar("ReaderT", bound=StorageReader[Any])
 ReaderT_co = TypeVar("ReaderT_co", bound=StorageReader[Any], covariant=True)
@@ -138,6 +139,7 @@ class PinnedShards(Generic[ReaderT]):
         self._identity: dict[str, Any] | None = None  # the snapshot never changes: computed once
         self._open_at_most: int | None = None  # see hold_at_most
         self._plan = NO_PARTS  # see use_plan
+        self._sources: ShardSources | None = None  # see sourced
 
     @property
     def shard_ids(self) -> list[int]:
@@ -264,8 +266,15 @@ class PinnedShards(Generic[ReaderT]):
             self._reader.close()
         self._reader = None
 
+    def sourced(self, pieces: SamplePieces) -> SamplePieces:
+        """``pieces`` with each record's input and row when the storage was written by an import (its provenance
+        files, see ``_storage.provenance``); as they are otherwise."""
+        if self._sources is None:
+            self._sources = ShardSources.at(self.storage.location)
+        return pieces.with_sources(self._sources.source) if self._sources.present() else pieces
+
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_reader": None, "_reader_pid": -1}
+        return {**self.__dict__, "_reader": None, "_reader_pid": -1, "_sources": None}
 
     def __repr__(self) -> str:
         return f"{self.kind} of shards {describe_shards(self.snapshot.ids)} of the storage at {self.storage.location}"

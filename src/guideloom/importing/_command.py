@@ -1,0 +1,122 @@
+"""The ``guideloom import`` command: its options, registered on the one ``guideloom`` command line.
+
+Like every command it is prepared (sources, schema and destination checked, fields inferred: a mistake
+exits 2) and then run (an input that fails mid-way exits 1; the shards committed before it stay, and the
+same command run again finishes the import).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+from guideloom._core.sizes import parse_shard_size
+from guideloom._remote.object_store import parse_storage_options
+from guideloom._storage.storages import local_path
+from guideloom.importing._plan import DEFAULT_SHARD_SIZE, plan_import
+from guideloom.importing._run import CLI_NAMES, execute
+
+DESCRIPTION = """\
+Import rows into a guideloom document storage, one record per row, in
+shards of --shard-size bytes of records (default 256MiB).
+
+  .parquet                 Parquet files (read in batches)
+  .arrow, saved datasets   Arrow IPC files; folders written by save_to_disk
+                           (Image / Audio features become media fields)
+  .jsonl, .jsonl.zst, ...  JSON Lines, plain or gzip/zstd/bz2/xz-compressed
+  .tar, .tar.gz, ...       WebDataset tars: members grouped by key, one field
+                           per extension (jpg png webp flac wav mp3 mp4 webm
+                           txt json cls), the key kept as __key__
+  MDS, LitData folders     an index.json of theirs, read without their library
+  other folders            the files above they hold, recursively
+  s3://..., gs://...       Parquet, Arrow, JSONL and tar objects, or a prefix
+                           of them (--storage-options for fsspec)
+
+The fields are inferred from the sources unless --schema gives them (a JSON
+file, or module:attribute naming a RecordSchema or a dict); a row that does
+not fit stops the import with its input and row named. Records keep each input's row order;
+`guideloom explain` names each record's input and row.
+
+An import killed at any moment finishes when the same command runs again,
+every row written once; over a finished import it writes nothing.
+"""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _shard_size(text: str) -> int:
+    try:
+        return parse_shard_size(text, "--shard-size")
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error).removeprefix("--shard-size ")) from None
+
+
+def add_import_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``guideloom import`` on the command line's subcommands."""
+    command = commands.add_parser(
+        "import",
+        help="import Parquet, saved datasets, JSONL, WebDataset tars, MDS or LitData folders into a storage",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    command.add_argument("sources", nargs="+", metavar="SRC", help="input files or folders")
+    command.add_argument("destination", metavar="DEST", help="the document storage folder to write")
+    command.add_argument("--schema", metavar="S", help="the fields: a JSON file, or module:attribute")
+    command.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=None,
+        help="worker processes (default: one per core, none for inputs under 8 MiB; 1: none)",
+    )
+    command.add_argument(
+        "--shard-size",
+        type=_shard_size,
+        default=DEFAULT_SHARD_SIZE,
+        metavar="SIZE",
+        help="bytes of records per shard: 256MiB (the default), 1GiB, 500MB, 1048576, ...",
+    )
+    command.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="ADDRESS",
+        help="one Ray task per job on the Ray cluster at ADDRESS (default: RAY_ADDRESS, else a new local cluster); "
+        "every machine must see DEST at the same path; needs the ray extra",
+    )
+    command.add_argument("--quiet", action="store_true", help="no progress bar")
+    command.add_argument(
+        "--storage-options", metavar="JSON", help="for sources on an object store: fsspec options as a JSON object"
+    )
+    command.set_defaults(prepare=prepare_import)
+
+
+def prepare_import(arguments: argparse.Namespace) -> Callable[[], int]:
+    """Check everything and plan the import; the returned function runs it."""
+    import time
+
+    started = time.perf_counter()
+    plan = plan_import(
+        arguments.sources,
+        local_path(arguments.destination, "DEST"),
+        arguments.schema,
+        arguments.shard_size,
+        CLI_NAMES,
+        parse_storage_options(arguments.storage_options),
+    )
+
+    def run() -> int:
+        ray: bool | str = False if arguments.ray is None else arguments.ray or True
+        summary = execute(plan, arguments.workers, not arguments.quiet, started, ray)
+        print(summary.describe())
+        return 0
+
+    return run

@@ -1,0 +1,186 @@
+"""One job into its shards: the unit of work of every executor (this process, worker processes).
+
+:func:`import_job` reads the job's pieces in order from where earlier runs stopped, checks each row
+against the fields, and appends it to the job's current shard. A shard that reaches the shard size is
+committed when the next row arrives (so the job's last shard is always known as the last), each commit
+preceded by the shard's provenance file. Raising commits nothing of the shard in progress.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import traceback
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from guideloom._core.errors import RecordPackError
+from guideloom._storage.provenance import write_shard_sources
+from guideloom.importing._arrow_columns import CheckedRow
+from guideloom.importing._errors import ImportInputError
+from guideloom.importing._inputs import FORMATS
+from guideloom.importing._plan import ImportJob, ImportSettings, job_progress
+from guideloom.importing._schema import conform_row
+from guideloom.importing._stream import Skipped
+
+CANCEL_CHECK_ROWS = 256  # rows between two looks at whether the run was cancelled
+REPORT_ROWS = 1024  # rows between two progress reports
+
+
+class Cancelled(Exception):
+    """Raised inside a job when another failed: its shard in progress is not committed."""
+
+
+def _never() -> bool:
+    return False
+
+
+def _ignore(rows: int, size: int) -> None:
+    del rows, size
+
+
+@dataclass
+class JobResult:
+    """What one run of a job wrote."""
+
+    rows: int = 0
+    bytes: int = 0  #: input bytes read
+    shards: list[int] = field(default_factory=list)
+    skipped: Counter[str] = field(default_factory=Counter)
+
+
+def record_size(record: dict[str, Any]) -> int:
+    """About the bytes a record takes in its shard: what decides when a shard is full."""
+    size = 0
+    for value in record.values():
+        if isinstance(value, str):
+            size += len(value)
+        elif isinstance(value, bytes):
+            size += len(value)
+        elif isinstance(value, np.ndarray):
+            size += value.nbytes
+        elif isinstance(value, list) and value and isinstance(value[0], bytes):
+            size += sum(len(item) for item in value)
+        elif isinstance(value, int | float | bool) or value is None:
+            size += 8
+        else:
+            size += len(json.dumps(value, default=str))
+    return size
+
+
+class JobShards:
+    """The job's shards: rows appended in order, a full shard committed (with its provenance) at the next row."""
+
+    def __init__(self, settings: ImportSettings, job: ImportJob, result: JobResult) -> None:
+        self._settings = settings
+        self._storage = settings.storage()
+        self._result = result
+        self._writer: Any = None
+        self.shard = job.first_shard + job.resume.shards
+        self._runs: list[list[int]] = []
+        self._bytes = 0
+
+    def append(self, input_number: int, row: int, record: dict[str, Any]) -> None:
+        if self._bytes >= self._settings.shard_size:
+            self._commit(last=False)
+        if self._writer is None:
+            self._writer = self._storage.sync_writer()
+        self._writer.append(self.shard, record)
+        runs = self._runs
+        if runs and runs[-1][0] == input_number and runs[-1][1] + runs[-1][2] == row:
+            runs[-1][2] += 1
+        else:
+            runs.append([input_number, row, 1])
+        self._bytes += record_size(record)
+        self._result.rows += 1
+
+    def _commit(self, last: bool) -> None:
+        write_shard_sources(self._settings.destination, self.shard, self._runs, last)
+        self._writer.commit(self.shard)
+        self._result.shards.append(self.shard)
+        self.shard += 1
+        self._runs, self._bytes = [], 0
+
+    def finish(self) -> None:
+        """Commit the job's last shard (an empty job commits none)."""
+        if self._runs:
+            self._commit(last=True)
+
+    def __enter__(self) -> JobShards:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: Any) -> None:
+        if self._writer is not None:  # by an error: the shard in progress is discarded, never committed
+            self._writer.close(commit=error is None)
+
+
+def import_job(
+    job: ImportJob,
+    settings: ImportSettings,
+    report: Callable[[int, int], object] = _ignore,
+    cancelled: Callable[[], bool] = _never,
+) -> JobResult:
+    """Write ``job`` after what its ``resume`` says is committed; ``report(rows, bytes)`` tells progress."""
+    result = JobResult()
+    fields = settings.fields
+    resume = job.resume
+    with JobShards(settings, job, result) as shards:
+        for input_number, piece in job.pieces:
+            if input_number < resume.input:
+                continue
+            if piece.rows is not None and input_number == resume.input and piece.first_row + piece.rows <= resume.row:
+                continue
+            start = resume.row + 1 if input_number == resume.input else 0
+            reported_rows, reported_bytes = result.rows, 0
+            for count, (row, values, position) in enumerate(FORMATS[piece.kind].rows(piece, fields, start), 1):
+                if isinstance(values, Skipped):
+                    result.skipped[values.reason] += 1
+                    continue
+                try:
+                    record = values if type(values) is CheckedRow else conform_row(fields, values)
+                except ValueError as error:
+                    raise ImportInputError(f"{piece.path}: row {row} does not fit the schema: {error}") from None
+                try:
+                    shards.append(input_number, row, record)
+                except RecordPackError as error:
+                    problem = error.__cause__ or error
+                    raise ImportInputError(f"{piece.path}: row {row} does not fit the schema: {problem}") from None
+                if count % CANCEL_CHECK_ROWS == 0:
+                    if cancelled():
+                        raise Cancelled
+                    if count % REPORT_ROWS == 0:
+                        report(result.rows - reported_rows, position - reported_bytes)
+                        reported_rows, reported_bytes = result.rows, position
+            report(result.rows - reported_rows, piece.size - reported_bytes)
+            result.bytes += piece.size
+        shards.finish()
+    return result
+
+
+def import_job_again(job: ImportJob, settings: ImportSettings) -> tuple[str, Any, str | None]:
+    """``job`` for executors that may run it again (Ray): ``("done", result, None)`` or ``("failed", error, trace)``.
+
+    An attempt goes on after what is committed of the job now: an earlier attempt may have died after
+    committing some of its shards (or all: then it writes nothing).
+    """
+    try:
+        committed = set(settings.storage().committed_shards())
+        now = replace(job, resume=job_progress(job, settings.destination, committed))
+        if now.resume.finished:
+            return "done", JobResult(), None
+        return "done", import_job(now, settings), None
+    except Exception as error:
+        return "failed", picklable(error), traceback.format_exc()
+
+
+def picklable(error: BaseException) -> BaseException:
+    """``error`` if it survives pickling (to cross to the parent process), else a RuntimeError saying it."""
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:
+        return RuntimeError(f"{type(error).__name__}: {error}")
+    return error
