@@ -9,7 +9,10 @@ processes (``--workers``, 2 by default), the batch stacked into a uint8 tensor:
 * guideloom fields: a ``DocumentStorage`` of ``RecordSchema(caption=Text(), image=Image())`` read by
   ``from_storage(..., decode={"image": resize})``;
 * msgpack records: what a user wrote before ``guideloom.fields``: ``DocumentMsgpackFormat`` records of
-  the caption and the JPEG's bytes, decoded and resized in their own collate.
+  the caption and the JPEG's bytes, decoded and resized in their own collate;
+* HF datasets (when ``datasets`` is installed): a dataset with an ``Image()`` feature saved to disk and
+  loaded back, its transform resizing the images it decodes, read by a torch ``DataLoader`` with the
+  same workers, batch and shuffling.
 
 Also: the storage's size against the encoded images plus the captions (no re-encoding: the goal is within
 2%), whole records read per second by ``reader.read_many`` (the record layout's cost), and a
@@ -65,7 +68,7 @@ def resize_value(value: ImageValue) -> torch.Tensor:
 
 
 def stack_images(records: list[dict[str, Any]]) -> torch.Tensor:
-    return torch.stack([record["image"] for record in records])
+    return torch.from_numpy(np.stack([record["image"].numpy() for record in records]))
 
 
 def msgpack_collate(records: list[dict[str, Any]]) -> torch.Tensor:
@@ -94,13 +97,47 @@ def loader_rate(storage: Any, collate: Any, batch: int, workers: int, **options:
         return count / (time.perf_counter() - start)
 
 
+def _hf_transform(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    images = [np.asarray(image.convert("RGB").resize((SIDE, SIDE), PILImage.BILINEAR)) for image in batch["image"]]
+    return {"caption": batch["caption"], "image": images}
+
+
+def _hf_collate(samples: list[dict[str, Any]]) -> torch.Tensor:
+    return torch.from_numpy(np.stack([sample["image"] for sample in samples]))
+
+
+def hf_dataset(root: Path, images: list[bytes], captions: list[str]) -> Any:
+    """The images as a Hugging Face dataset with an ``Image()`` feature, saved to disk and loaded back."""
+    import datasets
+
+    features = datasets.Features({"caption": datasets.Value("string"), "image": datasets.Image()})
+    rows = {"caption": captions, "image": [{"bytes": data, "path": None} for data in images]}
+    datasets.Dataset.from_dict(rows, features=features).save_to_disk(str(root / "hf"))
+    dataset = datasets.load_from_disk(str(root / "hf"))
+    dataset.set_transform(_hf_transform)
+    return dataset
+
+
+def hf_rate(dataset: Any, batch: int, workers: int) -> float:
+    generator = torch.Generator().manual_seed(0)
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_size=batch, shuffle=True, num_workers=workers, collate_fn=_hf_collate, generator=generator
+    )
+    start = time.perf_counter()
+    count = sum(len(stacked) for stacked in loader)
+    return count / (time.perf_counter() - start)
+
+
+def captions_of(images: list[bytes]) -> list[str]:
+    return [f"image {number}: a gradient under noise, {len(data)} bytes of JPEG" for number, data in enumerate(images)]
+
+
 def write_storages(root: Path, images: list[bytes], shards: int) -> tuple[DocumentStorage, DocumentStorage, int]:
     fields = DocumentStorage(root / "fields", SCHEMA)
     records = DocumentStorage(root / "msgpack", DocumentMsgpackFormat())
     given = 0
     with fields.sync_writer() as fields_writer, records.sync_writer() as records_writer:
-        for number, data in enumerate(images):
-            caption = f"image {number}: a gradient under noise, {len(data)} bytes of JPEG"
+        for number, (data, caption) in enumerate(zip(images, captions_of(images), strict=True)):
             given += len(data) + len(caption.encode())
             fields_writer.append(number % shards, {"caption": caption, "image": data})
             records_writer.append(number % shards, {"caption": caption, "image": data})
@@ -134,16 +171,19 @@ def main() -> None:
     batch, workers = arguments.batch, arguments.workers
     with tempfile.TemporaryDirectory() as directory:
         fields, records, given = write_storages(Path(directory), images, arguments.shards)
-        runs = harness.interleaved(
-            {
-                "bare loop": lambda: bare_loop(images, batch, workers),
-                "guideloom fields": lambda: loader_rate(
-                    fields, stack_images, batch, workers, decode={"image": resize_value}
-                ),
-                "msgpack records": lambda: loader_rate(records, msgpack_collate, batch, workers),
-            },
-            arguments.repeats,
-        )
+        measured = {
+            "bare loop": lambda: bare_loop(images, batch, workers),
+            "guideloom fields": lambda: loader_rate(
+                fields, stack_images, batch, workers, decode={"image": resize_value}
+            ),
+            "msgpack records": lambda: loader_rate(records, msgpack_collate, batch, workers),
+        }
+        try:
+            dataset = hf_dataset(Path(directory), images, captions_of(images))
+            measured["HF datasets Image()"] = lambda: hf_rate(dataset, batch, workers)
+        except ImportError:
+            print("HF datasets is not installed: not measured")
+        runs = harness.interleaved(measured, arguments.repeats)
         rates = {name: float(np.median(values)) for name, values in runs.items()}
         reads = {
             "fields, whole records": read_rate(fields),

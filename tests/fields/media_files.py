@@ -29,14 +29,18 @@ def sound_bytes(frames: int, channels: int = 1, rate: int = 16000, format: str =
     return out.getvalue()
 
 
-def video_bytes(frames: int, width: int = 64, height: int = 48, fps: int = 10, container: str = "mp4") -> bytes:
+def video_bytes(
+    frames: int, width: int = 64, height: int = 48, fps: int = 10, container: str = "mp4", keyframes_every: int = 0
+) -> bytes:
     """A clip of ``frames`` frames (each a different flat colour, so frames tell apart) encoded as H.264 in MP4,
-    or VP9 in WebM."""
+    or VP9 in WebM; ``keyframes_every``: the distance between keyframes (0: the encoder's choice)."""
     out = io.BytesIO()
     codec = "libx264" if container == "mp4" else "libvpx-vp9"
     with av.open(out, mode="w", format=container) as output:
         stream = output.add_stream(codec, rate=fps)
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        if keyframes_every:
+            stream.codec_context.gop_size = keyframes_every
         for number in range(frames):
             pixels = np.full((height, width, 3), (number * 20) % 256, np.uint8)
             pixels[:, : width // 2, 1] = 255 - pixels[:, : width // 2, 1]

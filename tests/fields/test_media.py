@@ -197,3 +197,15 @@ def test_a_value_pickles_with_a_copy_of_its_bytes(storage_path: Path) -> None:
     copy = pickle.loads(pickle.dumps(record["image"]))
     assert copy == record["image"] and copy.origin == (0, 0, "image")
     assert np.array_equal(copy.decode().numpy(), record["image"].decode().numpy())
+
+
+@pytest.mark.parametrize("container", ["mp4", "webm"])
+def test_frames_far_into_a_video_decode_as_decoding_it_all_does(storage_path: Path, container: str) -> None:
+    """A clip of 60 frames with a keyframe every 8: the decode seeks to the one before the first frame asked."""
+    data = video_bytes(60, 32, 24, 25, container, keyframes_every=8)
+    (record,) = read_all(write(storage_path, MEDIA, [{"caption": "a", "clip": data}]))
+    every = decoded_video(data)
+    assert len(every) == record["clip"].frames == 60
+    for frames in ([59], [41, 17, 41], [8, 9, 16], [1], [30, 0]):
+        assert np.array_equal(record["clip"].decode(frames=frames).numpy(), every[frames]), frames
+    assert np.array_equal(record["clip"].decode(fps=5).numpy(), every[::5])

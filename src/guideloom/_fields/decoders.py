@@ -277,24 +277,23 @@ def video_frames_at_rate(frames: int, clip_fps: float, fps: float) -> list[int]:
 
 def decode_video(data: memoryview | bytes, wanted: list[int]) -> torch.Tensor:
     """The frames at indices ``wanted`` (in that order, repeats allowed) as a uint8 tensor (time, height, width,
-    3): frames are decoded in order up to the last one wanted, and only the wanted ones are converted to arrays."""
+    3). Decoding starts at the keyframe before the first frame wanted (a seek, when the stream's timing allows it),
+    stops after the last one, and only the wanted frames are converted to arrays."""
     import torch
 
     av = _av()
-    last = max(wanted, default=-1)
     needed = set(wanted)
-    found: dict[int, np.ndarray] = {}
     try:
         with av.open(io.BytesIO(data), mode="r") as container:
             stream = container.streams.video[0]
             stream.thread_type = "AUTO"
             width, height = int(stream.codec_context.width), int(stream.codec_context.height)
-            if last >= 0:
-                for index, frame in enumerate(container.decode(stream)):
-                    if index in needed:
-                        found[index] = frame.to_ndarray(format="rgb24")
-                    if index >= last:
-                        break
+            found = _frames_after_seek(container, stream, needed) if needed else {}
+        if found is None:  # the stream's timing does not say where its frames are: from the start, in order
+            with av.open(io.BytesIO(data), mode="r") as container:
+                stream = container.streams.video[0]
+                stream.thread_type = "AUTO"
+                found = _frames_in_order(container.decode(stream), needed)
     except Exception as error:
         raise MediaProblem(f"PyAV cannot decode it: {error}") from None
     missing = sorted(needed - set(found))
@@ -303,3 +302,38 @@ def decode_video(data: memoryview | bytes, wanted: list[int]) -> torch.Tensor:
     if not wanted:
         return torch.empty((0, height, width, 3), dtype=torch.uint8)
     return torch.from_numpy(np.stack([found[index] for index in wanted]))
+
+
+def _frames_in_order(frames: Any, needed: set[int]) -> dict[int, np.ndarray]:
+    """The ``needed`` frames of a stream decoded from its first frame, counted as they come."""
+    last, found = max(needed), {}
+    for index, frame in enumerate(frames):
+        if index in needed:
+            found[index] = frame.to_ndarray(format="rgb24")
+        if index >= last:
+            break
+    return found
+
+
+def _frames_after_seek(container: Any, stream: Any, needed: set[int]) -> dict[int, np.ndarray] | None:
+    """The ``needed`` frames, decoded from the keyframe before the first of them, each frame's index from its
+    time (constant frame rate); None where that cannot be trusted (no timing, or the seek landed past the
+    first frame wanted), and the caller decodes from the start instead."""
+    first, last = min(needed), max(needed)
+    rate, time_base = stream.average_rate, stream.time_base
+    if first == 0 or not rate or not time_base:
+        return None
+    start = stream.start_time or 0
+    container.seek(start + int(Fraction(first) / Fraction(rate) / Fraction(time_base)), stream=stream, backward=True)
+    found: dict[int, np.ndarray] = {}
+    for frame in container.decode(stream):
+        if frame.pts is None:
+            return None
+        index = round(float((frame.pts - start) * Fraction(time_base) * Fraction(rate)))
+        if not found and index > first:
+            return None
+        if index in needed:
+            found[index] = frame.to_ndarray(format="rgb24")
+        if index >= last:
+            break
+    return found

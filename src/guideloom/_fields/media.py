@@ -172,7 +172,8 @@ class VideoValue(MediaValue):
 
     def decode(self, frames: Sequence[int] | None = None, fps: float | None = None) -> torch.Tensor:
         """Frames as a uint8 tensor (time, height, width, 3): all of them, those at the indices ``frames``, or the
-        clip sampled at ``fps`` frames per second. Frames after the last one asked are never decoded."""
+        clip sampled at ``fps`` frames per second. Decoding starts at the keyframe before the first frame asked and
+        stops at the last one."""
         if frames is not None and fps is not None:
             raise ValueError("decode: give frames= or fps=, not both")
         try:
