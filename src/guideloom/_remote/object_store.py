@@ -1,6 +1,6 @@
 """Objects of a storage on an object store: listings, reads, conditional creates, whole downloads, each retried.
 
-Imported only when a storage is opened by URL (fsspec, and s3fs for ``s3://``, come from the ``remote``
+Imported only when a storage is opened by URL (fsspec, s3fs, gcsfs and adlfs come from the ``remote``
 extra). What a service's client does is its backend's (``object_backend``: one module per service, chosen
 by the URL's scheme in ``BACKENDS``); here, what every service shares: the objects' names, retries of
 every request on transient failures (``retries``), errors a user can act on, whether an object found
@@ -16,15 +16,28 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from guideloom._core.errors import StorageNotFoundError
+from guideloom._remote.azure_backend import AzureBackend
 from guideloom._remote.compression import DamagedDownload
 from guideloom._remote.fsspec_backend import FsspecBackend
+from guideloom._remote.gcs_backend import GcsBackend
+from guideloom._remote.http_backend import HttpBackend, ReadOnlyStorageError
 from guideloom._remote.object_backend import Decoder, ListPage, ObjectBackend
 from guideloom._remote.ranged_parts import part_ranges
 from guideloom._remote.retries import RetriesExhausted, Retrying, RetryPolicy
 from guideloom._remote.s3_backend import S3Backend
 
 # The backend of each URL scheme; any other scheme goes through fsspec's generic calls.
-BACKENDS: dict[str, Callable[[str, dict[str, Any]], ObjectBackend]] = {"s3": S3Backend, "s3a": S3Backend}
+BACKENDS: dict[str, Callable[[str, dict[str, Any]], ObjectBackend]] = {
+    "s3": S3Backend,
+    "s3a": S3Backend,
+    "gs": GcsBackend,
+    "gcs": GcsBackend,
+    "az": AzureBackend,
+    "abfs": AzureBackend,
+    "abfss": AzureBackend,
+    "http": HttpBackend,
+    "https": HttpBackend,
+}
 BUCKET_PROTOCOLS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss")  # the first part of the path is a bucket
 COMPARED_TAIL = 64  # bytes at an object's end compared with ours (a shard's footer: its checksums)
 T = TypeVar("T")
@@ -90,7 +103,7 @@ class ObjectStore:
         except FileNotFoundError as error:
             self._check_root(error)  # a missing bucket is StorageNotFoundError: callers let it through
             raise
-        except (FileExistsError, StorageNotFoundError):
+        except (FileExistsError, StorageNotFoundError, ReadOnlyStorageError):
             raise
         except Exception as error:
             raise self.failure(error, doing) from error
