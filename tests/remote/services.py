@@ -159,3 +159,74 @@ def start_s3_proxy(moto_port: int) -> Service:
     """A ``FaultProxy`` in front of the tests' moto server."""
     proxy = FaultProxy(moto_port, {}).start()
     return Service("s3", "s3", proxy, {"endpoint_url": proxy.endpoint})
+
+
+class StaticFiles:
+    """A static HTTP server over a directory, answering ``Range`` requests (as a CDN does), on 127.0.0.1."""
+
+    def __init__(self, directory: Path) -> None:
+        import functools
+        from http.server import ThreadingHTTPServer
+
+        self.requests: list[tuple[str, str, str]] = []  # (method, path, Range header)
+        handler = functools.partial(_RangeHandler, directory=str(directory), served=self)
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server.daemon_threads = True
+        import threading
+
+        threading.Thread(target=self._server.serve_forever, name="static-files", daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def _range_handler_base() -> type[Any]:
+    from http.server import SimpleHTTPRequestHandler
+
+    return SimpleHTTPRequestHandler
+
+
+class _RangeHandler(_range_handler_base()):  # type: ignore[misc]
+    """``SimpleHTTPRequestHandler`` with single byte ranges (``bytes=A-B``, ``bytes=A-``) answered 206."""
+
+    protocol_version = "HTTP/1.1"
+
+    def __init__(self, *args: Any, served: StaticFiles, **kwargs: Any) -> None:
+        self.served = served
+        super().__init__(*args, **kwargs)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_HEAD(self) -> None:
+        self.served.requests.append(("HEAD", self.path, ""))
+        super().do_HEAD()
+
+    def do_GET(self) -> None:
+        byte_range = self.headers.get("Range", "")
+        self.served.requests.append(("GET", self.path, byte_range))
+        path = Path(self.translate_path(self.path))
+        match = re.fullmatch(r"bytes=(\d+)-(\d*)", byte_range)
+        if not byte_range or match is None or not path.is_file():
+            super().do_GET()
+            return
+        data = path.read_bytes()
+        start = int(match.group(1))
+        end = min(len(data), int(match.group(2)) + 1) if match.group(2) else len(data)
+        if start >= len(data):
+            self.send_response(416)
+            self.send_header("Content-Range", f"bytes */{len(data)}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self.send_response(206)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
+        self.send_header("Content-Length", str(end - start))
+        self.end_headers()
+        self.wfile.write(data[start:end])

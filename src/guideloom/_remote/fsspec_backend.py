@@ -62,6 +62,7 @@ class FsspecBackend(FsspecClient):
 
     atomic_creates = False
     ranged_downloads = False
+    listable = True
 
     def _path(self, name: str) -> str:
         """A path as the filesystem names it in listings (without its scheme, in its own spelling)."""

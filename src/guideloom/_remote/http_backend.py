@@ -24,6 +24,8 @@ class ReadOnlyStorageError(OSError):
 class HttpBackend(FsspecBackend):
     """The files under an HTTP(S) URL, read through fsspec (one filesystem per process)."""
 
+    listable = False
+
     def _url(self, key: str) -> str:
         return f"{self.protocol}://{key}"
 

@@ -83,6 +83,11 @@ class ObjectStore:
         """Whether creating an object is atomic against a racing create (If-None-Match)."""
         return self.backend.atomic_creates
 
+    @property
+    def listable(self) -> bool:
+        """Whether the store lists its objects (a static HTTP server does not: its index object lists them)."""
+        return self.backend.listable
+
     def key(self, name: str) -> str:
         return f"{self.root}/{name}"
 
