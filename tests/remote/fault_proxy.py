@@ -159,6 +159,7 @@ class FaultProxy:
 def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # headers and body go as written: no 40 ms wait for a delayed ACK
         upstream: http.client.HTTPConnection | None = None
 
         def log_message(self, format: str, *args: Any) -> None:  # the server's own log is enough
@@ -201,8 +202,15 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
         def _forward(self, body: bytes) -> http.client.HTTPResponse:
             if self.upstream is None:
                 self.upstream = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=120)
-            headers = {name: value for name, value in self.headers.items() if name.lower() not in _HOP_BY_HOP}
-            headers["Content-Length"] = str(len(body))
+                self.upstream.connect()
+                self.upstream.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            headers = {
+                name: value
+                for name, value in self.headers.items()
+                if name.lower() not in _HOP_BY_HOP and name.lower() != "content-length"
+            }
+            if body or self.headers.get("Content-Length") is not None:
+                headers["Content-Length"] = str(len(body))  # a chunked body is forwarded whole
             for attempt in range(2):  # the kept-alive upstream connection may have been closed meanwhile
                 try:
                     self.upstream.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
@@ -234,6 +242,8 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
                     self.send_header(name, value)
             self.send_header("Content-Length", str(size))
             self.end_headers()
+            if not has_body or size == 0:
+                response.read()  # to its end (nothing): else the kept-alive connection cannot take the next request
             if not has_body:
                 proxy.record(self.command, self.path, response.status, self.headers.get("Range", ""), 0)
                 if response.status < 300:

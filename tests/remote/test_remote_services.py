@@ -163,10 +163,13 @@ def test_a_loader_streams_through_a_cache_downloading_each_shard_once(service: S
     downloads = _shard_downloads(service, since)
     assert sorted(set(downloads)) == [f"{shard:012d}.shard" for shard in range(SHARDS)]
     assert len(downloads) == SHARDS
+    sizes = ObjectStore(service.url, service.options).listing("shards")
+    downloaded = sum(size for _, _, size in service.service.object_reads(service.bucket, ".shard")[since:])
+    assert downloaded == sum(size for name, size in sizes.items() if name.endswith(".shard"))
 
 
 def test_a_throttling_answer_is_retried(service: ServiceStorage, tmp_path: Path) -> None:
-    written = _write(_storage(service, tmp_path / "writer"), shards=2)
+    written = _write(_storage(service, tmp_path / "writer"), shards=1)
     proxy = service.service.proxy
     proxy.rates, proxy.applies, proxy.max_in_a_row = {"slow_down": 1.0}, _a_shard_read, 1
     try:
