@@ -9,8 +9,7 @@ import fsspec
 import numpy as np
 import pytest
 
-from guideloom import StatefulDataLoader, StorageNotFoundError, TokenStorage
-from guideloom._remote.http_backend import ReadOnlyStorageError
+from guideloom import ReadOnlyStorageError, StatefulDataLoader, StorageNotFoundError, TokenStorage
 from tests.remote.services import Service, StaticFiles
 
 

@@ -12,13 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from guideloom._core.errors import ReadOnlyStorageError
 from guideloom._remote.fsspec_backend import FsspecBackend
 from guideloom._remote.object_backend import Decoder, ListPage
 from guideloom._remote.retries import Retrying
-
-
-class ReadOnlyStorageError(OSError):
-    """A write to a storage served over HTTP(S), which can only be read."""
 
 
 class HttpBackend(FsspecBackend):

@@ -15,12 +15,12 @@ from functools import partial
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from guideloom._core.errors import StorageNotFoundError
+from guideloom._core.errors import ReadOnlyStorageError, StorageNotFoundError
 from guideloom._remote.azure_backend import AzureBackend
 from guideloom._remote.compression import DamagedDownload
 from guideloom._remote.fsspec_backend import FsspecBackend
 from guideloom._remote.gcs_backend import GcsBackend
-from guideloom._remote.http_backend import HttpBackend, ReadOnlyStorageError
+from guideloom._remote.http_backend import HttpBackend
 from guideloom._remote.object_backend import Decoder, ListPage, ObjectBackend
 from guideloom._remote.ranged_parts import part_ranges
 from guideloom._remote.retries import RetriesExhausted, Retrying, RetryPolicy
