@@ -69,6 +69,7 @@ def s3_service(s3_server: S3Server) -> Iterator[Service]:
 
 @pytest.fixture(scope="session")
 def gcs_service(s3_server: S3Server) -> Iterator[Service]:  # s3_server: the dummy credentials and default cache
+    pytest.importorskip("gcp_storage_emulator", reason="the GCS emulator comes with the test extra")
     service = start_gcs(free_port())
     yield service
     service.stop()

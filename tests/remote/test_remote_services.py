@@ -16,6 +16,7 @@ import numpy as np
 
 from guideloom import DocumentJsonFormat, DocumentStorage, ShardExistsError, StatefulDataLoader, TokenStorage
 from guideloom._remote.object_store import ObjectStore
+from guideloom._shards.checkpoints import CHECKPOINT_BYTES
 from tests.remote.conftest import ServiceStorage
 
 SHARDS = 8
@@ -181,3 +182,33 @@ def test_a_throttling_answer_is_retried(service: ServiceStorage, tmp_path: Path)
 
 def _a_shard_read(method: str, target: str) -> bool:
     return method == "GET" and ".shard" in target.replace("%2F", "/").replace("%2f", "/")
+
+
+def test_a_machine_downloads_only_its_part_of_the_shards_it_shares(service: ServiceStorage, tmp_path: Path) -> None:
+    corpus = [np.random.default_rng(shard).integers(0, 50_000, 40_000, dtype=np.uint32) for shard in range(4)]
+    for storage in (TokenStorage(tmp_path / "local"), _storage(service, tmp_path / "writer")):
+        with storage.sync_writer() as writer:
+            for shard, tokens in enumerate(corpus):
+                writer.append(shard, tokens)
+    since = len(service.service.object_reads(service.bucket, ".shard"))
+
+    def batches(storage: TokenStorage) -> list[list[int]]:  # the second of four machines, windowed
+        loader = StatefulDataLoader.from_storage(
+            storage,
+            device="cpu",
+            local_batch_size=4,
+            sequence_length=2049,
+            shuffle=True,
+            seed=5,
+            shuffle_window=2,
+            rank=1,
+            world_size=4,
+        )
+        with loader:
+            return [batch.tolist() for batch in loader]
+
+    read = batches(_storage(service, tmp_path / "machine"))
+    assert read == batches(TokenStorage(tmp_path / "local"))
+    downloaded = sum(size for _, _, size in service.service.object_reads(service.bucket, ".shard")[since:])
+    share = sum(len(batch) for batch in read) * 2049 * 4
+    assert downloaded <= share + 2 * (CHECKPOINT_BYTES + 4096)  # its windows' pieces and the shards' tails
