@@ -1,9 +1,9 @@
 """The same storage behaviours on each object-store service (S3, GCS, Azure), each a real emulator.
 
 Parametrised over the services by the ``service`` fixture (tests/remote/services.py): writing and reading,
-racing commits (exactly one writer wins each shard), the index object, compression, parts of shards,
-streaming through a cache (each shard downloaded once, counted at the service's proxy), and a service's
-throttling answer retried. Everything else runs on S3 only (moto): the shared code above the backends.
+racing commits (exactly one writer wins each shard), conditional creates, ranged reads, listing pages,
+the index object, compression, parts of shards, streaming through a cache and readers sharing one (each
+shard downloaded once, counted at the service's proxy), and a service's throttling answer retried. Everything else runs on S3 only (moto): the shared code above the backends.
 """
 
 from __future__ import annotations
@@ -212,3 +212,19 @@ def test_a_machine_downloads_only_its_part_of_the_shards_it_shares(service: Serv
     downloaded = sum(size for _, _, size in service.service.object_reads(service.bucket, ".shard")[since:])
     share = sum(len(batch) for batch in read) * 2049 * 4
     assert downloaded <= share + 2 * (CHECKPOINT_BYTES + 4096)  # its windows' pieces and the shards' tails
+
+
+def test_readers_sharing_a_cache_download_each_shard_once(service: ServiceStorage, tmp_path: Path) -> None:
+    written = _write(_storage(service, tmp_path / "writer"))
+    since = len(service.service.object_reads(service.bucket, ".shard"))
+    readers = [_storage(service, tmp_path / "shared") for _ in range(2)]
+    results: list[list[list[int]]] = []
+    threads = [
+        threading.Thread(target=lambda storage=storage: results.append(_read_all(storage))) for storage in readers
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [written, written]
+    assert sorted(_shard_downloads(service, since)) == [f"{shard:012d}.shard" for shard in range(SHARDS)]
