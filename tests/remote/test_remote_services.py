@@ -1,9 +1,10 @@
 """The same storage behaviours on each object-store service (S3, GCS, Azure), each a real emulator.
 
-Parametrised over the services by the ``service`` fixture (tests/remote/services.py): writing and reading,
-racing commits (exactly one writer wins each shard), conditional creates, ranged reads, listing pages,
-the index object, compression, parts of shards, streaming through a cache and readers sharing one (each
-shard downloaded once, counted at the service's proxy), and a service's throttling answer retried. Everything else runs on S3 only (moto): the shared code above the backends.
+Parametrised over the services by the ``service`` fixture (tests/remote/services.py): writing and reading, racing commits (exactly one
+writer wins each shard), conditional creates, ranged reads, listing pages, the index object, compression, parts of
+shards, streaming through a cache and readers sharing one (each shard downloaded once, counted at the service's
+proxy), a large shard's upload racing another, and a service's throttling answer retried. Everything else runs on S3 only (moto): the shared code above the
+backends.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from guideloom import DocumentJsonFormat, DocumentStorage, ShardExistsError, StatefulDataLoader, TokenStorage
 from guideloom._remote.object_store import ObjectStore
@@ -228,3 +230,17 @@ def test_readers_sharing_a_cache_download_each_shard_once(service: ServiceStorag
         thread.join()
     assert results == [written, written]
     assert sorted(_shard_downloads(service, since)) == [f"{shard:012d}.shard" for shard in range(SHARDS)]
+
+
+def test_a_shard_larger_than_one_simple_upload_commits_once(service: ServiceStorage, tmp_path: Path) -> None:
+    big = np.arange(2 << 20, dtype=np.uint32)  # 8 MiB: a resumable upload on GCS
+    first, second = (_storage(service, tmp_path / name).sync_writer() for name in ("a", "b"))
+    first.append(0, big)
+    second.append(0, big[::-1].copy())
+    first.commit(0)
+    with pytest.raises(ShardExistsError):
+        second.commit(0)
+    first.close()
+    second.close()
+    with _storage(service, tmp_path / "reader").sync_reader() as reader:
+        assert np.array_equal(reader.read(0), big)
