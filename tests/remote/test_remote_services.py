@@ -1,10 +1,10 @@
 """The same storage behaviours on each object-store service (S3, GCS, Azure), each a real emulator.
 
-Parametrised over the services by the ``service`` fixture (tests/remote/services.py): writing and reading, racing commits (exactly one
-writer wins each shard), conditional creates, ranged reads, listing pages, the index object, compression, parts of
-shards, streaming through a cache and readers sharing one (each shard downloaded once, counted at the service's
-proxy), a large shard's upload racing another, and a service's throttling answer retried. Everything else runs on S3 only (moto): the shared code above the
-backends.
+Parametrised over the services by the ``service`` fixture (tests/remote/services.py): writing and reading, racing
+commits (exactly one writer wins each shard), conditional creates, ranged reads, listing pages, the index object,
+compression, parts of shards, streaming through a cache and readers sharing one (each shard downloaded once, counted
+at the service's proxy), a large shard's upload racing another, and a service's throttling answer retried.
+Everything else runs on S3 only (moto): the shared code above the backends.
 """
 
 from __future__ import annotations
