@@ -9,6 +9,7 @@ Everything else runs on S3 only (moto): the shared code above the backends.
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import numpy as np
 import pytest
 
 from guideloom import DocumentJsonFormat, DocumentStorage, ShardExistsError, StatefulDataLoader, TokenStorage
+from guideloom._cli import main
 from guideloom._remote.object_store import ObjectStore
 from guideloom._shards.checkpoints import CHECKPOINT_BYTES
 from tests.remote.conftest import ServiceStorage
@@ -244,3 +246,16 @@ def test_a_shard_larger_than_one_simple_upload_commits_once(service: ServiceStor
     second.close()
     with _storage(service, tmp_path / "reader").sync_reader() as reader:
         assert np.array_equal(reader.read(0), big)
+
+
+def test_the_command_line_inspects_verifies_and_indexes_a_storage(
+    service: ServiceStorage, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _write(_storage(service, tmp_path / "writer"), shards=3)
+    options = ["--storage-options", json.dumps(service.options)]
+    assert main(["inspect", service.url, *options]) == 0
+    assert "shards:     3" in capsys.readouterr().out
+    assert main(["verify", service.url, *options]) == 0
+    assert "ok: 3 shards" in capsys.readouterr().out
+    assert main(["index", service.url, *options]) == 0
+    assert ObjectStore(service.url, service.options).read("shards.index") is not None
