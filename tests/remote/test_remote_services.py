@@ -173,15 +173,18 @@ def test_a_loader_streams_through_a_cache_downloading_each_shard_once(service: S
     assert downloaded == sum(size for name, size in sizes.items() if name.endswith(".shard"))
 
 
-def test_a_throttling_answer_is_retried(service: ServiceStorage, tmp_path: Path) -> None:
+@pytest.mark.parametrize("fault", ["slow_down", "reset_before"])
+def test_a_throttling_answer_or_a_reset_connection_is_retried(
+    service: ServiceStorage, tmp_path: Path, fault: str
+) -> None:
     written = _write(_storage(service, tmp_path / "writer"), shards=1)
     proxy = service.service.proxy
-    proxy.rates, proxy.applies, proxy.max_in_a_row = {"slow_down": 1.0}, _a_shard_read, 1
+    proxy.rates, proxy.applies, proxy.max_in_a_row = {fault: 1.0}, _a_shard_read, 1
     try:
         assert _read_all(_storage(service, tmp_path / "reader")) == written
     finally:
         proxy.rates, proxy.applies = {}, None
-    assert proxy.injected["slow_down"] >= 1
+    assert proxy.injected[fault] >= 1
 
 
 def _a_shard_read(method: str, target: str) -> bool:
