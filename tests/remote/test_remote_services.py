@@ -17,7 +17,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from guideloom import DocumentJsonFormat, DocumentStorage, ShardExistsError, StatefulDataLoader, TokenStorage
+from guideloom import (
+    DocumentJsonFormat,
+    DocumentStorage,
+    ShardExistsError,
+    StatefulDataLoader,
+    StorageNotFoundError,
+    TokenStorage,
+)
 from guideloom._cli import main
 from guideloom._remote.object_store import ObjectStore
 from guideloom._shards.checkpoints import CHECKPOINT_BYTES
@@ -262,3 +269,9 @@ def test_the_command_line_inspects_verifies_and_indexes_a_storage(
     assert "ok: 3 shards" in capsys.readouterr().out
     assert main(["index", service.url, *options]) == 0
     assert ObjectStore(service.url, service.options).read("shards.index") is not None
+
+
+def test_a_missing_bucket_is_no_storage(service: ServiceStorage, tmp_path: Path) -> None:
+    url = service.service.url("no-such-bucket-here")
+    with pytest.raises(StorageNotFoundError, match="no storage at"):
+        TokenStorage(url, storage_options=service.options, cache_dir=tmp_path).sync_reader()
