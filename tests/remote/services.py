@@ -5,7 +5,8 @@ Storage, an npm process). Each is reached through a ``FaultProxy`` that records 
 path, status, range, bytes), so tests count requests and bytes at the server side and can inject a
 service's throttling. gcp-storage-emulator ignores ``ifGenerationMatch=0`` (a second create overwrites),
 so its proxy answers GCS's 412 itself: an upload asking it, for an object that exists, is refused, one
-such upload at a time. Azurite answers ``If-None-Match: *`` with 409 itself; moto answers 412.
+such upload at a time (a resumable upload's condition is checked when it begins; GCS checks it when it
+completes). Azurite answers ``If-None-Match: *`` with 409 itself; moto answers 412.
 """
 
 from __future__ import annotations
