@@ -66,6 +66,8 @@ def test_writing_to_a_served_storage_is_refused(served: tuple[StaticFiles, list[
     with pytest.raises(ReadOnlyStorageError, match="read only"):
         with storage.sync_writer() as writer:
             writer.append(9, [1, 2, 3])
+    with pytest.raises(ReadOnlyStorageError, match="read only"):
+        storage.write_index()
 
 
 def test_a_served_directory_without_a_storage_is_named(
