@@ -275,3 +275,24 @@ def test_a_missing_bucket_is_no_storage(service: ServiceStorage, tmp_path: Path)
     url = service.service.url("no-such-bucket-here")
     with pytest.raises(StorageNotFoundError, match="no storage at"):
         TokenStorage(url, storage_options=service.options, cache_dir=tmp_path).sync_reader()
+
+
+CREDENTIAL_HINTS = {
+    "s3": "AWS_ACCESS_KEY_ID",
+    "gcs": "GOOGLE_APPLICATION_CREDENTIALS",
+    "azure": "AZURE_STORAGE_ACCOUNT",
+}
+
+
+def test_a_denied_request_is_a_permission_error_naming_the_services_credentials(
+    service: ServiceStorage, tmp_path: Path
+) -> None:
+    _write(_storage(service, tmp_path / "writer"), shards=1)
+    proxy = service.service.proxy
+    proxy.rates, proxy.max_in_a_row = {"forbidden": 1.0}, 100
+    hint = CREDENTIAL_HINTS[service.service.name]
+    try:
+        with pytest.raises(PermissionError, match=rf"(?s)guideloom\.json was denied.*{hint}"):
+            _storage(service, tmp_path / "reader")
+    finally:
+        proxy.rates = {}

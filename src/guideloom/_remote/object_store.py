@@ -39,6 +39,21 @@ BACKENDS: dict[str, Callable[[str, dict[str, Any]], ObjectBackend]] = {
     "https": HttpBackend,
 }
 BUCKET_PROTOCOLS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss")  # the first part of the path is a bucket
+# Words of a denied request's error, by service: S3's codes, gcsfs's 403, Azure's codes and exception.
+DENIED = ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoCredentials", "credentials")
+DENIED += ("Forbidden", "AuthenticationFailed", "AuthorizationFailure", "ClientAuthenticationError")
+# Where each service's client looks for credentials without storage_options (named in a denied request's error).
+CREDENTIALS = {
+    "s3": "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_PROFILE",
+    "gs": "GOOGLE_APPLICATION_CREDENTIALS, or storage_options={'token': ...}",
+    "az": "AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY, or AZURE_STORAGE_CONNECTION_STRING",
+}
+CREDENTIALS |= {
+    "s3a": CREDENTIALS["s3"],
+    "gcs": CREDENTIALS["gs"],
+    "abfs": CREDENTIALS["az"],
+    "abfss": CREDENTIALS["az"],
+}
 COMPARED_TAIL = 64  # bytes at an object's end compared with ours (a shard's footer: its checksums)
 T = TypeVar("T")
 A = TypeVar("A")
@@ -258,11 +273,10 @@ class ObjectStore:
             reason = f"the object store{where} cannot be reached, " if unreachable else ""
             return ConnectionError(f"{doing} failed: {reason}{error} (see storage_options['request_attempts'])")
         text = str(error) or type(error).__name__
-        denied = ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoCredentials", "credentials")
-        if isinstance(error, PermissionError) or any(word in text or word in type(error).__name__ for word in denied):
+        if isinstance(error, PermissionError) or any(word in text or word in type(error).__name__ for word in DENIED):
             return PermissionError(
                 f"{doing} was denied: {text} (credentials come from storage_options or the usual environment "
-                "variables, e.g. AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_PROFILE)"
+                f"variables, e.g. {CREDENTIALS.get(self.protocol, CREDENTIALS['s3'])})"
             )
         kind = type(error).__name__
         if "Connect" in kind or "Timeout" in kind or isinstance(error, ConnectionError | TimeoutError):
