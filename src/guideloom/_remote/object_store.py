@@ -40,8 +40,10 @@ BACKENDS: dict[str, Callable[[str, dict[str, Any]], ObjectBackend]] = {
 }
 BUCKET_PROTOCOLS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss")  # the first part of the path is a bucket
 # Words of a denied request's error, by service: S3's codes, gcsfs's 403, Azure's codes and exception.
-DENIED = ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoCredentials", "credentials")
-DENIED += ("Forbidden", "AuthenticationFailed", "AuthorizationFailure", "ClientAuthenticationError")
+DENIED = (
+    *("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoCredentials", "credentials"),
+    *("Forbidden", "AuthenticationFailed", "AuthorizationFailure", "ClientAuthenticationError"),
+)
 # Where each service's client looks for credentials without storage_options (named in a denied request's error).
 CREDENTIALS = {
     "s3": "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_PROFILE",
