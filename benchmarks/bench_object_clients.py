@@ -1,6 +1,7 @@
 """Object-store clients side by side on the local S3 server: whole-object downloads and listings.
 
     python -m benchmarks.bench_object_clients [--megabytes 64] [--objects 10000] [--repeats 3]
+    python -m benchmarks.bench_object_clients --services [--objects 1000] [--repeats 3]
 
 What guideloom needs from a client is a whole shard streamed into a cache file, and one listing of
 a ``shards/`` prefix with many objects. Compared: guideloom's S3 backend (s3fs's client, its GET's body
@@ -8,6 +9,12 @@ streamed; its listing in ``ListObjectsV2`` pages), s3fs's ``cat_file`` and ``ls`
 object_store), and boto3 as the straightforward baseline.
 The server is ``remote/s3_server.py`` in its own process. The best of ``--repeats`` runs counts (a
 shared machine only ever slows a run). Results go to ``results/object_clients.json`` and ``.md``.
+
+``--services``: fsspec's client for each service (s3fs, gcsfs, adlfs) beside obstore on the emulators
+the tests run on (moto, gcp-storage-emulator, Azurite, each behind the tests' recording proxy, which
+answers GCS's 412 for the emulator): ranged GETs of 4 KiB to 4 MiB, a listing of ``--objects`` objects
+(in pages where the client pages), and conditional creates (new names, then the same names refused).
+Results go to ``results/object_clients_services.json`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -58,7 +65,13 @@ def main() -> None:
     parser.add_argument("--megabytes", type=int, default=64)
     parser.add_argument("--objects", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--services", action="store_true", help="compare the clients on each service's emulator")
     arguments = parser.parse_args()
+    if arguments.services:
+        from benchmarks.object_services import compare_services
+
+        compare_services(arguments.objects, arguments.repeats)
+        return
     import boto3
     import obstore
 

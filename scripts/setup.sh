@@ -23,3 +23,13 @@ fi
 say "installing guideloom[${extras}] (editable) and its dependencies"
 python -m pip install --quiet --disable-pip-version-check -e ".[${extras}]"
 say "ready: $(python -c 'import sys; print(sys.executable)')"
+# Azurite (Azure Blob Storage's emulator, npm) for the remote tests, into an ignored folder of the repository.
+if [ -x .azurite/node_modules/.bin/azurite-blob ]; then
+  say "azurite is installed"
+elif command -v npm >/dev/null; then
+  say "installing azurite (npm) into .azurite/"
+  npm install --silent --no-audit --no-fund --prefix .azurite azurite >/dev/null \
+    || say "azurite could not be installed: the remote tests on Azure will be skipped"
+else
+  say "npm not found: the remote tests on Azure (Azurite) will be skipped"
+fi

@@ -10,11 +10,17 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
 from tests.helpers.processes import free_port
 from tests.remote.s3_support import DUMMY_CREDENTIALS, RequestLog, S3Server
+from tests.remote.services import AZURITE, SERVICES, Service, start_azurite, start_gcs, start_s3_proxy
+
+# gcsfs asks each bucket's layout over gRPC unless told not to: against the emulator, a minute a call.
+os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
 
 
 @pytest.fixture(scope="session")
@@ -52,3 +58,45 @@ def bucket(s3_server: S3Server) -> str:
 def s3_url(bucket: str) -> str:
     """The URL of a storage that does not exist yet, in a fresh bucket."""
     return f"s3://{bucket}/corpus"
+
+
+@pytest.fixture(scope="session")
+def s3_service(s3_server: S3Server) -> Iterator[Service]:
+    service = start_s3_proxy(s3_server.port)
+    yield service
+    service.stop()
+
+
+@pytest.fixture(scope="session")
+def gcs_service(s3_server: S3Server) -> Iterator[Service]:  # s3_server: the dummy credentials and default cache
+    pytest.importorskip("gcp_storage_emulator", reason="the GCS emulator comes with the test extra")
+    service = start_gcs(free_port())
+    yield service
+    service.stop()
+
+
+@pytest.fixture(scope="session")
+def azure_service(s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    if not AZURITE.exists():
+        pytest.skip("Azurite is not installed (scripts/setup.sh installs it with npm)")
+    service = start_azurite(free_port(), tmp_path_factory.mktemp("azurite"))
+    yield service
+    service.stop()
+
+
+@dataclass
+class ServiceStorage:
+    """Where a test's storage lives on one service: its URL (not created yet), options and the service."""
+
+    service: Service
+    bucket: str
+    url: str
+    options: dict[str, Any]
+
+
+@pytest.fixture(params=SERVICES)
+def service(request: pytest.FixtureRequest) -> ServiceStorage:
+    """A storage URL in a fresh bucket on each service (S3, GCS, Azure) in turn."""
+    running: Service = request.getfixturevalue(f"{request.param}_service")
+    bucket = running.new_bucket()
+    return ServiceStorage(running, bucket, running.url(bucket), dict(running.options))

@@ -88,6 +88,8 @@ class FaultProxy:
         self.injected: Counter[str] = Counter()  # faults met, by name (a short body only cuts a GET's)
         self.cut_short: list[str] = []  # paths of the bodies cut short, in order
         self.forwarded = 0
+        self.answered: list[tuple[str, str, int, str, int]] = []  # (method, path, status, Range header, body bytes)
+        self.serial = threading.Lock()  # held through the requests ``exclusive`` names, one at a time
         self._seen: Counter[str] = Counter()
         self._in_a_row: Counter[str] = Counter()
         self._lock = threading.Lock()
@@ -111,6 +113,18 @@ class FaultProxy:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+    def exclusive(self, method: str, target: str) -> bool:
+        """Whether this request is handled alone (checked, forwarded and answered under ``serial``)."""
+        return False
+
+    def refusal(self, method: str, target: str, body: bytes) -> tuple[int, str, bytes] | None:
+        """(status, content type, body) the proxy answers instead of the server; None: handled as usual."""
+        return None
+
+    def record(self, method: str, target: str, status: int, byte_range: str, size: int) -> None:
+        with self._lock:
+            self.answered.append((method, target, status, byte_range, size))
 
     def choose(self, method: str, target: str) -> str | None:
         """The fault this request meets (None: forwarded as it is)."""
@@ -145,6 +159,7 @@ class FaultProxy:
 def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # headers and body go as written: no 40 ms wait for a delayed ACK
         upstream: http.client.HTTPConnection | None = None
 
         def log_message(self, format: str, *args: Any) -> None:  # the server's own log is enough
@@ -173,18 +188,29 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
                 f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code><Message>{message}</Message>'
                 f"<Resource>{self.path}</Resource><RequestId>fault-proxy</RequestId></Error>"
             ).encode()
+            self._send(status, "application/xml", body)
+
+        def _send(self, status: int, content_type: str, body: bytes) -> None:
             self.send_response(status)
-            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(body)
+            proxy.record(self.command, self.path, status, self.headers.get("Range", ""), len(body))
 
         def _forward(self, body: bytes) -> http.client.HTTPResponse:
             if self.upstream is None:
                 self.upstream = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=120)
-            headers = {name: value for name, value in self.headers.items() if name.lower() not in _HOP_BY_HOP}
-            headers["Content-Length"] = str(len(body))
+                self.upstream.connect()
+                self.upstream.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            headers = {
+                name: value
+                for name, value in self.headers.items()
+                if name.lower() not in _HOP_BY_HOP and name.lower() != "content-length"
+            }
+            if body or self.headers.get("Content-Length") is not None:
+                headers["Content-Length"] = str(len(body))  # a chunked body is forwarded whole
             for attempt in range(2):  # the kept-alive upstream connection may have been closed meanwhile
                 try:
                     self.upstream.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
@@ -216,12 +242,16 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
                     self.send_header(name, value)
             self.send_header("Content-Length", str(size))
             self.end_headers()
+            if not has_body or size == 0:
+                response.read()  # to its end (nothing): else the kept-alive connection cannot take the next request
             if not has_body:
+                proxy.record(self.command, self.path, response.status, self.headers.get("Range", ""), 0)
                 if response.status < 300:
                     with proxy._lock:
                         proxy.delivered[(self.command, self.path)] += 1
                 return
             limit = size // 2 if cut_short else size
+            proxy.record(self.command, self.path, response.status, self.headers.get("Range", ""), limit)
             sent = 0
             if data:
                 self.wfile.write(data[:limit])
@@ -239,6 +269,17 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
 
         def _handle(self) -> None:
             body = self._body()
+            if proxy.exclusive(self.command, self.path):
+                with proxy.serial:
+                    self._handle_body(body)
+            else:
+                self._handle_body(body)
+
+        def _handle_body(self, body: bytes) -> None:
+            refused = proxy.refusal(self.command, self.path, body)
+            if refused is not None:
+                self._send(*refused)
+                return
             fault = proxy.choose(self.command, self.path)
             if fault in _ANSWERED:
                 self._answer(fault)

@@ -26,6 +26,7 @@ class DictBackend:
 
     atomic_creates = True
     ranged_downloads = False
+    listable = True
     objects: ClassVar[dict[str, bytes]] = {}
     hiccups: ClassVar[list[str]] = []  # keys whose next read fails once with a Hiccup
     lock = threading.Lock()

@@ -32,6 +32,12 @@ class ShardExistsError(GuideloomError, FileExistsError):
     __module__ = "guideloom"
 
 
+class ReadOnlyStorageError(GuideloomError, OSError):
+    """A write to a storage that can only be read (one served over HTTP(S) by a static server or CDN)."""
+
+    __module__ = "guideloom"
+
+
 class CorruptStorageError(GuideloomError):
     """A file of the storage is truncated, damaged or fails its checksum."""
 

@@ -2,8 +2,9 @@
 fsspec's generic, public calls.
 
 Without a conditional put here, a create is "check, then put": two writers racing for one name may both
-think they created it (see docs/object-storage.md). A listing is one answer holding everything (fsspec's
-``ls``), a download one ``get_file`` or a read through the decoder.
+think they created it (see docs/object-storage.md); ``ConditionalFsspecBackend`` is the base of the services
+whose fsspec client creates atomically (``mode="create"``: GCS, Azure). A listing is one answer holding
+everything (fsspec's ``ls``), a download one ``get_file`` or a read through the decoder.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class FsspecBackend(FsspecClient):
 
     atomic_creates = False
     ranged_downloads = False
+    listable = True
 
     def _path(self, name: str) -> str:
         """A path as the filesystem names it in listings (without its scheme, in its own spelling)."""
@@ -134,3 +136,23 @@ class FsspecBackend(FsspecClient):
 
     def missing_bucket(self, error: FileNotFoundError) -> bool:
         return "NoSuchBucket" in str(error) or "specified bucket does not exist" in str(error)
+
+
+class ConditionalFsspecBackend(FsspecBackend):
+    """A service whose fsspec client creates an object only where it is absent, in one request the service
+    checks (fsspec's ``mode="create"``, answered by ``FileExistsError`` where the object exists)."""
+
+    atomic_creates = True
+
+    def create(self, key: str, source: bytes | Path, retrying: Retrying, doing: str) -> bool | None:
+        def put(_: int) -> bool | None:
+            try:
+                if isinstance(source, Path):
+                    self.fs.put_file(str(source), key, mode="create")
+                else:
+                    self.fs.pipe_file(key, source, mode="create")
+            except FileExistsError:  # another writer's object, or our earlier attempt's whose answer was lost
+                return None
+            return True
+
+        return retrying.call(doing, put)

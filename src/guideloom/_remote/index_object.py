@@ -42,11 +42,13 @@ def index_object_bytes(table: ShardTable, header: StorageHeader, url: str) -> by
 
 
 def parse_index_object(
-    raw: bytes, total: int, header: StorageHeader, url: str, limit: int = MAX_INDEX_BYTES
+    raw: bytes, total: int, header: StorageHeader, url: str, limit: int = MAX_INDEX_BYTES, any_location: bool = False
 ) -> ShardTable | str:
     """The shards an index object names, or the problem that makes it unusable (a sentence naming it).
 
     ``raw`` is the object's first ``limit`` bytes and ``total`` its size: a larger object is refused unread.
+    ``any_location``: the index may name another storage location (files served over HTTP are a copy of a
+    storage written elsewhere); its header must still match.
     """
     name = f"{url}/{INDEX_OBJECT}"
     if total > limit:
@@ -60,7 +62,7 @@ def parse_index_object(
         return f"{name} has index version {version}, which this guideloom does not read"
     if header_checksum != header.checksum:
         return f"{name} was written for another storage header (copied from another storage?)"
-    if location != location_check(url):
+    if location != location_check(url) and not any_location:
         return f"{name} was written for a storage at another location (copied from another storage?)"
     if total != PREAMBLE.size + count * RECORD.itemsize:
         return f"{name} has {total - PREAMBLE.size} bytes of records for {count} shards: cut short or extended"

@@ -42,9 +42,15 @@ class ListedStorage(Protocol):
 
 
 def read_index_object(files: ListedStorage, header: StorageHeader) -> ShardTable | str | None:
-    """The storage's index object: its shards, the problem that makes it unusable, or None where there is none."""
+    """The storage's index object: its shards, the problem that makes it unusable, or None where there is none.
+
+    A store that cannot list (a static HTTP server) serves a copy of a storage written elsewhere: its index
+    object was written for that location."""
     found = files.store.read_start(INDEX_OBJECT, MAX_INDEX_BYTES)
-    return None if found is None else parse_index_object(found[0], found[1], header, files.url, MAX_INDEX_BYTES)
+    if found is None:
+        return None
+    copy = not files.store.listable
+    return parse_index_object(found[0], found[1], header, files.url, MAX_INDEX_BYTES, any_location=copy)
 
 
 def listed_id(name: str) -> int:

@@ -46,6 +46,7 @@ class ObjectBackend(Protocol):
 
     atomic_creates: bool  # whether ``create`` is atomic against a racing create (a conditional put)
     ranged_downloads: bool  # whether ``download_ranges`` may be used (ranged GETs side by side)
+    listable: bool  # whether ``list_page`` lists (a static HTTP server cannot: read through the index object)
 
     def list_page(self, folder: str, start_after: str, page: str | None) -> ListPage:
         """The objects directly in ``folder`` whose names sort after ``start_after`` (``page``: where an earlier

@@ -1,6 +1,6 @@
 """Objects of a storage on an object store: listings, reads, conditional creates, whole downloads, each retried.
 
-Imported only when a storage is opened by URL (fsspec, and s3fs for ``s3://``, come from the ``remote``
+Imported only when a storage is opened by URL (fsspec, s3fs, gcsfs and adlfs come from the ``remote``
 extra). What a service's client does is its backend's (``object_backend``: one module per service, chosen
 by the URL's scheme in ``BACKENDS``); here, what every service shares: the objects' names, retries of
 every request on transient failures (``retries``), errors a user can act on, whether an object found
@@ -15,17 +15,47 @@ from functools import partial
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from guideloom._core.errors import StorageNotFoundError
+from guideloom._core.errors import ReadOnlyStorageError, StorageNotFoundError
+from guideloom._remote.azure_backend import AzureBackend
 from guideloom._remote.compression import DamagedDownload
 from guideloom._remote.fsspec_backend import FsspecBackend
+from guideloom._remote.gcs_backend import GcsBackend
+from guideloom._remote.http_backend import HttpBackend
 from guideloom._remote.object_backend import Decoder, ListPage, ObjectBackend
 from guideloom._remote.ranged_parts import part_ranges
 from guideloom._remote.retries import RetriesExhausted, Retrying, RetryPolicy
 from guideloom._remote.s3_backend import S3Backend
 
 # The backend of each URL scheme; any other scheme goes through fsspec's generic calls.
-BACKENDS: dict[str, Callable[[str, dict[str, Any]], ObjectBackend]] = {"s3": S3Backend, "s3a": S3Backend}
+BACKENDS: dict[str, Callable[[str, dict[str, Any]], ObjectBackend]] = {
+    "s3": S3Backend,
+    "s3a": S3Backend,
+    "gs": GcsBackend,
+    "gcs": GcsBackend,
+    "az": AzureBackend,
+    "abfs": AzureBackend,
+    "abfss": AzureBackend,
+    "http": HttpBackend,
+    "https": HttpBackend,
+}
 BUCKET_PROTOCOLS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss")  # the first part of the path is a bucket
+# Words of a denied request's error, by service: S3's codes, gcsfs's 403, Azure's codes and exception.
+DENIED = (
+    *("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoCredentials", "credentials"),
+    *("Forbidden", "AuthenticationFailed", "AuthorizationFailure", "ClientAuthenticationError"),
+)
+# Where each service's client looks for credentials without storage_options (named in a denied request's error).
+CREDENTIALS = {
+    "s3": "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_PROFILE",
+    "gs": "GOOGLE_APPLICATION_CREDENTIALS, or storage_options={'token': ...}",
+    "az": "AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY, or AZURE_STORAGE_CONNECTION_STRING",
+}
+CREDENTIALS |= {
+    "s3a": CREDENTIALS["s3"],
+    "gcs": CREDENTIALS["gs"],
+    "abfs": CREDENTIALS["az"],
+    "abfss": CREDENTIALS["az"],
+}
 COMPARED_TAIL = 64  # bytes at an object's end compared with ours (a shard's footer: its checksums)
 T = TypeVar("T")
 A = TypeVar("A")
@@ -70,6 +100,11 @@ class ObjectStore:
         """Whether creating an object is atomic against a racing create (If-None-Match)."""
         return self.backend.atomic_creates
 
+    @property
+    def listable(self) -> bool:
+        """Whether the store lists its objects (a static HTTP server does not: its index object lists them)."""
+        return self.backend.listable
+
     def key(self, name: str) -> str:
         return f"{self.root}/{name}"
 
@@ -90,7 +125,7 @@ class ObjectStore:
         except FileNotFoundError as error:
             self._check_root(error)  # a missing bucket is StorageNotFoundError: callers let it through
             raise
-        except (FileExistsError, StorageNotFoundError):
+        except (FileExistsError, StorageNotFoundError, ReadOnlyStorageError):
             raise
         except Exception as error:
             raise self.failure(error, doing) from error
@@ -240,11 +275,10 @@ class ObjectStore:
             reason = f"the object store{where} cannot be reached, " if unreachable else ""
             return ConnectionError(f"{doing} failed: {reason}{error} (see storage_options['request_attempts'])")
         text = str(error) or type(error).__name__
-        denied = ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoCredentials", "credentials")
-        if isinstance(error, PermissionError) or any(word in text or word in type(error).__name__ for word in denied):
+        if isinstance(error, PermissionError) or any(word in text or word in type(error).__name__ for word in DENIED):
             return PermissionError(
                 f"{doing} was denied: {text} (credentials come from storage_options or the usual environment "
-                "variables, e.g. AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_PROFILE)"
+                f"variables, e.g. {CREDENTIALS.get(self.protocol, CREDENTIALS['s3'])})"
             )
         kind = type(error).__name__
         if "Connect" in kind or "Timeout" in kind or isinstance(error, ConnectionError | TimeoutError):

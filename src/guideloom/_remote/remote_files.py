@@ -96,6 +96,13 @@ class RemoteFiles:
         (``indexed_listing``), or one listing of everything where there is no usable index."""
         self.index_problem = None
         index = read_index_object(self, header)
+        if not self.store.listable:  # a static server: the index object is all there is to know
+            if isinstance(index, ShardTable):
+                return index
+            raise StorageNotFoundError(
+                f"{self.url} is read through its index object ({INDEX_OBJECT}), which cannot be used: "
+                f"{index or 'it is missing'} (run `guideloom index` on the storage before serving its files)"
+            )
         if isinstance(index, ShardTable):
             table = snapshot_after_index(self, header, index)
             if isinstance(table, ShardTable):

@@ -59,6 +59,7 @@ class S3Backend(FsspecClient):
 
     atomic_creates = True
     ranged_downloads = True
+    listable = True
 
     def __init__(self, protocol: str, options: dict[str, Any]) -> None:
         config = {**S3_DEFAULTS["config_kwargs"], **options.get("config_kwargs", {})}
