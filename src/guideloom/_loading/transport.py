@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
+import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -35,6 +38,7 @@ from guideloom._shards.mapped_shards import check_mapped
 from guideloom._shards.parts import NO_PARTS, ReadPlan
 from guideloom._sources.source import PinnedShards, SampleSource
 
+PARENT_CHECK_S = 0.5  # how often a worker process checks that the training process lives
 THREAD_GROUP = 16  # batches built together, up to GROUP_BYTES of samples
 GROUP_BYTES = 8 * 1024 * 1024
 
@@ -255,6 +259,7 @@ class WorkerTransport:
             prefetch_factor=prefetch_factor,
             persistent_workers=True,
             timeout=timeout,
+            worker_init_fn=_die_with_parent,
         )
 
     def batches(self, index_batches: Iterator[np.ndarray], epoch: int, plan: ReadPlan = NO_PARTS) -> Iterator[Any]:
@@ -279,6 +284,22 @@ class WorkerTransport:
             _stop_workers(self._loader)
             self._loader = None
         self._reports.close()
+
+
+def _die_with_parent(worker_id: int) -> None:
+    """Make this worker process die with the training process: a daemon thread watches for the parent's death.
+
+    torch's workers notice a dead parent only between batches; a worker blocked handing a batch to a parent
+    killed with SIGKILL (its pipe full, nobody reading) would otherwise live on for ever, holding its mappings.
+    """
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_CHECK_S)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="guideloom-parent-watch", daemon=True).start()
 
 
 def _stop_workers(loader: torch.utils.data.DataLoader[Any]) -> None:
