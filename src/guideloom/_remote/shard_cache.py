@@ -350,6 +350,10 @@ class ShardCache:
     def cached_bytes(self) -> int:
         return sum(size for _, size, _ in self._entries())
 
+    def held_names(self) -> dict[str, int]:
+        """The names of the entries cached (whole shards and parts of them) with the bytes each holds."""
+        return {path.name: size for path, size, _ in self._entries()}
+
     def _entries(self) -> list[tuple[Path, int, int]]:
         entries = []
         try:
