@@ -117,3 +117,20 @@ def test_metrics_are_logged_at_the_interval_asked(
             batches = len(list(loader))
     logged = [record.getMessage() for record in caplog.records if "loader metrics" in record.getMessage()]
     assert len(logged) == batches and "bytes_downloaded=" in logged[-1] and "wait_seconds=" in logged[-1]
+
+
+def test_a_shard_read_whole_costs_one_get(s3_url: str, s3_server: S3Server, tmp_path: Path) -> None:
+    """1 MiB shards (4 ranged GETs each before): one GET each, and the loader's metrics say so."""
+    writer = _token_storage(s3_url, s3_server, tmp_path / "writer")
+    with writer.sync_writer() as shards:
+        for shard in range(4):
+            shards.append(shard, np.arange(shard, shard + (1 << 18), dtype=np.uint32))
+    storage = _token_storage(s3_url, s3_server, tmp_path / "cache")
+    since = len(s3_server.log.requests)
+    options: dict[str, Any] = {"device": "cpu", "local_batch_size": 4, "sequence_length": 2049, "shuffle": True}
+    with StatefulDataLoader.from_storage(storage, **options, shuffle_window=2) as loader:
+        batches = sum(1 for _ in loader)
+        metrics = loader.metrics()
+    shard_gets = [path for method, path, _ in s3_server.log.requests[since:] if path.endswith(".shard")]
+    assert batches > 0 and sorted(shard_gets) == sorted(set(shard_gets)) and len(shard_gets) == 4
+    assert metrics["requests"] == len(s3_server.log.requests[since:]) and metrics["cache_misses"] == 4
