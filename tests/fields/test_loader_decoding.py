@@ -116,6 +116,8 @@ def test_a_record_that_fails_to_decode_is_named(storage_path: Path) -> None:
 def test_skipping_leaves_the_same_records_out_on_every_run(storage_path: Path) -> None:
     storage = write(storage_path, damaged=True)
 
+    skipped: list[int | float] = []
+
     def run(**decoding: Any) -> list[list[str]]:
         with StatefulDataLoader.from_storage(
             storage,
@@ -127,13 +129,16 @@ def test_skipping_leaves_the_same_records_out_on_every_run(storage_path: Path) -
             seed=3,
             **decoding,
         ) as loader:
-            return list(loader)
+            batches = list(loader)
+            skipped.append(loader.metrics()["skipped_records"])
+            return batches
 
     batches = run(decode=True, on_decode_error="skip")
     damaged = f"caption {DAMAGED[0] * COUNT // 2 + DAMAGED[1]}"
     assert batches == [[caption for caption in batch if caption != damaged] for batch in run()]
     assert sum(map(len, batches)) == COUNT - 1
     assert run(decode=True, on_decode_error="skip") == batches
+    assert skipped == [1, 0, 1]  # counted in loader.metrics(), from the worker that skipped it
 
 
 def test_resuming_with_decoded_media_and_workers_is_exact(storage_path: Path) -> None:

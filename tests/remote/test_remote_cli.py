@@ -32,6 +32,24 @@ def test_inspect_a_url_reads_only_the_listing(
     assert s3_server.gets(bucket, "/shards/") == []
 
 
+def test_inspect_a_url_with_its_cache_shows_what_the_cache_holds(
+    written: list[str], s3_server: S3Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache = tmp_path / "machine"
+    storage = TokenStorage(written[0], storage_options=s3_server.options, cache_dir=cache)
+    with storage.open_reader() as reader:
+        reader.read(0)  # shard 0 downloaded whole
+    size = int(storage.snapshot().rows["size"][0])
+    assert main(["inspect", *written, "--cache", str(cache), "--cache-limit", str(4 * size)]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("cache:"))
+    assert line.endswith(f": 1 of 2 shards whole, 0 parts of shards, {size:,} bytes of a {4 * size:,}-byte limit (25%)")
+
+
+def test_inspect_a_local_path_refuses_a_cache(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", str(tmp_path), "--cache", str(tmp_path)]) == 2
+    assert "--cache and --cache-limit apply to URLs only" in capsys.readouterr().err
+
+
 def test_inspect_lengths_of_a_url_reads_the_shards_tails_only(
     written: list[str], bucket: str, s3_server: S3Server, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -192,13 +192,13 @@ def test_a_full_cache_disk_is_named_and_nothing_is_left_half_written(
 ) -> None:
     writer_storage = _storage(s3_url, s3_server, tmp_path / "w")
     with writer_storage.sync_writer() as writer:
-        writer.append(0, np.arange(1 << 19, dtype=np.uint32))  # a 2 MiB shard: 4 ranged parts by default
+        writer.append(0, np.arange(1 << 19, dtype=np.uint32))  # a 2 MiB shard: one GET by default
     cache = tmp_path / "cache"
     storage = _storage(s3_url, s3_server, cache)
     if download == "one GET":
-        monkeypatch.setattr(guideloom._remote.ranged_parts, "MIN_PART_BYTES", 4 << 20)  # one GET
         monkeypatch.setattr(guideloom._remote.s3_backend, "open", _FullDisk, raising=False)  # where its body is written
     else:
+        monkeypatch.setattr(guideloom._remote.ranged_parts, "WHOLE_GET_BYTES", 0)  # 4 ranged parts
         monkeypatch.setattr(guideloom._remote.ranged_parts, "write_at", _full_disk_at)
     with storage.sync_reader() as reader:
         with pytest.raises(OSError, match=r"cache directory .* is full while downloading shard 0") as raised:

@@ -27,6 +27,7 @@ KEY = "corpus/shards/000000000000.shard"
 
 @pytest.fixture
 def small_parts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ranged_parts, "WHOLE_GET_BYTES", 0)
     monkeypatch.setattr(ranged_parts, "MIN_PART_BYTES", PART)
 
 
@@ -84,7 +85,14 @@ def test_a_small_shard_takes_one_get(s3_url: str, bucket: str, s3_server: S3Serv
     assert s3_server.byte_ranges(bucket, ".shard") == []
 
 
-def test_the_parts_are_at_least_the_smallest_part_and_at_most_the_largest() -> None:
+def test_a_shard_of_up_to_256_mib_is_one_get() -> None:
+    for size in (1 << 20, 64 << 20, 256 << 20):
+        assert ranged_parts.part_ranges(size) == [(0, size)]
+    assert len(ranged_parts.part_ranges((256 << 20) + 1)) == 17  # parts of at most 16 MiB beyond
+
+
+def test_the_parts_are_at_least_the_smallest_part_and_at_most_the_largest(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ranged_parts, "WHOLE_GET_BYTES", 0)
     assert ranged_parts.part_ranges(2 * ranged_parts.MIN_PART_BYTES - 1) == [(0, 2 * ranged_parts.MIN_PART_BYTES - 1)]
     assert len(ranged_parts.part_ranges(2 * ranged_parts.MIN_PART_BYTES)) == 2
     assert len(ranged_parts.part_ranges(1 << 20)) == 4  # 4 parts of 256 KiB

@@ -153,6 +153,41 @@ def test_a_window_larger_than_the_cache_warns_with_one_that_fits(
         StatefulDataLoader.from_storage(storage, **options, shuffle_window=9).close()
 
 
+def test_a_cache_too_small_for_any_window_says_the_cache_that_holds_one(
+    s3_server: S3Server, tmp_path: Path, corpus: tuple[str, int]
+) -> None:
+    url, largest = corpus
+    options: dict[str, Any] = {"device": "cpu", "local_batch_size": 4, "sequence_length": SEQUENCE, "shuffle": True}
+    storage = _storage(url, s3_server, tmp_path / "cache", 2 * largest)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        StatefulDataLoader.from_storage(storage, **options, shuffle_window=1).close()
+    assert [str(warning.message).split("; ", 1)[1] for warning in caught] == [
+        f"no shuffle_window fits: the smallest, shuffle_window=1, needs a cache_limit_bytes of at least "
+        f"{4 * largest:,} bytes (4 of the largest shards; {5 * largest:,} leave room for a second download ahead), "
+        "or smaller shards (see docs/object-storage.md)"
+    ]
+
+
+@pytest.mark.parametrize("shuffle_window", [None, 2])
+def test_a_cache_limit_below_one_shard_is_refused(
+    s3_server: S3Server, tmp_path: Path, corpus: tuple[str, int], shuffle_window: int | None
+) -> None:
+    """As Mosaic refuses it: a reader holds the shard it reads, so the cache could not keep to its limit."""
+    url, largest = corpus
+    storage = _storage(url, s3_server, tmp_path / "cache", largest - 1)
+    with pytest.raises(ValueError, match=rf"cache_limit_bytes={largest - 1:,} is smaller than the largest shard of "):
+        StatefulDataLoader.from_storage(
+            storage,
+            device="cpu",
+            local_batch_size=4,
+            sequence_length=SEQUENCE,
+            shuffle=True,
+            shuffle_window=shuffle_window,
+        )
+    assert not list((tmp_path / "cache").rglob("*.shard"))
+
+
 def test_machines_with_fewer_than_20_shards_a_share_are_warned_once_with_the_shard_size_that_fits(
     s3_url: str, s3_server: S3Server, tmp_path: Path, corpus: tuple[str, int]
 ) -> None:

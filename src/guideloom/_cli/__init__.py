@@ -23,17 +23,22 @@ import os
 import select
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import guideloom
 from guideloom._cli.explain_command import add_explain_command
 from guideloom._cli.lengths import Lengths
 from guideloom._cli.plots import check_png
 from guideloom._core.errors import GuideloomError
+from guideloom._core.sizes import parse_shard_size
 from guideloom._core.text import plural
 from guideloom._remote.object_store import is_url, parse_storage_options
+from guideloom._remote.remote_files import RemoteFiles
+from guideloom._remote.shard_cache import PART_NAME, ShardCache
 from guideloom._shards.layout import INDEX_NAME
 from guideloom._shards.loss_masks import counted_tokens, describe_counted
 from guideloom._shards.reader import StorageReader
+from guideloom._shards.shard_table import ShardTable
 from guideloom._storage.storages import AnyFormatStorage, local_path
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -73,9 +78,33 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "
     return [indent + "  ".join(map(str.rjust, row, widths)) for row in [header, *rows]]
 
 
+def _cache_summary(url: str, options: str | None, cache_dir: str, limit: int | None, shards: ShardTable) -> str:
+    """What a machine's cache directory holds of the storage at ``url``: its shards whole, parts of shards, bytes,
+    against the cache limit when one is given."""
+    files = RemoteFiles(url, parse_storage_options(options), Path(cache_dir), limit)
+    held = files.cache.held_names()
+    whole = sum(ShardCache.name_for(info) in held for info in shards)
+    parts = sum(PART_NAME.fullmatch(name) is not None for name in held)
+    stale = len(held) - whole - parts
+    total = sum(held.values())
+    text = (
+        f"{files.cache.directory}: {whole:,} of {plural(len(shards), 'shard')} whole, {plural(parts, 'part')} of shards"
+    )
+    text += f", {plural(stale, 'old copy', 'old copies')}" if stale else ""
+    text += f", {plural(total, 'byte')}"
+    if limit is not None:
+        text += f" of a {limit:,}-byte limit ({total / limit:.0%})"
+    return text
+
+
 def _prepare_inspect(arguments: argparse.Namespace) -> Run:
     if arguments.plot is not None and not arguments.lengths:
         raise ValueError("--plot draws the histogram of --lengths: add --lengths")
+    if (arguments.cache is not None or arguments.cache_limit is not None) and not is_url(arguments.path):
+        raise ValueError(f"--cache and --cache-limit apply to URLs only, but {arguments.path} is a local path")
+    if arguments.cache_limit is not None and arguments.cache is None:
+        raise ValueError("--cache-limit compares the cache of --cache DIR with the limit: add --cache")
+    limit = None if arguments.cache_limit is None else parse_shard_size(arguments.cache_limit, "--cache-limit")
     storage = _open(arguments.path, arguments.storage_options)
     header = storage.header
     unit = "documents" if header.kind == "tokens" else "records"
@@ -97,6 +126,10 @@ def _prepare_inspect(arguments: argparse.Namespace) -> Run:
         fields.append(("bytes", f"{int(shards.rows['size'].sum()):,}"))
         if storage.index_problem is not None:
             fields.append(("index", f"not used, the storage was listed whole: {storage.index_problem}"))
+        if arguments.cache is not None:
+            fields.append(
+                ("cache", _cache_summary(arguments.path, arguments.storage_options, arguments.cache, limit, shards))
+            )
         files, size = (0, 0) if storage.is_remote else _leftovers(storage)
         if files:
             fields.append(
@@ -246,6 +279,12 @@ def _parser() -> argparse.ArgumentParser:
     inspect.add_argument("--lengths", action="store_true", help="a histogram of document lengths (from the offsets)")
     inspect.add_argument(
         "--plot", type=check_png, metavar="FILE.png", help="with --lengths: draw it (needs matplotlib)"
+    )
+    inspect.add_argument(
+        "--cache", metavar="DIR", help="for a URL: what the cache directory DIR (a loader's cache_dir) holds of it"
+    )
+    inspect.add_argument(
+        "--cache-limit", metavar="SIZE", help="with --cache: the cache_limit_bytes to compare with (e.g. 10GiB)"
     )
     inspect.set_defaults(prepare=_prepare_inspect)
     verify = commands.add_parser("verify", help="recompute every shard's checksums; exit 1 on damage")

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from guideloom._core.errors import MediaDecodeError
+from guideloom._core.metrics import count_skipped
 from guideloom._fields.media import MediaValue, Origin, where
 from guideloom._fields.schema import RecordSchema
 from guideloom._storage.storages import DocumentStorage
@@ -148,8 +149,9 @@ class DecodingCollate:
         return True
 
     def _skipped(self, error: MediaDecodeError) -> bool:
-        """Count and log a record left out (the log says which, and why); False."""
+        """Count and log a record left out (the log says which, and why; ``loader.metrics()`` counts it); False."""
         self.skipped += 1
+        count_skipped()
         LOGGER.warning("on_decode_error='skip': left out a record: %s", error)
         return False
 

@@ -9,7 +9,9 @@ where the work runs, never what a batch holds.
 
 from __future__ import annotations
 
+import logging
 import sys
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -19,6 +21,7 @@ from typing import Any, Generic, Self, TypeVar
 import torch
 
 from guideloom._core.checks import check_bool, check_callable, check_int, check_number, check_seed
+from guideloom._core.metrics import LoaderMetrics
 from guideloom._fields.loading import record_loading
 from guideloom._loading.batching import (
     EpochSteps,
@@ -51,6 +54,7 @@ from guideloom._sources.window_modes import window_mode
 from guideloom._storage.storages import DocumentStorage, TokenStorage
 
 SettingT = TypeVar("SettingT")
+LOGGER = logging.getLogger("guideloom")
 
 
 class _Setting(Generic[SettingT]):
@@ -61,6 +65,16 @@ class _Setting(Generic[SettingT]):
 
     def __get__(self, loader: StatefulDataLoader, owner: type | None = None) -> SettingT:
         return self._read(loader.settings)
+
+
+_END = object()  # no batch left
+
+
+def format_metrics(metrics: dict[str, int | float]) -> str:
+    """``name=value`` pairs of a loader's metrics, on one line."""
+    return " ".join(
+        f"{name}={value:.3f}" if isinstance(value, float) else f"{name}={value}" for name, value in metrics.items()
+    )
 
 
 class StatefulDataLoader:
@@ -81,9 +95,18 @@ class StatefulDataLoader:
             )
         return super().__new__(cls)
 
-    def __init__(self, source: SampleSource, collate: Callable[[Any], Any] | None, settings: LoaderSettings) -> None:
-        """A loader reading ``source`` with ``settings``, which `from_storage` checked and made ready for each other."""
+    def __init__(
+        self,
+        source: SampleSource,
+        collate: Callable[[Any], Any] | None,
+        settings: LoaderSettings,
+        metrics: LoaderMetrics | None = None,
+    ) -> None:
+        """A loader reading ``source`` with ``settings``, which `from_storage` checked and made ready for each other;
+        ``metrics`` counts from when the loader began to be made (by default: from now)."""
         self._closed = True  # until the transport exists: close() then releases only what was made
+        self._metrics = LoaderMetrics() if metrics is None else metrics
+        self._last_logged = time.monotonic()
         self._source = source
         self._next_epoch_source: SampleSource | None = None  # a grown storage's, while a state's epoch finishes
         self._collate = collate
@@ -130,6 +153,7 @@ class StatefulDataLoader:
             prefetch_factor=transport.prefetch_factor,
             timeout=transport.timeout,
             batch_bytes=self._source.sample_bytes * (self.local_batch_size or 0),
+            worker_counts=self._metrics.add_from_worker,
         )
 
     @classmethod
@@ -160,6 +184,7 @@ class StatefulDataLoader:
         fields: tuple[str, ...] | None = None,
         decode: bool | dict[str, Any] = False,
         on_decode_error: str = "raise",
+        log_metrics_every: float | None = None,
     ) -> StatefulDataLoader:
         """A loader over the shards of ``storage`` (a storage or a `Mixture` of storages) committed now.
 
@@ -184,7 +209,10 @@ class StatefulDataLoader:
         ``RecordSchema`` (docs/multimodal.md): ``fields`` reads only those fields, ``decode=True`` decodes every media
         field in the workers before the collate (``decode={"image": fn}``: ``fn(value)`` for that field instead),
         and ``on_decode_error="skip"`` leaves a record that fails to decode out of its batch.
+        ``log_metrics_every=SECONDS`` logs :meth:`metrics` (logger ``guideloom``, level INFO) when a batch is handed
+        over at least that long after the last log.
         """
+        metrics = LoaderMetrics()  # the loader's counts include what opening its source asks of the store
         collate = check_callable("collate", collate, optional=True)
         storage, collate = record_loading(
             storage, collate, fields=fields, decode=decode, on_decode_error=on_decode_error
@@ -199,6 +227,8 @@ class StatefulDataLoader:
         drop_last = check_bool("drop_last", drop_last)
         seed = check_seed(seed)
         timeout = check_number("timeout", timeout, minimum=0)
+        if log_metrics_every is not None:
+            log_metrics_every = check_number("log_metrics_every", log_metrics_every, minimum=0)
         rank, world_size, ranks_from_environment = resolve_ranks(rank, world_size)
         shuffle_window = check_windowed(storage, shuffle_window, shuffle)
         local_world_size = local_world_size_of(local_world_size, world_size, shuffle_window)
@@ -243,8 +273,9 @@ class StatefulDataLoader:
             rank,
             sequence_length,
             ranks_from_environment,
+            log_metrics_every,
         )
-        return cls(prepare_streaming(source, order), collate, settings)
+        return cls(prepare_streaming(source, order), collate, settings, metrics)
 
     def _steps(self, start: int) -> EpochSteps:
         return EpochSteps(self._source, self._settings(), self.epoch, start)
@@ -292,7 +323,9 @@ class StatefulDataLoader:
         for end in plan.batch_ends():
             if generation != self._generation:
                 raise RuntimeError("this iterator was superseded by a newer iter() or state of the same loader")
+            asked = time.perf_counter()
             batch = next(batches)
+            self._handed_over(asked)
             self.position = end
             yield batch
 
@@ -300,11 +333,37 @@ class StatefulDataLoader:
         """`_epoch_segment` for batches by budget: the steps are planned as the transport asks for them."""
         ends: deque[int] = deque()  # where the epoch continues after each batch planned and not yet yielded
         batches = self._transport.batches(steps.rank_indices(self.rank, ends), self.epoch)
-        for batch in batches:
+        while True:
+            asked = time.perf_counter()
+            batch = next(batches, _END)
+            if batch is _END:
+                return
+            self._handed_over(asked)
             if generation != self._generation:
                 raise RuntimeError("this iterator was superseded by a newer iter() or state of the same loader")
             self.position = ends.popleft()
             yield batch
+
+    def _handed_over(self, asked: float) -> None:
+        """Count the wait for a batch asked for at ``asked`` (``perf_counter``), and log the metrics when it is time."""
+        now = time.perf_counter()
+        self._metrics.waited(now - asked)
+        every = self.settings.log_metrics_every
+        if every is not None and time.monotonic() - self._last_logged >= every:
+            self._last_logged = time.monotonic()
+            LOGGER.info("loader metrics (rank %d): %s", self.rank, format_metrics(self.metrics()))
+
+    def metrics(self) -> dict[str, int | float]:
+        """What this loader did since it was made, summed over its process and its worker processes: bytes
+        downloaded and requests made to object stores, retries, cache hits, misses and evictions, records skipped, and
+        ``wait_seconds`` (how long iteration waited for batches). A flat dict; :meth:`storage_metrics` splits the
+        counts by storage. Counts of the loader's process include those of other loaders it runs meanwhile; a
+        worker's arrive with its batches (docs/object-storage.md)."""
+        return self._metrics.totals()
+
+    def storage_metrics(self) -> dict[str, dict[str, int]]:
+        """The counts of :meth:`metrics` for each storage read, keyed by its location (URL)."""
+        return self._metrics.by_storage()
 
     def _settings(self) -> OrderSettings:
         """What the batches of the current epoch depend on (read in the machine shares of a resumed state's epoch)."""

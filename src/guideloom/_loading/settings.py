@@ -101,3 +101,4 @@ class LoaderSettings:
     rank: int = 0
     sequence_length: int | None = None  # of token windows and packed rows (None for documents)
     ranks_from_environment: bool = False  # rank and world_size read from the environment: checked at iter()
+    log_metrics_every: float | None = None  # seconds between two logs of loader.metrics() (None: never logged)

@@ -190,8 +190,7 @@ def warn_if_thrashing(source: SampleSource, settings: OrderSettings) -> None:
                 f"shuffle_window={shuffle_window} does not fit the cache of {source.storage.location} "
                 f"({limit:,} bytes, {cached} of its largest shards): a window needs its shards, the next one and one "
                 "downloading, so the cache will evict shards still needed and download them again; "
-                f"shuffle_window={max(1, cached - DOWNLOAD_ROOM)} fits and leaves room for a second download ahead "
-                "(see docs/object-storage.md)",
+                f"{_what_fits(cached, int(sizes.max()))} (see docs/object-storage.md)",
                 stacklevel=users_stacklevel(),
             )
         return
@@ -201,7 +200,21 @@ def warn_if_thrashing(source: SampleSource, settings: OrderSettings) -> None:
     warnings.warn(
         f"shuffle=True reads {source.storage.location} in one global order through a cache of {limit:,} bytes, "
         f"smaller than its {total:,} bytes: expect about {expected:,} bytes downloaded per epoch "
-        f"({expected / total:.0f}x the storage); shuffle_window={max(1, cached - DOWNLOAD_ROOM)} reads each "
-        "machine's share about once (see docs/object-storage.md)",
+        f"({expected / total:.0f}x the storage); a shuffle_window reads each machine's share about once: "
+        f"{_what_fits(cached, int(sizes.max()))} (see docs/object-storage.md)",
         stacklevel=users_stacklevel(),
+    )
+
+
+def _what_fits(cached: int, largest: int) -> str:
+    """The advice of a warning: the largest ``shuffle_window`` a cache of ``cached`` shards holds, or the cache that
+    holds the smallest window, where none fits."""
+    if cached > DOWNLOAD_ROOM:
+        return f"shuffle_window={cached - DOWNLOAD_ROOM} fits, with room for a second download ahead"
+    if cached == DOWNLOAD_ROOM:
+        return "shuffle_window=1 fits, with no room for a second download ahead"
+    return (
+        f"no shuffle_window fits: the smallest, shuffle_window=1, needs a cache_limit_bytes of at least "
+        f"{DOWNLOAD_ROOM * largest:,} bytes ({DOWNLOAD_ROOM} of the largest shards; "
+        f"{(DOWNLOAD_ROOM + 1) * largest:,} leave room for a second download ahead), or smaller shards"
     )

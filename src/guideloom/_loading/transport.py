@@ -11,7 +11,9 @@ One of three engines, chosen once per loader by :func:`make_transport`:
 Every engine yields the batches in the order of the index arrays it is given, moved to the device
 (through pinned memory on CUDA), so which engine runs never changes what a batch holds. The epoch's read
 plan (the parts of shards its machine reads, `_shards.parts.ReadPlan`) travels with the work: worker
-processes receive it with every batch's indices.
+processes receive it with every batch's indices. A worker process sends back with each batch what it counted
+since its last one (``_core.metrics``: requests, bytes, cache use), which the loader's metrics take off; the
+batch itself arrives unchanged.
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import islice
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import torch
 import torch.utils.data
 
+from guideloom._core.metrics import Counts, take_unsent
 from guideloom._loading.devices import map_tensors, move_to_device
 from guideloom._loading.worker_deaths import WorkerReports
 from guideloom._loading.worker_wire import WorkerError, from_wire, is_sent_leaf, is_wire, to_wire
@@ -101,15 +104,17 @@ def make_transport(
     prefetch_factor: int,
     timeout: float,
     batch_bytes: int,
+    worker_counts: Callable[[Counts], None] | None = None,
 ) -> Transport:
-    """The engine for this loader; ``batch_bytes`` is a batch's size when its samples are plain copies, else 0."""
+    """The engine for this loader; ``batch_bytes`` is a batch's size when its samples are plain copies, else 0;
+    ``worker_counts`` hears what worker processes counted (``_core.metrics``), with each batch."""
     group_size = max(1, min(THREAD_GROUP, GROUP_BYTES // max(1, batch_bytes)))
     if num_workers > 0 and batcher.builds_groups:
         # Plain copies release the GIL: one background thread beats worker processes (whose queues
         # pickle every batch) and beats more threads, which only contend for the GIL (benchmarks/README.md).
         return ThreadTransport(batcher, device, group_size, depth=max(2, prefetch_factor))
     if num_workers > 0:
-        return WorkerTransport(batcher, device, num_workers, prefetch_factor, timeout)
+        return WorkerTransport(batcher, device, num_workers, prefetch_factor, timeout, worker_counts)
     return InlineTransport(batcher, device, group_size if batcher.builds_groups else 1)
 
 
@@ -195,6 +200,14 @@ class ThreadTransport:
         self._thread.shutdown(wait=True, cancel_futures=True)
 
 
+class _Built(NamedTuple):
+    """A batch built in a worker process (or the error building it raised), and what the worker counted since its
+    last one."""
+
+    batch: Any
+    counts: Counts
+
+
 class _IndexDataset(torch.utils.data.Dataset[Any]):
     """Map-style view for torch's DataLoader: item = a whole batch, keyed by its epoch, sample indices and the
     epoch's read plan.
@@ -218,9 +231,10 @@ class _IndexDataset(torch.utils.data.Dataset[Any]):
             check_mapped()
             self.batcher.use_plan(plan)
             # objects that move themselves (PackedSequence) cross whole: their type checks its fields
-            return map_tensors(self.batcher(indices, epoch), to_wire, is_sent_leaf)
+            built: Any = map_tensors(self.batcher(indices, epoch), to_wire, is_sent_leaf)
         except Exception as error:
-            return WorkerError(error)
+            built = WorkerError(error)
+        return _Built(built, take_unsent())
 
 
 def _unchanged(batch: Any) -> Any:
@@ -244,9 +258,16 @@ class WorkerTransport:
     """Batches built by torch worker processes, ``prefetch_factor`` ahead each; they persist across epochs."""
 
     def __init__(
-        self, batcher: Batcher, device: torch.device, num_workers: int, prefetch_factor: int, timeout: float
+        self,
+        batcher: Batcher,
+        device: torch.device,
+        num_workers: int,
+        prefetch_factor: int,
+        timeout: float,
+        worker_counts: Callable[[Counts], None] | None = None,
     ) -> None:
         self._device = device
+        self._worker_counts = worker_counts
         self._batcher = batcher
         self._segment = _CurrentEpochBatches()
         self._reports = WorkerReports()
@@ -268,7 +289,10 @@ class WorkerTransport:
         self._batcher.use_plan(plan)
         self._segment.keys = ((epoch, indices, plan) for indices in index_batches)
         try:
-            for batch in self._loader:
+            for built in self._loader:
+                batch, counts = built
+                if counts and self._worker_counts is not None:
+                    self._worker_counts(counts)
                 if isinstance(batch, WorkerError):
                     raise batch.error()
                 yield move_to_device(map_tensors(batch, from_wire, is_wire), self._device)

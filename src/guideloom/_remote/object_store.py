@@ -5,6 +5,8 @@ extra). What a service's client does is its backend's (``object_backend``: one m
 by the URL's scheme in ``BACKENDS``); here, what every service shares: the objects' names, retries of
 every request on transient failures (``retries``), errors a user can act on, whether an object found
 existing after a lost answer holds our bytes, and downloads in ranged parts where the backend has them.
+Each request is counted for the storage's URL (``_core.metrics``: in ``retries``, one per attempt), and so are
+the bytes of the objects read.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from guideloom._core.errors import ReadOnlyStorageError, StorageNotFoundError
+from guideloom._core.metrics import count
 from guideloom._remote.azure_backend import AzureBackend
 from guideloom._remote.compression import DamagedDownload
 from guideloom._remote.fsspec_backend import FsspecBackend
@@ -93,7 +96,7 @@ class ObjectStore:
             self.backend = BACKENDS.get(self.protocol, FsspecBackend)(self.protocol, self.options)
         except ImportError as error:  # the service's client library is not installed
             raise ImportError(f"opening {url} needs {error}") from None
-        self.retrying = Retrying(policy, self.backend)
+        self.retrying = Retrying(policy, self.backend, self.url)
 
     @property
     def conditional(self) -> bool:
@@ -173,15 +176,21 @@ class ObjectStore:
 
     def read(self, name: str, start: int | None = None, end: int | None = None) -> bytes | None:
         """The object's bytes (or a range of them); None if it does not exist."""
-        return self._unless_absent(
+        data = self._unless_absent(
             f"reading {self.name_of(name)}", lambda _: self.backend.read(self.key(name), start, end), None
         )
+        if data is not None:
+            count("bytes_downloaded", len(data), self.url)
+        return data
 
     def read_start(self, name: str, limit: int) -> tuple[bytes, int] | None:
         """The first ``limit`` bytes of an object and its whole size (one request on S3); None if it is absent."""
-        return self._unless_absent(
+        found = self._unless_absent(
             f"reading {self.name_of(name)}", lambda _: self.backend.read_start(self.key(name), limit), None
         )
+        if found is not None:
+            count("bytes_downloaded", len(found[0]), self.url)
+        return found
 
     def put(self, name: str, data: bytes) -> None:
         """Put ``data`` under ``name``, replacing what is there (a derived object: the last writer wins)."""
@@ -232,11 +241,14 @@ class ObjectStore:
         key = self.key(name)
         whole = decoder is not None or size is None or not self.backend.ranged_downloads
         ranges = [] if whole else part_ranges(size or 0)
+        counted = None if decoder is None else partial(_CountingDecoder, decoder, self.url)
         try:
             if len(ranges) > 1:
                 self.backend.download_ranges(key, destination, ranges, self.retrying, doing)
             else:
-                self.retrying.call(doing, lambda _: self.backend.download(key, destination, decoder))
+                self.retrying.call(doing, lambda _: self.backend.download(key, destination, counted))
+            if decoder is None:
+                count("bytes_downloaded", destination.stat().st_size, self.url)
         except FileNotFoundError:
             raise
         except RetriesExhausted as error:
@@ -290,3 +302,18 @@ class ObjectStore:
     def _endpoint(self) -> str:
         endpoint = self.options.get("endpoint_url") or self.options.get("client_kwargs", {}).get("endpoint_url")
         return f" at {endpoint}" if endpoint else ""
+
+
+class _CountingDecoder:
+    """A download's decoder that counts the bytes it is given (those of the object, before decoding)."""
+
+    def __init__(self, decoder: Callable[[IO[bytes]], Decoder], location: str, file: IO[bytes]) -> None:
+        self._decoder = decoder(file)
+        self._location = location
+
+    def write(self, chunk: bytes) -> None:
+        count("bytes_downloaded", len(chunk), self._location)
+        self._decoder.write(chunk)
+
+    def finish(self) -> None:
+        self._decoder.finish()

@@ -66,7 +66,7 @@ class RemoteFiles:
         self.url = self.store.url
         digest = hashlib.sha256(self.url.encode()).hexdigest()[:16]
         self.directory = (cache_dir or default_cache_dir()) / digest
-        self.cache = ShardCache(self.directory / "shards", cache_limit_bytes)
+        self.cache = ShardCache(self.directory / "shards", cache_limit_bytes, self.url)
         self.incomplete = self.directory / "incomplete"
         self.compression: str | None = None  # what writers upload (the header's, set by the storage)
         self.compression_level = DEFAULT_LEVEL

@@ -15,6 +15,9 @@ times (`Prefetched.read`).
 A windowed loader also gives, each epoch, the parts of the boundary shards of its machine's share that it
 reads (`use_plan`, a `ReadPlan` sent with the work to every process that reads): those are downloaded and
 opened as parts (`_remote.shard_parts`, `ShardPart`), unless the whole shard is cached.
+
+A cache limit smaller than the largest shard is refused (ValueError), as Mosaic Streaming refuses one: a reader
+holds at least the shard it reads, so such a cache would hold more than its limit whatever it evicted.
 """
 
 from __future__ import annotations
@@ -57,6 +60,13 @@ class RemoteShards:
         self.location = files.url
         limit = files.cache.limit_bytes
         largest = int(infos.rows["size"].max()) if len(infos) else 1
+        if limit is not None and limit < largest:
+            raise ValueError(
+                f"cache_limit_bytes={limit:,} is smaller than the largest shard of {files.url} ({largest:,} bytes): "
+                "the cache holds whole shards (or parts of them) while they are read, so it must hold one at least; "
+                f"give a cache_limit_bytes of {largest:,} or more (a shuffle_window needs several: "
+                "docs/object-storage.md), or write smaller shards"
+            )
         # The cache's slots, in shards of the largest size; a reader keeps one free for a shard nobody hinted.
         self._slots: int | None = None if limit is None else max(1, limit // max(largest, 1))
         self.max_open = max_open if self._slots is None else min(max_open, max(1, self._slots - 1))

@@ -26,6 +26,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from guideloom._core.metrics import count
+
 LOGGER = logging.getLogger("guideloom")
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 DEFAULT_ATTEMPTS = 6
@@ -130,21 +132,23 @@ class RetriesExhausted(Exception):
 class Retrying:
     """Runs requests under a policy and counts the retries it made (shared by threads; per process).
 
-    ``errors`` reads the failures of the service's client (its backend; picklable, as it is sent along).
+    ``errors`` reads the failures of the service's client (its backend; picklable, as it is sent along). Each
+    attempt is one request, counted (with the retries) for the storage at ``location`` (``_core.metrics``).
     """
 
-    def __init__(self, policy: RetryPolicy, errors: ServiceErrors) -> None:
+    def __init__(self, policy: RetryPolicy, errors: ServiceErrors, location: str = "") -> None:
         self.policy = policy
         self.errors = errors
+        self.location = location
         self.count = 0
         self._lock = threading.Lock()
         self._random = random.Random()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"policy": self.policy, "errors": self.errors, "count": 0}
+        return {"policy": self.policy, "errors": self.errors, "location": self.location, "count": 0}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["policy"], state["errors"])  # type: ignore[misc]
+        self.__init__(state["policy"], state["errors"], state.get("location", ""))  # type: ignore[misc]
 
     def call(self, what: str, request: Callable[[int], T]) -> T:
         """``request(attempt)`` (attempt 1, 2, ...) until it succeeds, fails permanently, or the policy ends.
@@ -155,6 +159,7 @@ class Retrying:
         attempt = 0
         while True:
             attempt += 1
+            count("requests", 1, self.location)
             try:
                 return request(attempt)
             except Exception as error:
@@ -168,6 +173,7 @@ class Retrying:
         attempt = 0
         while True:
             attempt += 1
+            count("requests", 1, self.location)
             try:
                 return await request(attempt)
             except Exception as error:
@@ -185,6 +191,7 @@ class Retrying:
             raise RetriesExhausted(error, attempt, elapsed, self.errors) from error
         with self._lock:
             self.count += 1
+        count("retries", 1, self.location)
         LOGGER.warning(
             "%s: attempt %d of %d failed (%s); retrying in %.2f s",
             what,

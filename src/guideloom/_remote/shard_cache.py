@@ -12,6 +12,9 @@ file while it maps it; eviction (least recently used first, by modification time
 touches) takes a non-blocking exclusive lock, so a shard being read is never evicted. A prefetch holds
 the shared lock too, from its download until its reader has it: a shard fetched ahead is never evicted
 unread, and a prefetch downloads only what fits next to the shards held.
+
+Counted for the storage's ``location`` (``_core.metrics``): a reader's acquisition found cached is a hit, each
+download a miss (made for a reader or ahead of one), each entry deleted to make room an eviction.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from typing import NamedTuple
 
 from guideloom._core.checks import check_path
 from guideloom._core.errors import CorruptStorageError
+from guideloom._core.metrics import count
 from guideloom._remote.compression import DamagedDownload
 from guideloom._shards.layout import ShardInfo
 
@@ -199,11 +203,13 @@ def exclusive_lock(directory: Path, name: str) -> Iterator[None]:
 
 
 class ShardCache:
-    """Cached shards of one storage in ``directory``, kept under ``limit_bytes`` when that is set."""
+    """Cached shards of one storage in ``directory``, kept under ``limit_bytes`` when that is set; its use is
+    counted for the storage at ``location``."""
 
-    def __init__(self, directory: Path, limit_bytes: int | None) -> None:
+    def __init__(self, directory: Path, limit_bytes: int | None, location: str = "") -> None:
         self.directory = directory
         self.limit_bytes = limit_bytes
+        self.location = location
         self._token = f"{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
 
     @staticmethod
@@ -236,7 +242,9 @@ class ShardCache:
         final = self.directory / entry.name
         while True:
             descriptor = _locked(final, fcntl.LOCK_SH)
-            if descriptor is None:
+            if descriptor is not None:
+                count("cache_hits", 1, self.location)
+            else:
                 descriptor = self._fetch(entry, download, check, None)[1]
             if descriptor is not None:
                 mark_used(descriptor)
@@ -286,6 +294,7 @@ class ShardCache:
             if not self.make_room(entry.size, keep or ()) and prefetching:
                 return False, None  # a reader asking for it downloads it anyway; a prefetch waits for room
             problem = ""
+            count("cache_misses", 1, self.location)
             for _ in range(DOWNLOAD_ATTEMPTS):
                 part = self.directory / f"{final.name}.{self._token}.part"
                 try:
@@ -341,6 +350,10 @@ class ShardCache:
     def cached_bytes(self) -> int:
         return sum(size for _, size, _ in self._entries())
 
+    def held_names(self) -> dict[str, int]:
+        """The names of the entries cached (whole shards and parts of them) with the bytes each holds."""
+        return {path.name: size for path, size, _ in self._entries()}
+
     def _entries(self) -> list[tuple[Path, int, int]]:
         entries = []
         try:
@@ -376,6 +389,7 @@ class ShardCache:
             try:
                 os.unlink(path)
                 total -= file_size
+                count("cache_evictions", 1, self.location)
             finally:
                 os.close(descriptor)
         return total + size <= self.limit_bytes
