@@ -56,10 +56,11 @@ class Background:
         self._executor = None
 
 
-def _sync_shard_file(descriptor: int, shard: int, path: Path, sync: Callable[[int], None] = os.fsync) -> None:
-    """Flush the file of shard ``shard`` to disk; a failure (an EIO of NFS or a failing disk) names shard and file."""
+def _sync_shard_file(descriptor: int, shard: int, path: Path, data_only: bool = False) -> None:
+    """Flush the file of shard ``shard`` to disk (its data alone with ``data_only``); a failure (an EIO of NFS or a
+    failing disk) names shard and file."""
     try:
-        sync(descriptor)
+        (os.fdatasync if data_only else os.fsync)(descriptor)
     except OSError as error:
         raise OSError(
             error.errno,
@@ -93,7 +94,7 @@ def _file_checksum(
                     found, crc = running_checkpoints(view, checkpoint_bytes, crc, start)
                     checkpoints += found
         if sync:
-            _sync_shard_file(descriptor, shard, path, os.fdatasync)
+            _sync_shard_file(descriptor, shard, path, data_only=True)
         return crc
     finally:
         os.close(descriptor)
