@@ -66,7 +66,8 @@ def test_killed_at_random_moments_then_run_again_holds_every_row_once(tmp_path: 
     chooser = random.Random(int(os.environ.get("GUIDELOOM_KILL_SEED", "40")))
     kills = 0
     for _ in range(5):
-        if not _kill_after_a_commit(_import(paths, destination), destination, chooser.uniform(0, 0.4)):
+        # Within 50 ms of a commit: on a quiet machine an import of what is left can end within a few tenths.
+        if not _kill_after_a_commit(_import(paths, destination), destination, chooser.uniform(0, 0.05)):
             break
         kills += 1
     assert kills >= 2 and 0 < _committed(destination)
