@@ -17,10 +17,16 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import guideloom.importing._arrow as _arrow
+import guideloom.importing._jsonl as _jsonl
+import guideloom.importing._litdata as _litdata
+import guideloom.importing._mds as _mds
+import guideloom.importing._parquet as _parquet
+import guideloom.importing._webdataset as _webdataset
 from guideloom._remote.object_store import is_url
-from guideloom.importing import _arrow, _jsonl, _litdata, _mds, _parquet, _webdataset
 from guideloom.importing._files import InputPath, remote_entries
 
+# Each source format's module by its name (imported as modules, not from the package, which imports this one).
 FORMATS: dict[str, ModuleType] = {
     "parquet": _parquet,
     "arrow": _arrow,
