@@ -403,3 +403,6 @@ def _cast(array: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
     elif dtype.kind == "b" and array.dtype.kind != "b":
         raise TypeError(f"expected bools for {dtype}, got values of {array.dtype}")
     return np.ascontiguousarray(array.astype(dtype))
+
+
+cast_numbers = _cast  # for packing many records' numbers at once (``record_columns``)

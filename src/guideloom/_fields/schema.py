@@ -15,13 +15,15 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import numpy as np
+
 from guideloom._core.errors import CorruptStorageError
 from guideloom._fields.decoders import MediaProblem
 from guideloom._fields.field_types import FieldType
+from guideloom._fields.record_columns import MAX_RECORD_BYTES, FieldColumn, pack_columns
 from guideloom._shards.formats import DocumentStorageFormat
 
 IDENTITY_PREFIX = "record-schema/1:"  # the format identity: this prefix, then the fields as JSON
-MAX_RECORD_BYTES = 2**32 - 1  # the table's uint32 offsets
 
 
 class RecordSchema(DocumentStorageFormat[Mapping[str, Any], dict[str, Any]]):
@@ -85,6 +87,11 @@ class RecordSchema(DocumentStorageFormat[Mapping[str, Any], dict[str, Any]]):
         return f"RecordSchema({described}{', length=...' if hasattr(self, 'length_of') else ''})"
 
     @property
+    def stored_fields(self) -> tuple[str, ...]:
+        """The field names in the order a record stores them: the non-media fields, then the media fields."""
+        return tuple(self._stored)
+
+    @property
     def media_fields(self) -> tuple[str, ...]:
         """The names of the fields that hold media, in the schema's order."""
         return tuple(name for name, field in self.fields.items() if field.media)
@@ -146,6 +153,12 @@ class RecordSchema(DocumentStorageFormat[Mapping[str, Any], dict[str, Any]]):
         encoded = b"".join([self._table.pack(*ends), present, *pieces])
         self._last.record = (data, encoded)
         return encoded
+
+    def pack_columns(self, columns: Mapping[str, FieldColumn], rows: int) -> tuple[np.ndarray, np.ndarray]:
+        """``rows`` records given field by field (non-media fields only): their bytes back to back, as ``pack`` gives
+        each, and each record's size. What an importer of columnar data calls instead of ``pack`` per record; a
+        value that does not fit is an error naming the field only (see ``record_columns.pack_columns``)."""
+        return pack_columns(self, columns, rows)
 
     def _length(self, data: Mapping[str, Any]) -> int:
         """``length_of`` given the record as it reads back (the one just packed in this thread is not packed again)."""

@@ -147,6 +147,23 @@ class ShardInProgress:
         if self.lengths is not None:
             assert length is not None
             self.lengths.append(length)
+        self._hand_off()
+
+    def write_many(self, payload: memoryview, sizes: np.ndarray, lengths: np.ndarray | None = None) -> None:
+        """Records already encoded, back to back in ``payload``, each ``sizes[i]`` bytes (a document shard's)."""
+        if self.file is None:
+            self.file = self._open_file()
+        self.file.write(payload)
+        self.data_size += payload.nbytes
+        self.offsets.extend((self.offsets[-1] + np.cumsum(sizes, dtype=np.int64)).tolist())
+        if self.lengths is not None:
+            assert lengths is not None
+            self.lengths.extend(lengths.tolist())
+        self._hand_off()
+
+    def _hand_off(self) -> None:
+        """Have the background thread checksum and flush what was written since the last hand-off, once it is a chunk."""
+        assert self.file is not None
         if self.data_size - self.handed_off >= BACKGROUND_CHUNK:
             self.file.flush()
             start, stop = self.handed_off, self.data_size

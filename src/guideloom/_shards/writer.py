@@ -16,10 +16,12 @@ import socket
 import sys
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Generic, TypeVar
+
+import numpy as np
 
 from guideloom._core.errors import ShardExistsError
 from guideloom._shards.header import StorageHeader
@@ -94,6 +96,28 @@ class SyncWriter(Generic[In]):
         encoded = self._encode(data, lambda: self._next_record(shard))
         self._last = self._shard(shard)
         self._last.write(*encoded)
+
+    def append_encoded(
+        self, shard: int, records: bytes | memoryview | np.ndarray, sizes: Sequence[int] | np.ndarray, lengths: np.ndarray | None = None
+    ) -> None:
+        """Append many records the storage's format already encoded: their bytes back to back, and each one's size
+        (and length, in a storage that records lengths). One write instead of a call per record, for importers
+        that encode a whole batch at once; the bytes must be what the format's ``pack`` gives each record."""
+        if self._closed:
+            raise ValueError("this writer is closed")
+        if self._header.kind != "documents" or self._header.loss_mask:
+            raise ValueError(f"append_encoded writes a document storage's records; this storage holds {self._header.describe()}")
+        view = memoryview(records).cast("B")
+        counts = np.asarray(sizes, np.int64)
+        if counts.ndim != 1 or (counts < 0).any() or int(counts.sum()) != view.nbytes:
+            raise ValueError(f"the records' sizes add up to {int(counts.sum())} bytes, not the {view.nbytes} given")
+        if (lengths is None) == self._header.record_lengths or (lengths is not None and len(lengths) != len(counts)):
+            raise ValueError(
+                "give one length per record exactly when the storage records lengths "
+                f"(it {'does' if self._header.record_lengths else 'does not'})"
+            )
+        in_progress = self._last = self._shard(check_shard_id(shard))
+        in_progress.write_many(view, counts, None if lengths is None else np.asarray(lengths, np.int64))
 
     def _next_record(self, shard: int) -> str:
         """Names the record an append to ``shard`` would add, for errors."""

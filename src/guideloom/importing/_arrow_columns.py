@@ -20,6 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from guideloom._fields.record_columns import FieldColumn
+from guideloom._shards.record_lengths import defines_length
+from guideloom.fields import RecordSchema
 from guideloom.importing._schema import Fields, FieldSpec
 
 MEDIA_MAGIC = (
@@ -214,17 +217,24 @@ class _PathOnly(str):
 
 
 def _list_arrays(column: Any, spec: FieldSpec) -> list[Any] | None:
-    """A list column of numbers as one NumPy array per row, cut from the column's values without Python lists."""
+    """A list column of numbers (of fixed-size lists of numbers) as one NumPy array per row, cut from the column's
+    values without Python lists."""
     import pyarrow.types as types
 
-    if column.null_count or not (types.is_list(column.type) or types.is_large_list(column.type)):
+    if not (types.is_list(column.type) or types.is_large_list(column.type) or types.is_fixed_size_list(column.type)):
         return None
-    if not types.is_integer(column.type.value_type) and not types.is_floating(column.type.value_type):
+    found = _list_column(column, None)
+    if found is None:
         return None
-    values = column.flatten().to_numpy(zero_copy_only=False)
-    offsets = column.offsets.to_numpy()
-    offsets = offsets - offsets[0]
-    return np.split(values, offsets[1:-1]) if len(column) else []
+    offsets = found.offsets - found.offsets[0]
+    per_element = int(np.prod(found.inner_shape, dtype=np.int64))
+    first = int(found.offsets[0]) * per_element
+    values = found.values[first : first + int(offsets[-1]) * per_element].reshape(-1, *found.inner_shape)
+    arrays: list[Any] = np.split(values, offsets[1:-1]) if len(column) else []
+    if column.null_count:
+        valid = column.is_valid().to_pylist()
+        arrays = [array if ok else None for array, ok in zip(arrays, valid, strict=True)]
+    return arrays
 
 
 def column_values(column: Any, spec: FieldSpec) -> list[Any]:
@@ -297,3 +307,104 @@ def batch_rows(batch: Any, fields: Fields) -> list[dict[str, Any]]:
     )
     kind = CheckedRow if fits else dict
     return [kind(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
+
+
+# --- whole batches packed at once ---------------------------------------------------------------------------------
+
+
+def packed_batch(batch: Any, fields: Fields, schema: RecordSchema) -> tuple[np.ndarray, np.ndarray] | None:
+    """The records of a record batch packed at once, field by field: their bytes back to back and each record's
+    size, the same bytes ``schema.pack`` gives each row of :func:`batch_rows`.
+
+    None where the batch must go row by row: a media field, a schema with a ``length``, a column that does not
+    fit its field whole, a type packed only from Python values, or a value that does not fit (the rows then name it).
+    """
+    if defines_length(schema) or any(spec.kind in MEDIA_AND_LISTS for spec in fields.values()):
+        return None
+    names = batch.schema.names
+    if not set(names) >= {name for name, spec in fields.items() if not spec.optional}:
+        return None
+    columns: dict[str, FieldColumn] = {}
+    for name, column in zip(names, batch.columns, strict=True):
+        spec = fields.get(name)
+        if spec is None or not _fits_whole(column, spec):
+            return None
+        found = _field_column(column, spec)
+        if found is None:
+            return None
+        columns[name] = found
+    try:
+        return schema.pack_columns(columns, batch.num_rows)
+    except (TypeError, ValueError):
+        return None
+
+
+MEDIA_AND_LISTS = ("image", "audio", "video", "images")
+
+
+def _field_column(column: Any, spec: FieldSpec) -> FieldColumn | None:
+    """An Arrow column as the schema packs it whole (see ``FieldColumn``), None for types it does not."""
+    import pyarrow
+    import pyarrow.types as types
+
+    if isinstance(column.type, pyarrow.ExtensionType):
+        column = column.storage
+    if types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    present = column.is_valid().to_numpy(zero_copy_only=False) if column.null_count else None
+    if spec.kind == "json":
+        return FieldColumn(column.to_pylist())
+    if spec.kind == "scalar":
+        if not (types.is_integer(column.type) or types.is_floating(column.type) or types.is_boolean(column.type)):
+            return None
+        filled = column.fill_null(False if types.is_boolean(column.type) else 0) if present is not None else column
+        return FieldColumn(filled.to_numpy(zero_copy_only=False), present=present)
+    if spec.kind == "text":
+        if not (types.is_string(column.type) or types.is_large_string(column.type)):
+            return None
+        column.validate(full=True)  # UTF-8, as the row by row path's str values are
+        return _binary_column(column, present)
+    if spec.kind == "array" and (types.is_binary(column.type) or types.is_large_binary(column.type)):
+        return _binary_column(column, present)
+    if spec.kind in ("tokens", "array"):
+        return _list_column(column, present)
+    return None
+
+
+def _binary_column(column: Any, present: np.ndarray | None) -> FieldColumn:
+    """A string or binary column's bytes and offsets, as its buffers hold them."""
+    import pyarrow.types as types
+
+    _, offsets_buffer, data_buffer = column.buffers()
+    wide = types.is_large_string(column.type) or types.is_large_binary(column.type)
+    offsets = np.frombuffer(offsets_buffer, np.int64 if wide else np.int32, len(column) + 1, column.offset * (8 if wide else 4))
+    data = np.frombuffer(data_buffer, np.uint8) if data_buffer is not None else np.empty(0, np.uint8)
+    return FieldColumn(data, offsets.astype(np.int64), present)
+
+
+def _list_column(column: Any, present: np.ndarray | None) -> FieldColumn | None:
+    """A list column of numbers (lists of fixed-size lists within) as values, offsets and the elements' shape."""
+    import pyarrow.types as types
+
+    if types.is_fixed_size_list(column.type):
+        if column.null_count:
+            return None
+        size = column.type.list_size
+        offsets = np.arange(len(column) + 1, dtype=np.int64) * size
+        values = column.flatten()
+    elif types.is_list(column.type) or types.is_large_list(column.type):
+        offsets = column.offsets.to_numpy().astype(np.int64)
+        values = column.values
+    else:
+        return None
+    inner: list[int] = []
+    while types.is_fixed_size_list(values.type):
+        if values.null_count:
+            return None
+        inner.append(values.type.list_size)
+        values = values.flatten()
+    if values.null_count or not (
+        types.is_integer(values.type) or types.is_floating(values.type) or types.is_boolean(values.type)
+    ):
+        return None
+    return FieldColumn(values.to_numpy(zero_copy_only=False), offsets, present, tuple(inner))
