@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-import pyarrow as pa
+from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from guideloom import DocumentStorage
 from guideloom._fields import record_columns
+from guideloom.importing import import_records, imported_schema
 from guideloom.importing._arrow_columns import batch_rows, fields_of_schema, packed_batch
 from guideloom.importing._schema import record_schema
 
@@ -94,3 +99,21 @@ def test_a_value_out_of_its_fields_range_goes_row_by_row() -> None:
     fields = fields_of_schema(batch.schema)
     fields["ids"] = fields["ids"].__class__("tokens", "uint16", True)
     assert packed_batch(batch, fields, record_schema(fields)) is None
+
+
+def test_an_import_packed_by_batches_cuts_shards_at_the_shard_size(tmp_path: Path) -> None:
+    table = pa.table({"text": [f"row {i} " * (i % 7) for i in range(3000)], "ids": [[i] * (i % 11) for i in range(3000)]})
+    pq.write_table(table, tmp_path / "in.parquet")  # one row group: one job, its shards cut inside a batch
+    summary = import_records([tmp_path / "in.parquet"], tmp_path / "out", workers=1, shard_size="8KiB")
+    schema = imported_schema(tmp_path / "out")
+    expected = [schema.pack(row) for row in table.to_pylist()]
+    storage = DocumentStorage(tmp_path / "out", schema)
+    with storage.sync_reader() as reader:
+        assert [schema.pack(reader.read(index)) for index in range(len(reader))] == expected
+    sizes = [len(record) for record in expected]
+    cut, held = 0, 0  # shards cut as the rows go: a shard is full once it holds the shard size
+    for size in sizes:
+        if held >= 8192:
+            cut, held = cut + 1, 0
+        held += size
+    assert summary.shards == cut + 1

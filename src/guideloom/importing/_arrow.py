@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from guideloom.importing._arrow_columns import batch_rows, fields_of_schema, first_binary_values
+from guideloom.importing._arrow_columns import fields_of_schema, first_binary_values, rows_of_batch
 from guideloom.importing._errors import ImportInputError
 from guideloom.importing._files import InputPath, open_binary, size_of
 from guideloom.importing._stream import Described, Piece, Row
@@ -95,21 +95,25 @@ def describe(path: InputPath, shard_size: int, options: dict[str, Any] | None = 
     return Described(fields, [Piece(path, "arrow", 0, None, size_of(path, options), (), options)])
 
 
-def rows(piece: Piece, fields: Any, start: int) -> Iterator[Row]:
+def batches(piece: Piece, start: int) -> Iterator[tuple[int, Any, int]]:
+    """The file's record batches from row ``start`` on: ``(first row, batch, bytes read after it)``."""
     row = consumed = 0
     try:
         reader = _reader(piece.path, piece.options)
         for batch in reader:
             consumed += batch.nbytes  # bytes read so far, as the batches' buffers count them
-            if row + batch.num_rows <= start:
-                row += batch.num_rows
-                continue
-            position = min(piece.size, consumed)
-            for values in batch_rows(batch, fields):
-                if row >= start:
-                    yield row, values, position
-                row += 1
+            if row < start:
+                skipped = min(batch.num_rows, start - row)
+                batch, row = batch.slice(skipped), row + skipped
+            if batch.num_rows:
+                yield row, batch, min(piece.size, consumed)
+            row += batch.num_rows
     except (ImportInputError, FileNotFoundError, PermissionError):
         raise
     except Exception as error:
         raise ImportInputError(f"{piece.path}: a damaged Arrow file near row {row} ({error})") from None
+
+
+def rows(piece: Piece, fields: Any, start: int) -> Iterator[Row]:
+    for first, batch, position in batches(piece, start):
+        yield from rows_of_batch(piece.path, first, batch, fields, position)

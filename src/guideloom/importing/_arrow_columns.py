@@ -15,6 +15,7 @@ a ``ClassLabel`` stays a ``Scalar``.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -23,7 +24,9 @@ import numpy as np
 from guideloom._fields.record_columns import FieldColumn
 from guideloom._shards.record_lengths import defines_length
 from guideloom.fields import RecordSchema
+from guideloom.importing._errors import ImportInputError
 from guideloom.importing._schema import Fields, FieldSpec
+from guideloom.importing._stream import Row
 
 MEDIA_MAGIC = (
     (b"\xff\xd8\xff", "image"),
@@ -307,6 +310,17 @@ def batch_rows(batch: Any, fields: Fields) -> list[dict[str, Any]]:
     )
     kind = CheckedRow if fits else dict
     return [kind(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
+
+
+def rows_of_batch(path: object, first: int, batch: Any, fields: Fields, position: int) -> Iterator[Row]:
+    """The rows of a record batch whose first row is row ``first`` of input ``path``, as a source's rows."""
+    try:
+        rows = batch_rows(batch, fields)
+    except Exception as error:  # say, text that is not UTF-8 in an Arrow file
+        last = first + batch.num_rows - 1
+        raise ImportInputError(f"{path}: rows {first} to {last} cannot be read ({type(error).__name__}: {error})") from None
+    for row, values in enumerate(rows, first):
+        yield row, values, position
 
 
 # --- whole batches packed at once ---------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from guideloom.importing._arrow_columns import batch_rows, fields_of_schema, first_binary_values
+from guideloom.importing._arrow_columns import fields_of_schema, first_binary_values, rows_of_batch
 from guideloom.importing._errors import ImportInputError
 from guideloom.importing._files import InputPath, open_binary, size_of
 from guideloom.importing._stream import Described, Piece, Row
@@ -80,8 +80,8 @@ def describe(path: InputPath, shard_size: int, options: dict[str, Any] | None = 
     return Described(fields, pieces)
 
 
-def rows(piece: Piece, fields: Any, start: int) -> Iterator[Row]:
-    """The piece's rows from row ``start`` of the file on."""
+def batches(piece: Piece, start: int) -> Iterator[tuple[int, Any, int]]:
+    """The piece's record batches from row ``start`` of the file on: ``(first row, batch, bytes read after it)``."""
     file = _open(piece.path, piece.options)
     (groups,) = piece.detail
     row = piece.first_row
@@ -93,8 +93,6 @@ def rows(piece: Piece, fields: Any, start: int) -> Iterator[Row]:
             row += count
             continue
         wanted.append(group)
-    if not wanted:
-        return
     total_rows = max(1, piece.rows or 1)
     for group in wanted:  # one row group at a time, so that damage is named with the rows it lies in
         count = metadata.row_group(group).num_rows
@@ -109,7 +107,15 @@ def rows(piece: Piece, fields: Any, start: int) -> Iterator[Row]:
                     f"{piece.path}: a damaged Parquet file in row group {group} (rows {row} to "
                     f"{row + count - 1}; {error})"
                 ) from None
-            for values in batch_rows(batch, fields):
-                if row >= start:
-                    yield row, values, piece.size * (row + 1 - piece.first_row) // total_rows
-                row += 1
+            if row < start:
+                skipped = min(batch.num_rows, start - row)
+                batch, row = batch.slice(skipped), row + skipped
+            if batch.num_rows:
+                yield row, batch, piece.size * (row + batch.num_rows - piece.first_row) // total_rows
+            row += batch.num_rows
+
+
+def rows(piece: Piece, fields: Any, start: int) -> Iterator[Row]:
+    """The piece's rows from row ``start`` of the file on."""
+    for first, batch, position in batches(piece, start):
+        yield from rows_of_batch(piece.path, first, batch, fields, position)

@@ -12,7 +12,7 @@ import json
 import pickle
 import traceback
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -20,12 +20,15 @@ import numpy as np
 
 from guideloom._core.errors import RecordPackError
 from guideloom._storage.provenance import write_shard_sources
-from guideloom.importing._arrow_columns import CheckedRow
+from guideloom._shards.record_lengths import defines_length
+from guideloom.importing._arrow_columns import CheckedRow, packed_batch, rows_of_batch
 from guideloom.importing._errors import ImportInputError
 from guideloom.importing._inputs import FORMATS
 from guideloom.importing._plan import ImportJob, ImportSettings, job_progress
 from guideloom.importing._schema import conform_row
-from guideloom.importing._stream import Skipped
+from guideloom.importing._stream import Piece, Row, Skipped
+
+PackedRecords = tuple[np.ndarray, np.ndarray]  # records' bytes back to back, and each one's size
 
 CANCEL_CHECK_ROWS = 256  # rows between two looks at whether the run was cancelled
 REPORT_ROWS = 1024  # rows between two progress reports
@@ -90,13 +93,37 @@ class JobShards:
         if self._writer is None:
             self._writer = self._storage.sync_writer()
         self._writer.append(self.shard, record)
+        self._note_rows(input_number, row, 1)
+        self._bytes += record_size(record)
+
+    def append_packed(self, input_number: int, first_row: int, records: PackedRecords) -> None:
+        """Rows ``first_row`` on of an input, packed at once: cut where the row by row path would cut shards."""
+        payload, sizes = records
+        before = np.zeros(len(sizes) + 1, np.int64)
+        np.cumsum(sizes, out=before[1:])
+        done = 0
+        while done < len(sizes):
+            if self._bytes >= self._settings.shard_size:
+                self._commit(last=False)
+            if self._writer is None:
+                self._writer = self._storage.sync_writer()
+            # the rows that start while the shard holds less than the shard size
+            taken = int(np.searchsorted(before[done:-1] - before[done], self._settings.shard_size - self._bytes))
+            taken = max(1, taken)
+            self._writer.append_encoded(
+                self.shard, payload[before[done] : before[done + taken]], sizes[done : done + taken]
+            )
+            self._note_rows(input_number, first_row + done, taken)
+            self._bytes += int(before[done + taken] - before[done])
+            done += taken
+
+    def _note_rows(self, input_number: int, row: int, count: int) -> None:
         runs = self._runs
         if runs and runs[-1][0] == input_number and runs[-1][1] + runs[-1][2] == row:
-            runs[-1][2] += 1
+            runs[-1][2] += count
         else:
-            runs.append([input_number, row, 1])
-        self._bytes += record_size(record)
-        self._result.rows += 1
+            runs.append([input_number, row, count])
+        self._result.rows += count
 
     def _commit(self, last: bool) -> None:
         write_shard_sources(self._settings.destination, self.shard, self._runs, last)
@@ -118,6 +145,34 @@ class JobShards:
             self._writer.close(commit=error is None)
 
 
+@dataclass(frozen=True)
+class PackedRows:
+    """Consecutive rows of an input packed at once: rows ``first`` on, ``records`` their bytes and sizes."""
+
+    first: int
+    records: PackedRecords
+    position: int  #: input bytes read after them
+
+    @property
+    def count(self) -> int:
+        return len(self.records[1])
+
+
+def piece_items(piece: Piece, settings: ImportSettings, start: int) -> Iterator[Row | PackedRows]:
+    """The piece's rows from row ``start`` on; record batches of a columnar format packed whole where they can be."""
+    source = FORMATS[piece.kind]
+    batches = getattr(source, "batches", None)
+    if batches is None or defines_length(settings.schema):
+        yield from source.rows(piece, settings.fields, start)
+        return
+    for first, batch, position in batches(piece, start):
+        packed = packed_batch(batch, settings.fields, settings.schema)
+        if packed is None:
+            yield from rows_of_batch(piece.path, first, batch, settings.fields, position)
+        else:
+            yield PackedRows(first, packed, position)
+
+
 def import_job(
     job: ImportJob,
     settings: ImportSettings,
@@ -136,23 +191,31 @@ def import_job(
                 continue
             start = resume.row + 1 if input_number == resume.input else 0
             reported_rows, reported_bytes = result.rows, 0
-            for count, (row, values, position) in enumerate(FORMATS[piece.kind].rows(piece, fields, start), 1):
-                if isinstance(values, Skipped):
-                    result.skipped[values.reason] += 1
-                    continue
-                try:
-                    record = values if type(values) is CheckedRow else conform_row(fields, values)
-                except ValueError as error:
-                    raise ImportInputError(f"{piece.path}: row {row} does not fit the schema: {error}") from None
-                try:
-                    shards.append(input_number, row, record)
-                except RecordPackError as error:
-                    problem = error.__cause__ or error
-                    raise ImportInputError(f"{piece.path}: row {row} does not fit the schema: {problem}") from None
-                if count % CANCEL_CHECK_ROWS == 0:
+            unchecked = 0  # rows since the last look at cancelling
+            for item in piece_items(piece, settings, start):
+                if isinstance(item, PackedRows):
+                    shards.append_packed(input_number, item.first, item.records)
+                    unchecked, position = unchecked + item.count, item.position
+                else:
+                    row, values, position = item
+                    unchecked += 1
+                    if isinstance(values, Skipped):
+                        result.skipped[values.reason] += 1
+                        continue
+                    try:
+                        record = values if type(values) is CheckedRow else conform_row(fields, values)
+                    except ValueError as error:
+                        raise ImportInputError(f"{piece.path}: row {row} does not fit the schema: {error}") from None
+                    try:
+                        shards.append(input_number, row, record)
+                    except RecordPackError as error:
+                        problem = error.__cause__ or error
+                        raise ImportInputError(f"{piece.path}: row {row} does not fit the schema: {problem}") from None
+                if unchecked >= CANCEL_CHECK_ROWS:
+                    unchecked = 0
                     if cancelled():
                         raise Cancelled
-                    if count % REPORT_ROWS == 0:
+                    if result.rows - reported_rows >= REPORT_ROWS:
                         report(result.rows - reported_rows, position - reported_bytes)
                         reported_rows, reported_bytes = result.rows, position
             report(result.rows - reported_rows, piece.size - reported_bytes)
