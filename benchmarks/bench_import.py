@@ -1,22 +1,27 @@
 """Import benchmark: Parquet of text and token columns, and images in WebDataset tars, into a storage, in one run.
 
-For the same input, with 1 and 2 processes, MB of input per second (medians of ``--rounds`` rounds,
-each way a fresh process timed from outside, start-up included) and peak resident memory (of the process
-or of its largest worker process):
+For the same input, with 1 and 2 processes, MB of input per second (medians of ``--rounds`` rounds, the
+ways taking turns, each a fresh process timed from its start, imports included) and peak resident memory
+per process (of the process or of its largest worker process):
 
-* the limit: pyarrow reading the input into Arrow batches, plus writing the same bytes (fsynced);
+* the limit: pyarrow reading the input into Arrow batches (tarfile reading the members), plus writing the
+  same bytes (fsynced), each process a share of the files;
 * a user's loop: ``iter_batches``, rows as dicts, ``DocumentStorage.sync_writer(shard_size="256MiB")``
   (one process only);
 * ``guideloom import --workers N``;
-* Hugging Face ``datasets``: ``Dataset.from_parquet`` + ``save_to_disk(num_proc=N)``, when installed;
-* for the tars: tarfile reading the members plus writing their bytes (the limit), and ``guideloom import``.
+* the peers' writers, where their libraries are installed in this interpreter
+  (``benchmarks/install_peers.sh``): Hugging Face ``datasets`` (``from_parquet`` or ``load_dataset("webdataset")``,
+  then ``save_to_disk(num_proc=N)``), Mosaic's ``MDSWriter`` (a writer per process, then ``merge_index``),
+  LitData's ``optimize(num_workers=N)``, WebDataset's ``ShardWriter`` (a writer per process), each given
+  rows as its documentation shows (dicts with a NumPy array of the token ids; the tars' bytes as they are).
 
-Mosaic's ``MDSWriter``, LitData's ``optimize`` and WebDataset's ``ShardWriter`` run where their
-libraries are installed in this interpreter (``benchmarks/install_peers.sh``). Prints a Markdown
-table and writes ``benchmarks/results/import.json``.
+Prints Markdown tables with the ratios of guideloom to the fastest peer and to the limit, and writes
+``benchmarks/results/import.json`` and ``import.md``. ``--big`` runs only the memory check: 10 GiB of
+Parquet in 32 files of one row group each, the limit and ``guideloom import`` once (``import_big.*``).
 
-    python -m benchmarks.bench_import                      # 8 Parquet files, 1 GiB in all; 10,000 images
-    python -m benchmarks.bench_import --mib 64 --images 1000 --rounds 1   # a quick run
+    python -m benchmarks.bench_import              # 8 Parquet files, 1 GiB in all; 10,000 images; 3 rounds
+    python -m benchmarks.bench_import --quick      # one round of 128 MiB and 1,000 images
+    python -m benchmarks.bench_import --big --processes 2
 """
 
 from __future__ import annotations
@@ -28,86 +33,202 @@ import shutil
 import statistics
 import sys
 import tempfile
-import textwrap
 from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import argument_parser, machine, run_json_child, write_results
 
-MEASURE = """
+SCRIPT = """
 import json, os, resource, sys, time
-started = time.perf_counter()
+started = time.perf_counter()  # imports included
+from multiprocessing import Pool
+
+inputs, out, workers = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+
+
+def in_processes(function):
+    # function(share, number) over the inputs cut into ``workers`` shares of whole files: here with one process
+    if workers == 1:
+        return [function(inputs, 0)]
+    with Pool(workers) as pool:
+        return pool.starmap(function, [(inputs[number::workers], number) for number in range(workers)])
+
 {body}
-seconds = time.perf_counter() - started
-# VmHWM: this process's own peak (ru_maxrss would carry the parent's across exec); its worker processes' too
-own = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
-peak = max(own, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-print(json.dumps({{"seconds": seconds, "peak_rss_mb": peak / 1024}}))
+
+if __name__ == "__main__":
+    run()
+    seconds = time.perf_counter() - started
+    # VmHWM: this process's own peak (ru_maxrss would carry the parent's across exec); its workers' too
+    own = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+    peak = max(own, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    print(json.dumps({{"seconds": seconds, "peak_rss_mb": peak / 1024}}))
 """
 
-WAYS = {
+# Parquet rows for the peers, as their writers take them; tar samples likewise
+PARQUET_ROWS = """
+import numpy
+import pyarrow.parquet as pq
+
+
+def parquet_rows(path):
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
+        for row in batch.to_pylist():
+            yield {"text": row["text"], "input_ids": numpy.asarray(row["input_ids"], numpy.int32)}
+"""
+TAR_SAMPLES = """
+import tarfile
+
+
+def tar_samples(path):
+    with tarfile.open(path, "r:") as tar:
+        sample = {}
+        for member in tar:
+            data = tar.extractfile(member).read()
+            if member.name.endswith(".jpg"):
+                sample = {"jpg": data}
+            else:
+                sample["txt"] = data.decode()
+                yield sample
+"""
+MDS_WRITER = """
+from benchmarks.peers.mosaic_peer import MDSWriter  # Mosaic's, after the adapter's torchvision stub
+from streaming.base.util import merge_index
+
+
+def write(share, number):
+    with MDSWriter(out=f"{out}/{number}", columns=COLUMNS, size_limit="256mb") as writer:
+        for path in share:
+            for sample in SAMPLES(path):
+                writer.write(sample)
+
+
+def run():
+    in_processes(write)
+    if workers > 1:
+        merge_index([f"{out}/{number}" for number in range(workers)], out)
+"""
+LITDATA = """
+from litdata import optimize
+
+
+def run():
+    optimize(fn=SAMPLES, inputs=inputs, output_dir=out, num_workers=workers, chunk_bytes="256MB", mode="overwrite")
+"""
+WEBDATASET_WRITER = """
+import webdataset
+
+
+def write(share, number):
+    os.makedirs(out, exist_ok=True)
+    with webdataset.ShardWriter(f"{out}/{number}-%06d.tar", maxsize=256 << 20, verbose=0) as writer:
+        for path in share:
+            for sample in SAMPLES(path):
+                writer.write({"__key__": f"{writer.count:09d}", **sample})
+
+
+def run():
+    in_processes(write)
+"""
+GUIDELOOM_IMPORT = """
+from guideloom.importing import import_records
+
+
+def run():
+    import_records(inputs, out, workers=workers)
+"""
+DATASETS = """
+import datasets
+
+
+def run():
+    datasets.disable_progress_bars()
+    processes = workers if workers > 1 else None
+    dataset = LOAD(processes)
+    dataset.save_to_disk(out, num_proc=processes)
+"""
+
+# Each way is a script of ``run()``: read ``inputs`` (a JSON list of files), write under ``out``, in ``workers``
+# processes.
+PARQUET = {
     "limit": """
 import pyarrow.parquet as pq
-inputs, out = json.loads(sys.argv[1]), sys.argv[2]
-with open(out, "wb") as sink:
-    for path in inputs:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
-            for buffer in batch.to_struct_array().buffers():
-                if buffer is not None:
-                    sink.write(buffer)
-    sink.flush()
-    os.fsync(sink.fileno())
+
+
+def copy(share, number):
+    with open(f"{out}.{number}", "wb") as sink:
+        for path in share:
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
+                for buffer in batch.to_struct_array().buffers():
+                    if buffer is not None:
+                        sink.write(buffer)
+        sink.flush()
+        os.fsync(sink.fileno())
+
+
+def run():
+    in_processes(copy)
 """,
     "user loop": """
 import pyarrow.parquet as pq
 from guideloom import DocumentMsgpackFormat, DocumentStorage
-inputs, out = json.loads(sys.argv[1]), sys.argv[2]
-with DocumentStorage(out, DocumentMsgpackFormat(numpy_arrays=True)).sync_writer(shard_size="256MiB") as writer:
-    for path in inputs:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
-            for row in batch.to_pylist():
-                writer.append(row)
+
+
+def run():
+    with DocumentStorage(out, DocumentMsgpackFormat(numpy_arrays=True)).sync_writer(shard_size="256MiB") as writer:
+        for path in inputs:
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
+                for row in batch.to_pylist():
+                    writer.append(row)
 """,
-    "guideloom import": """
-from guideloom.importing import import_records
-inputs, out, workers = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-import_records(inputs, out, workers=workers)
-""",
-    "datasets": """
-import datasets
-datasets.disable_progress_bars()
-inputs, out, workers = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-dataset = datasets.Dataset.from_parquet(inputs, cache_dir=out + ".cache", num_proc=workers if workers > 1 else None)
-dataset.save_to_disk(out, num_proc=workers if workers > 1 else None)
-""",
-    "Mosaic MDSWriter": """
-import numpy
-import pyarrow.parquet as pq
-from streaming import MDSWriter
-inputs, out = json.loads(sys.argv[1]), sys.argv[2]
-with MDSWriter(out=out, columns={"text": "str", "input_ids": "ndarray:int32"}, size_limit="256mb") as writer:
-    for path in inputs:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
-            for row in batch.to_pylist():
-                writer.write({"text": row["text"], "input_ids": numpy.asarray(row["input_ids"], numpy.int32)})
-""",
-    "tar limit": """
-import tarfile
-inputs, out = json.loads(sys.argv[1]), sys.argv[2]
-with open(out, "wb") as sink:
-    for path in inputs:
-        with tarfile.open(path, "r|*") as tar:
-            for member in tar:
-                if member.isfile():
-                    sink.write(tar.extractfile(member).read())
-    sink.flush()
-    os.fsync(sink.fileno())
-""",
+    "guideloom import": GUIDELOOM_IMPORT,
+    "datasets": DATASETS.replace(
+        "LOAD(processes)", 'datasets.Dataset.from_parquet(inputs, cache_dir=out + ".cache", num_proc=processes)'
+    ),
+    "Mosaic MDSWriter": PARQUET_ROWS
+    + MDS_WRITER.replace("COLUMNS", '{"text": "str", "input_ids": "ndarray:int32"}').replace("SAMPLES", "parquet_rows"),
+    "LitData optimize": PARQUET_ROWS + LITDATA.replace("SAMPLES", "parquet_rows"),
+    "WebDataset ShardWriter": PARQUET_ROWS
+    + WEBDATASET_WRITER.replace("**sample", '"txt": sample["text"], "ids.npy": sample["input_ids"]').replace(
+        "SAMPLES", "parquet_rows"
+    ),
 }
-PEER_MODULES = {"datasets": "datasets", "Mosaic MDSWriter": "streaming"}
-PARQUET_WAYS = ("limit", "user loop", "guideloom import", "datasets", "Mosaic MDSWriter")
-TAR_WAYS = ("tar limit", "guideloom import")
-PROCESSES = {"limit": (1,), "user loop": (1,), "Mosaic MDSWriter": (1,), "tar limit": (1,)}
+TARS = {
+    "limit": """
+import tarfile
+
+
+def copy(share, number):
+    with open(f"{out}.{number}", "wb") as sink:
+        for path in share:
+            with tarfile.open(path, "r:") as tar:
+                for member in tar:
+                    if member.isfile():
+                        sink.write(tar.extractfile(member).read())
+        sink.flush()
+        os.fsync(sink.fileno())
+
+
+def run():
+    in_processes(copy)
+""",
+    "guideloom import": GUIDELOOM_IMPORT,
+    "datasets": DATASETS.replace(
+        "LOAD(processes)",
+        'datasets.load_dataset("webdataset", data_files={"train": inputs}, split="train", cache_dir=out + ".cache", '
+        "num_proc=processes)",
+    ),
+    "Mosaic MDSWriter": TAR_SAMPLES
+    + MDS_WRITER.replace("COLUMNS", '{"jpg": "bytes", "txt": "str"}').replace("SAMPLES", "tar_samples"),
+    "LitData optimize": TAR_SAMPLES + LITDATA.replace("SAMPLES", "tar_samples"),
+    "WebDataset ShardWriter": TAR_SAMPLES + WEBDATASET_WRITER.replace("SAMPLES", "tar_samples"),
+}
+PEER_MODULES = {
+    "datasets": "datasets",
+    "Mosaic MDSWriter": "streaming",
+    "LitData optimize": "litdata",
+    "WebDataset ShardWriter": "webdataset",
+}
+PROCESSES = {"user loop": (1,)}  # a user's own loop is one process
 
 
 def make_parquet(folder: Path, files: int, mib: int) -> list[Path]:
@@ -125,7 +246,8 @@ def make_parquet(folder: Path, files: int, mib: int) -> list[Path]:
         texts = [" ".join(rng.choice(words, 150)) for _ in range(rows)]
         ids = pa.array([rng.integers(0, 50_000, length).astype(np.int32) for length in lengths], pa.list_(pa.int32()))
         path = folder / f"part-{number:02d}.parquet"
-        pq.write_table(pa.table({"text": texts, "input_ids": ids}), path, compression="zstd")
+        table = pa.table({"text": texts, "input_ids": ids})
+        pq.write_table(table, path, compression="zstd", row_group_size=rows)  # one row group
         paths.append(path)
     return paths
 
@@ -160,47 +282,69 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def measure(way: str, inputs: list[Path], out: Path, workers: int) -> dict[str, Any]:
-    """One fresh process doing ``way`` with ``workers`` processes: its seconds and peak resident memory."""
+def measure(script: str, inputs: list[Path], out: Path, workers: int) -> dict[str, Any]:
+    """One fresh process running ``script`` with ``workers`` processes: its seconds and peak resident memory."""
     _remove(out)
-    code = MEASURE.format(body=textwrap.dedent(WAYS[way]))
-    command = [sys.executable, "-c", code, json.dumps([str(path) for path in inputs]), str(out), str(workers)]
+    path = out.parent / "way.py"  # a file, not ``-c``: peers that start processes by spawning import it again
+    path.write_text(SCRIPT.format(body=script))
+    command = [sys.executable, str(path), json.dumps([str(path) for path in inputs]), str(out), str(workers)]
     result = run_json_child(command, timeout=3600)
-    _remove(out)
-    _remove(Path(f"{out}.cache"))
+    for leftover in [out, Path(f"{out}.cache"), *out.parent.glob(f"{out.name}.*")]:
+        _remove(leftover)
     return result
 
 
 def run_ways(
-    ways: tuple[str, ...], inputs: list[Path], scratch: Path, rounds: int, processes: tuple[int, ...]
+    ways: dict[str, str], inputs: list[Path], scratch: Path, rounds: int, processes: tuple[int, ...]
 ) -> dict[str, Any]:
+    """Each way with each process count, ``rounds`` times (the ways taking turns within a round)."""
     size = sum(path.stat().st_size for path in inputs)
     found: dict[str, Any] = {}
-    for way in ways:
-        module = PEER_MODULES.get(way)
-        if module is not None and importlib.util.find_spec(module) is None:
-            found[way] = {"error": f"{module} is not installed"}
-            continue
-        for workers in PROCESSES.get(way, processes):
-            runs = [measure(way, inputs, scratch / "out", workers) for _ in range(rounds)]
-            errors = [run["error"] for run in runs if "error" in run]
-            if errors:
-                found[f"{way} ({workers})"] = {"error": errors[0]}
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for _ in range(rounds):
+        for way, script in ways.items():
+            module = PEER_MODULES.get(way)
+            if module is not None and importlib.util.find_spec(module) is None:
+                found[way] = {"error": f"{module} is not installed"}
                 continue
-            seconds = statistics.median(run["seconds"] for run in runs)
-            found[f"{way} ({workers})"] = {
-                "mb_per_s": size / 1e6 / seconds,
-                "seconds": [run["seconds"] for run in runs],
-                "peak_rss_mb": max(run["peak_rss_mb"] for run in runs),
+            for workers in PROCESSES.get(way, processes):
+                runs.setdefault(f"{way} ({workers})", []).append(measure(script, inputs, scratch / "out", workers))
+    for name, measured in runs.items():
+        errors = [run["error"] for run in measured if "error" in run]
+        if errors:
+            found[name] = {"error": errors[0]}
+            continue
+        seconds = statistics.median(run["seconds"] for run in measured)
+        found[name] = {
+            "mb_per_s": size / 1e6 / seconds,
+            "seconds": [run["seconds"] for run in measured],
+            "peak_rss_mb": max(run["peak_rss_mb"] for run in measured),
+        }
+    return {"input_mb": size / 1e6, "rounds": rounds, "ways": found}
+
+
+def ratios(results: dict[str, Any], processes: tuple[int, ...]) -> dict[str, dict[str, float]]:
+    """guideloom import's rate over the fastest peer's and over the limit's, per process count."""
+    ways = results["ways"]
+    found = {}
+    for workers in processes:
+        ours = ways.get(f"guideloom import ({workers})", {}).get("mb_per_s")
+        limit = ways.get(f"limit ({workers})", {}).get("mb_per_s")
+        peers = [ways.get(f"{peer} ({workers})", {}).get("mb_per_s") for peer in PEER_MODULES]
+        fastest = max((rate for rate in peers if rate), default=None)
+        if ours:
+            found[str(workers)] = {
+                **({"over_fastest_peer": ours / fastest} if fastest else {}),
+                **({"over_limit": ours / limit} if limit else {}),
             }
-    return {"input_mb": size / 1e6, "ways": found}
+    return found
 
 
 def table(title: str, results: dict[str, Any]) -> str:
     lines = [
-        f"### {title} ({results['input_mb']:.0f} MB of input)",
+        f"### {title} ({results['input_mb']:.0f} MB of input, medians of {results['rounds']} rounds)",
         "",
-        "| way (processes) | MB/s | peak RSS (MB) |",
+        "| way (processes) | MB/s | peak RSS per process (MB) |",
         "|---|---:|---:|",
     ]
     for name, result in results["ways"].items():
@@ -208,6 +352,9 @@ def table(title: str, results: dict[str, Any]) -> str:
             lines.append(f"| {name} | {result['error']} | |")
         else:
             lines.append(f"| {name} | {result['mb_per_s']:.1f} | {result['peak_rss_mb']:.0f} |")
+    for workers, found in results.get("ratios", {}).items():
+        described = ", ".join(f"{name.replace('_', ' ')} {value:.2f}x" for name, value in found.items())
+        lines.append(f"\nguideloom import with {workers} process{'es' if workers != '1' else ''}: {described}")
     return "\n".join(lines)
 
 
@@ -217,22 +364,37 @@ def main() -> None:
     parser.add_argument("--mib", type=int, default=1024, help="MiB of Parquet in all (default 1024)")
     parser.add_argument("--images", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="one round of 128 MiB of Parquet and 1,000 images")
+    parser.add_argument("--big", action="store_true", help="only the memory check: 10 GiB of Parquet (32 files)")
     parser.add_argument("--processes", default="1,2", help="process counts to run the parallel ways with")
     arguments = parser.parse_args()
     processes = tuple(int(count) for count in arguments.processes.split(","))
+    if arguments.quick:
+        arguments.rounds, arguments.mib, arguments.images = 1, 128, 1000
     with tempfile.TemporaryDirectory() as directory:
         scratch = Path(directory)
         (scratch / "parquet").mkdir()
+        if arguments.big:
+            big = run_ways(
+                {way: PARQUET[way] for way in ("limit", "guideloom import")},
+                make_parquet(scratch / "parquet", 32, 10 * 1024),
+                scratch,
+                1,
+                processes,
+            )
+            markdown = table("Memory: 10 GiB of Parquet, 32 files of one row group each", big)
+            print(markdown)
+            write_results("import_big", {"machine": machine(), "parquet": big}, markdown)
+            return
+        inputs = make_parquet(scratch / "parquet", arguments.files, arguments.mib)
+        parquet = run_ways(PARQUET, inputs, scratch, arguments.rounds, processes)
+        shutil.rmtree(scratch / "parquet")
         (scratch / "tars").mkdir()
-        parquet = run_ways(
-            PARQUET_WAYS,
-            make_parquet(scratch / "parquet", arguments.files, arguments.mib),
-            scratch,
-            arguments.rounds,
-            processes,
-        )
-        tars = run_ways(TAR_WAYS, make_tars(scratch / "tars", arguments.images), scratch, arguments.rounds, processes)
-    markdown = "\n\n".join([table("Parquet, text and token columns", parquet), table("JPEGs in WebDataset tars", tars)])
+        tars = run_ways(TARS, make_tars(scratch / "tars", arguments.images), scratch, arguments.rounds, processes)
+    parquet["ratios"], tars["ratios"] = ratios(parquet, processes), ratios(tars, processes)
+    markdown = "\n\n".join(
+        [table("Parquet, text and token columns", parquet), table("JPEGs with captions in WebDataset tars", tars)]
+    )
     print(markdown)
     write_results("import", {"machine": machine(), "parquet": parquet, "tars": tars}, markdown)
 
