@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pyarrow as pa
@@ -23,7 +24,7 @@ def _packed_as_rows(batch: pa.RecordBatch) -> list[bytes]:
     ends = [0, *sizes.cumsum().tolist()]
     data = payload.tobytes()
     assert len(data) == ends[-1]
-    return [data[start:stop] for start, stop in zip(ends, ends[1:], strict=False)]
+    return [data[start:stop] for start, stop in itertools.pairwise(ends)]
 
 
 def _rows_packed(batch: pa.RecordBatch) -> list[bytes]:
@@ -67,7 +68,9 @@ def test_a_slice_of_a_batch_packs_as_its_rows_do() -> None:
 
 def test_a_batch_of_required_fields_packs_without_presence_bits() -> None:
     batch = pa.record_batch({"text": pa.array(["x", "yz"]), "ids": pa.array([[1], [2, 3]], pa.list_(pa.uint16()))})
-    fields = fields_of_schema(pa.schema([pa.field(name, batch.schema.field(name).type, False) for name in batch.schema.names]))
+    fields = fields_of_schema(
+        pa.schema([pa.field(name, batch.schema.field(name).type, False) for name in batch.schema.names])
+    )
     schema = record_schema(fields)
     packed = packed_batch(batch, fields, schema)
     assert packed is not None
@@ -102,7 +105,9 @@ def test_a_value_out_of_its_fields_range_goes_row_by_row() -> None:
 
 
 def test_an_import_packed_by_batches_cuts_shards_at_the_shard_size(tmp_path: Path) -> None:
-    table = pa.table({"text": [f"row {i} " * (i % 7) for i in range(3000)], "ids": [[i] * (i % 11) for i in range(3000)]})
+    table = pa.table(
+        {"text": [f"row {i} " * (i % 7) for i in range(3000)], "ids": [[i] * (i % 11) for i in range(3000)]}
+    )
     pq.write_table(table, tmp_path / "in.parquet")  # one row group: one job, its shards cut inside a batch
     summary = import_records([tmp_path / "in.parquet"], tmp_path / "out", workers=1, shard_size="8KiB")
     schema = imported_schema(tmp_path / "out")

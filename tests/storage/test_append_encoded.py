@@ -27,7 +27,9 @@ def test_records_appended_encoded_read_back_as_appended_one_by_one(tmp_path: Pat
     with DocumentStorage(tmp_path / "many", SCHEMA).sync_writer() as writer:
         writer.append_encoded(0, b"".join(encoded[:25]), [len(data) for data in encoded[:25]])
         writer.append(0, RECORDS[25])
-        writer.append_encoded(0, np.frombuffer(b"".join(encoded[26:]), np.uint8), np.array([len(d) for d in encoded[26:]]))
+        writer.append_encoded(
+            0, np.frombuffer(b"".join(encoded[26:]), np.uint8), np.array([len(d) for d in encoded[26:]])
+        )
     assert _read_all(tmp_path / "many") == _read_all(tmp_path / "one") == encoded
     one = sorted(p.read_bytes() for p in (tmp_path / "one" / "shards").iterdir())
     many = sorted(p.read_bytes() for p in (tmp_path / "many" / "shards").iterdir())

@@ -10,16 +10,13 @@ Only non-media fields: media keep the record-by-record path.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from guideloom._fields.field_types import NUMBER_KINDS, Array, FieldType, Json, Scalar, Tokens, cast_numbers
-
-if TYPE_CHECKING:
-    from guideloom._fields.schema import RecordSchema
 
 MAX_RECORD_BYTES = 2**32 - 1  # the table's uint32 offsets
 
@@ -47,25 +44,27 @@ class FieldColumn:
     inner_shape: tuple[int, ...] = ()
 
 
-def pack_columns(schema: RecordSchema, columns: Mapping[str, FieldColumn], rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """``rows`` records from their fields' columns: their bytes back to back (uint8) and each record's size.
+def pack_columns(
+    fields: Mapping[str, FieldType], stored: Sequence[str], columns: Mapping[str, FieldColumn], rows: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``rows`` records of a schema of ``fields`` (``stored``: their names in the stored order) from their fields'
+    columns: their bytes back to back (uint8) and each record's size.
 
-    The bytes are those ``schema.pack`` gives each record. A field left out of ``columns`` is absent from every
+    The bytes are those ``RecordSchema.pack`` gives each record. A field left out of ``columns`` is absent from every
     record. A value that does not fit its field is a ValueError or TypeError naming the field, not the record:
     pack the records one by one to find it.
     """
-    unknown = [name for name in columns if name not in schema.fields]
+    unknown = [name for name in columns if name not in fields]
     if unknown:
         raise ValueError(f"the columns hold field {unknown[0]!r} that the schema does not")
-    stored = schema.stored_fields
-    optional = any(field.optional for field in schema.fields.values())
+    optional = any(field.optional for field in fields.values())
     table_size = 4 * len(stored)
     head_size = table_size + ((len(stored) + 7) // 8 if optional else 0)
     sizes = np.zeros((rows, len(stored)), np.int64)
     bits = np.zeros((rows, head_size - table_size), np.uint8)
     pieces: list[tuple[Segment, np.ndarray | None]] = []
     for slot, name in enumerate(stored):
-        field, column = schema.fields[name], columns.get(name)
+        field, column = fields[name], columns.get(name)
         if field.media and column is not None:
             raise ValueError(f"field {name!r} holds media: pack such records one by one")
         if column is None:
@@ -199,7 +198,7 @@ def join_rows(pieces: list[tuple[Segment, np.ndarray | None]], rows: int) -> np.
 
 def _join_rows_by_slices(pieces: list[tuple[Segment, np.ndarray | None]], rows: int) -> np.ndarray:
     """:func:`join_rows` without pyarrow: a slice per segment of each record, joined once."""
-    views = [memoryview(np.ascontiguousarray(data)).cast("B") for (data, _), _ in pieces]
+    views = [np.ascontiguousarray(data).data.cast("B") for (data, _), _ in pieces]
     bounds = [starts.tolist() for (_, starts), _ in pieces]
     held = [None if present is None else present.tolist() for _, present in pieces]
     parts: list[memoryview] = []

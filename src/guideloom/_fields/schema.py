@@ -158,7 +158,7 @@ class RecordSchema(DocumentStorageFormat[Mapping[str, Any], dict[str, Any]]):
         """``rows`` records given field by field (non-media fields only): their bytes back to back, as ``pack`` gives
         each, and each record's size. What an importer of columnar data calls instead of ``pack`` per record; a
         value that does not fit is an error naming the field only (see ``record_columns.pack_columns``)."""
-        return pack_columns(self, columns, rows)
+        return pack_columns(self.fields, self._stored, columns, rows)
 
     def _length(self, data: Mapping[str, Any]) -> int:
         """``length_of`` given the record as it reads back (the one just packed in this thread is not packed again)."""

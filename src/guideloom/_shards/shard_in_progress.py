@@ -162,7 +162,7 @@ class ShardInProgress:
         self._hand_off()
 
     def _hand_off(self) -> None:
-        """Have the background thread checksum and flush what was written since the last hand-off, once it is a chunk."""
+        """Have the background thread checksum and flush what was written since the last hand-off, once a chunk."""
         assert self.file is not None
         if self.data_size - self.handed_off >= BACKGROUND_CHUNK:
             self.file.flush()

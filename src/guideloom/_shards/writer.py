@@ -98,7 +98,11 @@ class SyncWriter(Generic[In]):
         self._last.write(*encoded)
 
     def append_encoded(
-        self, shard: int, records: bytes | memoryview | np.ndarray, sizes: Sequence[int] | np.ndarray, lengths: np.ndarray | None = None
+        self,
+        shard: int,
+        records: bytes | memoryview | np.ndarray,
+        sizes: Sequence[int] | np.ndarray,
+        lengths: np.ndarray | None = None,
     ) -> None:
         """Append many records the storage's format already encoded: their bytes back to back, and each one's size
         (and length, in a storage that records lengths). One write instead of a call per record, for importers
@@ -106,8 +110,10 @@ class SyncWriter(Generic[In]):
         if self._closed:
             raise ValueError("this writer is closed")
         if self._header.kind != "documents" or self._header.loss_mask:
-            raise ValueError(f"append_encoded writes a document storage's records; this storage holds {self._header.describe()}")
-        view = memoryview(records).cast("B")
+            raise ValueError(
+                f"append_encoded writes a document storage's records; this storage holds {self._header.describe()}"
+            )
+        view = (records.data if isinstance(records, np.ndarray) else memoryview(records)).cast("B")
         counts = np.asarray(sizes, np.int64)
         if counts.ndim != 1 or (counts < 0).any() or int(counts.sum()) != view.nbytes:
             raise ValueError(f"the records' sizes add up to {int(counts.sum())} bytes, not the {view.nbytes} given")

@@ -229,6 +229,7 @@ def _list_arrays(column: Any, spec: FieldSpec) -> list[Any] | None:
     found = _list_column(column, None)
     if found is None:
         return None
+    assert found.offsets is not None
     offsets = found.offsets - found.offsets[0]
     per_element = int(np.prod(found.inner_shape, dtype=np.int64))
     first = int(found.offsets[0]) * per_element
@@ -318,7 +319,9 @@ def rows_of_batch(path: object, first: int, batch: Any, fields: Fields, position
         rows = batch_rows(batch, fields)
     except Exception as error:  # say, text that is not UTF-8 in an Arrow file
         last = first + batch.num_rows - 1
-        raise ImportInputError(f"{path}: rows {first} to {last} cannot be read ({type(error).__name__}: {error})") from None
+        raise ImportInputError(
+            f"{path}: rows {first} to {last} cannot be read ({type(error).__name__}: {error})"
+        ) from None
     for row, values in enumerate(rows, first):
         yield row, values, position
 
@@ -391,7 +394,9 @@ def _binary_column(column: Any, present: np.ndarray | None) -> FieldColumn:
 
     _, offsets_buffer, data_buffer = column.buffers()
     wide = types.is_large_string(column.type) or types.is_large_binary(column.type)
-    offsets = np.frombuffer(offsets_buffer, np.int64 if wide else np.int32, len(column) + 1, column.offset * (8 if wide else 4))
+    offsets = np.frombuffer(
+        offsets_buffer, np.int64 if wide else np.int32, len(column) + 1, column.offset * (8 if wide else 4)
+    )
     data = np.frombuffer(data_buffer, np.uint8) if data_buffer is not None else np.empty(0, np.uint8)
     return FieldColumn(data, offsets.astype(np.int64), present)
 

@@ -91,6 +91,15 @@ def _value(path: InputPath, sample: int, extension: str, data: bytes) -> Any:
     return data
 
 
+def _open_tar(raw: Any, compressed: bool) -> tarfile.TarFile:
+    """The tar read from ``raw``: a plain one by seeking past headers and reading each member at once; a
+    compressed one as a stream (tarfile's stream mode copies every block through its own buffer, several
+    times slower)."""
+    if compressed:
+        return tarfile.open(fileobj=raw, mode="r|*", bufsize=READ_BUFFER)
+    return tarfile.open(fileobj=raw, mode="r:")
+
+
 def _samples(path: InputPath, options: dict[str, Any] | None) -> Iterator[Row]:
     """``(sample index, fields, bytes read)`` in tar order; members left out come as :class:`Skipped` values, with
     the index of the sample they lie in."""
@@ -100,10 +109,7 @@ def _samples(path: InputPath, options: dict[str, Any] | None) -> Iterator[Row]:
     compressed = format_of_compression(path, options)
     size = size_of(path, options)
     try:
-        # A plain tar is read by seeking past headers and reading each member at once; tarfile's stream mode (what
-        # a compressed tar needs) copies every block through its own buffer, several times slower.
-        mode = "r|*" if compressed else "r:"
-        with open_binary(path, options) as raw, tarfile.open(fileobj=raw, mode=mode, bufsize=READ_BUFFER) as tar:
+        with open_binary(path, options) as raw, _open_tar(raw, compressed) as tar:
             for member in tar:
                 name = member.name
                 if name.startswith("/") or ".." in PurePosixPath(name).parts:

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from guideloom._core.errors import RecordPackError
-from guideloom._storage.provenance import write_shard_sources
 from guideloom._shards.record_lengths import defines_length
+from guideloom._storage.provenance import write_shard_sources
 from guideloom.importing._arrow_columns import CheckedRow, packed_batch, rows_of_batch
 from guideloom.importing._errors import ImportInputError
 from guideloom.importing._inputs import FORMATS
