@@ -232,22 +232,26 @@ PROCESSES = {"user loop": (1,)}  # a user's own loop is one process
 
 
 def make_parquet(folder: Path, files: int, mib: int) -> list[Path]:
-    """``files`` Parquet files of about ``mib`` MiB in all: a text column and a column of token ids."""
+    """``files`` Parquet files of about ``mib`` MiB in all, one row group each: a text column (about 1,300 characters
+    of words) and a column of 300 to 700 token ids, about 1.6 KB of zstd-compressed input a row."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     rng = np.random.default_rng(0)
-    words = np.array("the of and to in is was for data model train token loader shard storage".split())
-    rows = mib * 2**20 // (1200 * files)  # about 1.2 KB of compressed input a row
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    words = np.array(["".join(rng.choice(letters, size)) for size in rng.integers(2, 10, 5000)])
+    corpus = " ".join(rng.choice(words, 2_000_000).tolist())  # each row's text a random stretch of it
+    rows = mib * 2**20 // (1600 * files)
     paths = []
     for number in range(files):
-        lengths = rng.integers(200, 400, rows)
-        texts = [" ".join(rng.choice(words, 150)) for _ in range(rows)]
-        ids = pa.array([rng.integers(0, 50_000, length).astype(np.int32) for length in lengths], pa.list_(pa.int32()))
+        starts, sizes = rng.integers(0, len(corpus) - 2000, rows).tolist(), rng.integers(1000, 1600, rows).tolist()
+        texts = [corpus[start : start + size] for start, size in zip(starts, sizes, strict=True)]
+        offsets = np.zeros(rows + 1, np.int32)
+        np.cumsum(rng.integers(300, 700, rows), out=offsets[1:])
+        ids = pa.ListArray.from_arrays(offsets, rng.integers(0, 50_000, int(offsets[-1]), dtype=np.int32))
         path = folder / f"part-{number:02d}.parquet"
-        table = pa.table({"text": texts, "input_ids": ids})
-        pq.write_table(table, path, compression="zstd", row_group_size=rows)  # one row group
+        pq.write_table(pa.table({"text": texts, "input_ids": ids}), path, compression="zstd", row_group_size=rows)
         paths.append(path)
     return paths
 
