@@ -17,7 +17,7 @@ per process (of the process or of its largest worker process):
 
 Prints Markdown tables with the ratios of guideloom to the fastest peer and to the limit, and writes
 ``benchmarks/results/import.json`` and ``import.md``. ``--big`` runs only the memory check: 10 GiB of
-Parquet in 32 files of one row group each, the limit and ``guideloom import`` once (``import_big.*``).
+Parquet in 32 files of one row group each, ``guideloom import`` once (``import_big.*``).
 
     python -m benchmarks.bench_import              # 8 Parquet files, 1 GiB in all; 10,000 images; 3 rounds
     python -m benchmarks.bench_import --quick      # one round of 128 MiB and 1,000 images
@@ -380,7 +380,7 @@ def main() -> None:
         (scratch / "parquet").mkdir()
         if arguments.big:
             big = run_ways(
-                {way: PARQUET[way] for way in ("limit", "guideloom import")},
+                {"guideloom import": PARQUET["guideloom import"]},
                 make_parquet(scratch / "parquet", 32, 10 * 1024),
                 scratch,
                 1,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from guideloom import DocumentStorage
 from guideloom._fields import record_columns
@@ -77,18 +78,10 @@ def test_a_batch_of_required_fields_packs_without_presence_bits() -> None:
     assert packed[0].tobytes() == b"".join(schema.pack(row) for row in batch_rows(batch, fields))
 
 
-def test_rows_without_pyarrow_join_the_same() -> None:
-    fields = fields_of_schema(MIXED.schema)
-    columns_packed = packed_batch(MIXED, fields, record_schema(fields))
-    assert columns_packed is not None
-    original = record_columns.join_rows
-    try:
-        record_columns.join_rows = lambda pieces, rows: record_columns._join_rows_by_slices(pieces, rows)  # type: ignore[assignment]
-        by_slices = packed_batch(MIXED, fields, record_schema(fields))
-    finally:
-        record_columns.join_rows = original  # type: ignore[assignment]
-    assert by_slices is not None
-    assert by_slices[0].tobytes() == columns_packed[0].tobytes()
+def test_rows_without_pyarrow_join_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    with_pyarrow = _packed_as_rows(MIXED)
+    monkeypatch.setattr(record_columns, "join_rows", record_columns._join_rows_by_slices)
+    assert _packed_as_rows(MIXED) == with_pyarrow
 
 
 def test_a_null_inside_a_list_goes_row_by_row() -> None:
