@@ -312,7 +312,9 @@ def run_ways(
                 found[way] = {"error": f"{module} is not installed"}
                 continue
             for workers in PROCESSES.get(way, processes):
-                runs.setdefault(f"{way} ({workers})", []).append(measure(script, inputs, scratch / "out", workers))
+                measured = measure(script, inputs, scratch / "out", workers)
+                runs.setdefault(f"{way} ({workers})", []).append(measured)
+                print(f"{way} ({workers}): {json.dumps(measured)}", file=sys.stderr, flush=True)
     for name, measured in runs.items():
         errors = [run["error"] for run in measured if "error" in run]
         if errors:
