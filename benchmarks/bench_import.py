@@ -105,7 +105,7 @@ def write(share, number):
 def run():
     in_processes(write)
     if workers > 1:
-        merge_index([f"{out}/{number}" for number in range(workers)], out)
+        merge_index([f"{out}/{number}/index.json" for number in range(workers)], out)
 """
 LITDATA = """
 from litdata import optimize
