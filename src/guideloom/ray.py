@@ -1,7 +1,7 @@
 """Write a Ray Data dataset into a storage: ``ds.write_datasink(StorageDatasink(storage, column="tokens"))``.
 
-With ``guideloom.tokenize``'s Ray executor, the only guideloom module that imports Ray (the ``ray``
-extra). Write task ``t`` of a write writes
+With the Ray executor of ``guideloom tokenize`` and ``guideloom import`` (``_jobs.ray_tasks``), the only
+guideloom module that imports Ray (the ``ray`` extra). Write task ``t`` of a write writes
 shard ``first + t``, where ``first`` follows the storage's committed shards when the write starts;
 Ray numbers write tasks in the dataset's block order, so the ids do not depend on which worker ran
 what. A task whose shard an earlier attempt already committed checks the shard holds exactly its
