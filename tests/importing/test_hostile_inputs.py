@@ -4,27 +4,17 @@ from __future__ import annotations
 
 import io
 import random
-import re
 import subprocess
 import sys
 import tarfile
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from guideloom.importing import ImportInputError, import_records
-from tests.helpers.import_inputs import (
-    JPEG,
-    add_member,
-    stored_records,
-    write_jsonl,
-    write_litdata,
-    write_mds,
-    write_webdataset,
-)
+from tests.helpers.import_inputs import JPEG, add_member, stored_records, write_jsonl, write_webdataset
 from tests.helpers.processes import child_environment
 
 
@@ -142,18 +132,3 @@ def test_the_command_names_a_damaged_input_without_a_traceback(tmp_path: Path) -
     assert result.returncode == 2
     assert "junk.parquet: not a readable Parquet file" in result.stderr
     assert "Traceback" not in result.stderr
-
-
-@pytest.mark.parametrize(
-    ("write", "named"),
-    [
-        (write_mds, "a damaged MDS shard, at row 3 (the sample offsets run past the shard's"),
-        (write_litdata, "a damaged LitData chunk, at row 3 (the item offsets run past the chunk's"),
-    ],
-)
-def test_a_truncated_mds_shard_or_litdata_chunk_is_named_with_its_row(tmp_path: Path, write: Any, named: str) -> None:
-    folder = write(tmp_path / "folder", {"text": "str", "n": "int"}, [{"text": f"row {i}", "n": i} for i in range(7)])
-    second = sorted(path for path in folder.iterdir() if path.name != "index.json")[1]  # rows 3 to 5
-    second.write_bytes(second.read_bytes()[:-5])
-    with pytest.raises(ImportInputError, match=re.escape(f"{folder}: {named}")):
-        import_records([folder], tmp_path / "out", workers=1)
