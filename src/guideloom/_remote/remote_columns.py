@@ -42,11 +42,11 @@ class RemoteColumns:
         self.ranged = header.compression is None and bool(self.names)
 
     def entry(self, info: ShardInfo, fields: frozenset[str]) -> CacheEntry:
-        """The cache entry of these columns of the shard; the room its download makes is a bound: the shard's tail."""
+        """The cache entry of these columns of the shard; the room its download makes is a bound: every column, their
+        table and the footer."""
         mask = sum(1 << number for number, name in enumerate(self.names) if name in fields)
         name = f"{info.id:012d}.{info.data_crc:08x}.{info.size}.c{mask:x}.shard"
-        data_size = info.element_count * self.header.element_size
-        return CacheEntry(name, info.size - ShardSections.of(info.record_count, data_size).index_start, info.id)
+        return CacheEntry(name, info.size - self._sections(info).columns_start, info.id)
 
     def open(self, info: ShardInfo, fields: frozenset[str]) -> ShardColumns:
         """The columns of ``fields`` (named by the header) of the shard, from the cache, downloaded first if needed."""
