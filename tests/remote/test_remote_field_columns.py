@@ -159,7 +159,9 @@ def test_a_storage_without_columns_reads_fields_from_its_shards(
     client.put_object(Bucket=bucket_of(s3_url), Key="corpus/guideloom.json", Body=header)
     written = write(remote(s3_url, s3_server, tmp_path / "writer"))
     storage = remote(s3_url, s3_server, tmp_path / "reader")
-    with StatefulDataLoader.from_storage(storage, list, device="cpu", local_batch_size=16, fields=("caption",)) as loader:
+    with StatefulDataLoader.from_storage(
+        storage, list, device="cpu", local_batch_size=16, fields=("caption",)
+    ) as loader:
         read = [record for batch in loader for record in batch]
     assert read == [{"caption": record["caption"]} for record in written]
     assert len(s3_server.gets(bucket_of(s3_url), ".shard")) == SHARDS  # read whole, as before columns

@@ -65,7 +65,9 @@ class ColumnEntry:
         return self.values_size + self.width * self.record_count + presence
 
 
-def parse_table(raw: bytes | memoryview, names: Sequence[str], record_count: int, columns_start: int) -> list[ColumnEntry] | str:
+def parse_table(
+    raw: bytes | memoryview, names: Sequence[str], record_count: int, columns_start: int
+) -> list[ColumnEntry] | str:
     """The entries of the column table ``raw`` (its ``table_size(len(names))`` bytes), placing the first column at
     ``columns_start``; or what is wrong with it."""
     count = len(names)
@@ -77,8 +79,17 @@ def parse_table(raw: bytes | memoryview, names: Sequence[str], record_count: int
         return "its column table is damaged (checksum)"
     entries, start = [], columns_start
     for number, name in enumerate(names):
-        values_size, column_crc, width, has_presence, = ENTRY.unpack_from(raw, number * ENTRY.size)
-        if width not in WIDTHS or has_presence not in (0, 1) or any(raw[number * ENTRY.size + 14 : (number + 1) * ENTRY.size]):
+        (
+            values_size,
+            column_crc,
+            width,
+            has_presence,
+        ) = ENTRY.unpack_from(raw, number * ENTRY.size)
+        if (
+            width not in WIDTHS
+            or has_presence not in (0, 1)
+            or any(raw[number * ENTRY.size + 14 : (number + 1) * ENTRY.size])
+        ):
             return f"the column table's entry of field {name!r} is not valid"
         entry = ColumnEntry(values_size, column_crc, width, bool(has_presence), start, record_count)
         entries.append(entry)
@@ -196,7 +207,9 @@ class ShardColumns:
             section, entry = self._sections[field]
             found = open_column(section, entry)
             if isinstance(found, str):
-                raise CorruptStorageError(f"shard {self.id}: its column of field {field!r} is damaged ({self.where}): {found}")
+                raise CorruptStorageError(
+                    f"shard {self.id}: its column of field {field!r} is damaged ({self.where}): {found}"
+                )
             column = self._columns[field] = found
         return column
 

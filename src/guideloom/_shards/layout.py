@@ -39,7 +39,14 @@ from guideloom._shards.checkpoints import (
     piece_range,
     running_checkpoints,
 )
-from guideloom._shards.field_columns import FIELD_COLUMNS_FLAG, Column, ColumnEntry, open_column, parse_table, table_size
+from guideloom._shards.field_columns import (
+    FIELD_COLUMNS_FLAG,
+    Column,
+    ColumnEntry,
+    open_column,
+    parse_table,
+    table_size,
+)
 from guideloom._shards.footer import FOOTER as FOOTER  # also imported from here
 from guideloom._shards.footer import decode_footer, shard_footer
 from guideloom._shards.header import HEADER_NAME, LAYOUT_VERSION, why_not_a_directory
@@ -266,13 +273,18 @@ class ShardFile:
         if header.field_columns:
             table_start = sections.footer_start - table_size(len(header.field_columns))
             entries = parse_table(
-                self._mapping[table_start : sections.footer_start], header.field_columns, record_count,
-                sections.columns_start
+                self._mapping[table_start : sections.footer_start],
+                header.field_columns,
+                record_count,
+                sections.columns_start,
             )
-            if isinstance(entries, str) or sum(padded(entry.size) for entry in entries) != table_start - sections.columns_start:
+            if (
+                isinstance(entries, str)
+                or sum(padded(entry.size) for entry in entries) != table_start - sections.columns_start
+            ):
                 self.close()
-                problem = entries if isinstance(entries, str) else "its column table does not fit its file's size"
-                raise CorruptStorageError(f"shard {shard} has damaged field columns ({self.path}): {problem}")
+                damage = entries if isinstance(entries, str) else "its column table does not fit its file's size"
+                raise CorruptStorageError(f"shard {shard} has damaged field columns ({self.path}): {damage}")
             self.column_entries = entries
         self.record_count = int(record_count)
         self.data_size = int(data_size)
@@ -328,7 +340,9 @@ class ShardFile:
             entry = self.column_entries[self.header_columns.index(field)]
             found = open_column(self.view[entry.start : entry.start + entry.size], entry)
             if isinstance(found, str):
-                raise CorruptStorageError(f"shard {self.id}: its column of field {field!r} is damaged ({self.path}): {found}")
+                raise CorruptStorageError(
+                    f"shard {self.id}: its column of field {field!r} is damaged ({self.path}): {found}"
+                )
             column = self._columns[field] = found
         return column
 

@@ -16,9 +16,9 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from guideloom._core.checks import check_int, check_sequence_length
+from guideloom._shards.field_columns import ShardColumns
 from guideloom._shards.fingerprints import earlier_fingerprint, snapshot_fingerprint
 from guideloom._shards.formats import DocumentStorageFormat, FieldFormat
-from guideloom._shards.field_columns import ShardColumns
 from guideloom._shards.header import StorageHeader
 from guideloom._shards.layout import ShardFile, verify_shards
 from guideloom._shards.loss_masks import unpack_bits
@@ -241,9 +241,10 @@ class DocumentReader(StorageReader[Out]):
             return self._format.unpack(encoded, shard)
         if fields is not None:
             fields = fielded.check_fields(fields)
-        if self._in_columns(fielded.read_fields if fields is None else fields):
-            position, record = self.locate(index)
-            return self._from_columns([position], [record], fielded.read_fields if fields is None else fields)[0]
+        names = fielded.read_fields if fields is None else fields
+        if self._in_columns(names):
+            position, number = self.locate(index)
+            return self._from_columns([position], [number], names)[0]
         encoded, shard = self.read_encoded(index)
         record: Out = fielded.unpack_fields(encoded, shard, self.locate(index)[1], fields)
         return record

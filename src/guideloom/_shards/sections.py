@@ -3,8 +3,9 @@
 A shard is ``data | padding to 8 bytes | offsets | record lengths | loss mask | checkpoints | field columns |
 footer``; the record lengths, loss mask, checkpoints and field columns are there only where the storage's header
 calls for them (see docs/format.md). The field columns' size is the one thing the counts do not give: it is the
-file's size less the rest (their table, just before the footer, says how it divides). Every reader of a shard's bytes (the mapped shard, a remote shard's tail, a part of a shard,
-a compressed shard's blocks) asks `ShardSections` instead of adding the sizes up itself.
+file's size less the rest (their table, just before the footer, says how it divides). Every reader of a shard's
+bytes (the mapped shard, a remote shard's tail, a part of a shard, a compressed shard's blocks) asks
+`ShardSections` instead of adding the sizes up itself.
 """
 
 from __future__ import annotations
