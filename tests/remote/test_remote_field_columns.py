@@ -186,3 +186,20 @@ def test_a_caption_pass_resumes_exactly_over_the_columns(s3_server: S3Server, s3
         rest = list(loader)
     assert first + rest == uninterrupted
     assert s3_server.gets(bucket_of(s3_url), ".shard") == []
+
+
+def test_a_budget_by_length_reads_the_tails_and_the_columns_not_the_shards(
+    s3_server: S3Server, s3_url: str, tmp_path: Path
+) -> None:
+    measured = RecordSchema(
+        length=lambda record: len(record["caption"]) + record["image"].width // 8,
+        caption=Text(),
+        image=Image(),
+        score=Scalar("float32", optional=True),
+    )
+    written = write(DocumentStorage(s3_url, measured, storage_options=s3_server.options, cache_dir=tmp_path / "w"))
+    storage = DocumentStorage(s3_url, measured, storage_options=s3_server.options, cache_dir=tmp_path / "reader")
+    with StatefulDataLoader.from_storage(storage, list, device="cpu", batch_tokens=400, fields=("caption",)) as loader:
+        read = [record for batch in loader for record in batch]
+    assert read == [{"caption": record["caption"]} for record in written]
+    assert s3_server.gets(bucket_of(s3_url), ".shard") == []

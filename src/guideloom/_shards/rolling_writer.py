@@ -149,16 +149,7 @@ class RollingWriter(Generic[In]):
     def _new_shard(self) -> ShardInProgress:
         self._files_made += 1
         temporary = self._target.incomplete / f"rolling.{self._token}.{self._files_made}"
-        header = self._header
-        return ShardInProgress(  # its id: later
-            0,
-            temporary,
-            self._background,
-            header.loss_mask,
-            header.record_lengths,
-            header.checkpoint_bytes,
-            self._columns,
-        )
+        return ShardInProgress.under(self._header, 0, temporary, self._background, self._columns)  # its id: later
 
     def close(self, commit: bool = True) -> None:
         """Commit (or, with ``commit=False``, discard) the shard being filled; full ones are committed already."""

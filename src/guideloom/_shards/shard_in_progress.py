@@ -139,6 +139,19 @@ class ShardInProgress:
         self.columns = None if columns is None else ColumnsInProgress(*columns)
         self.columns_size = 0  # their bytes in the finished file
 
+    @classmethod
+    def under(
+        cls,
+        header: StorageHeader,
+        shard: int,
+        path: Path,
+        background: Background,
+        columns: tuple[ColumnSplitter, int] | None,
+    ) -> ShardInProgress:
+        """A shard of a storage with ``header``: its loss mask, record lengths and checkpoints as the header says,
+        and its field ``columns`` (how to split a record, and how many) where the header names them."""
+        return cls(shard, path, background, header.loss_mask, header.record_lengths, header.checkpoint_bytes, columns)
+
     @property
     def record_count(self) -> int:
         return len(self.offsets) - 1

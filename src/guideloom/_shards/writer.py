@@ -176,16 +176,7 @@ class SyncWriter(Generic[In]):
             )
         self._make_room()
         temporary = self._target.incomplete / f"{shard_file_name(shard)}.{self._token}"
-        header = self._header
-        in_progress = ShardInProgress(
-            shard,
-            temporary,
-            self._background,
-            header.loss_mask,
-            header.record_lengths,
-            header.checkpoint_bytes,
-            self._columns,
-        )
+        in_progress = ShardInProgress.under(self._header, shard, temporary, self._background, self._columns)
         self._open[shard] = in_progress
         return in_progress
 
