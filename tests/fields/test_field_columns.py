@@ -125,3 +125,21 @@ def test_a_storage_created_before_columns_reads_and_grows_without_them(storage_p
             {"caption": reader.read(index)["caption"]} for index in range(len(reader))
         ]
     assert storage.verify() == []
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ({"field_columns": []}, "it must name fields"),
+        ({"field_columns": ["caption", "caption"]}, "it must name fields"),
+        ({"field_columns": "caption"}, "it must name fields"),
+        ({"kind": "tokens", "dtype": "uint16", "format": None, "field_columns": ["caption"]}, "no valid storage"),
+    ],
+    ids=["empty", "twice", "not-a-list", "tokens"],
+)
+def test_a_header_with_unusable_field_columns_is_refused(storage_path: Path, fields: Any, problem: str) -> None:
+    storage_path.mkdir()
+    header = {"format": SCHEMA.name, "kind": "documents", "layout_version": 1, **fields}
+    (storage_path / "guideloom.json").write_text(json.dumps({k: v for k, v in header.items() if v is not None}))
+    with pytest.raises(CorruptStorageError, match=problem):
+        DocumentStorage(storage_path, SCHEMA)

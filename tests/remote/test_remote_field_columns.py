@@ -203,3 +203,17 @@ def test_a_budget_by_length_reads_the_tails_and_the_columns_not_the_shards(
         read = [record for batch in loader for record in batch]
     assert read == [{"caption": record["caption"]} for record in written]
     assert s3_server.gets(bucket_of(s3_url), ".shard") == []
+
+
+def test_a_compressed_storage_holds_no_columns_and_reads_fields_from_its_shards(
+    s3_server: S3Server, s3_url: str, tmp_path: Path
+) -> None:
+    written = write(remote(s3_url, s3_server, tmp_path / "writer", compression="zstd"))
+    header = boto3.client("s3", endpoint_url=s3_server.endpoint).get_object(
+        Bucket=bucket_of(s3_url), Key="corpus/guideloom.json"
+    )
+    assert "field_columns" not in json.loads(header["Body"].read())
+    with remote(s3_url, s3_server, tmp_path / "reader").sync_reader() as reader:
+        assert [reader.read(index, fields=("caption",)) for index in range(len(reader))] == [
+            {"caption": record["caption"]} for record in written
+        ]
