@@ -10,7 +10,7 @@ A shard file is ``data | padding to 8 bytes | offsets | footer``: the records'
 bytes (or tokens) back to back, ``record_count + 1`` little-endian uint64
 offsets in elements of the data, and a fixed 64-byte footer with counts and
 CRC-32 checksums; before the footer, the storage's header may call for record
-lengths, a loss mask and checkpoints (in that order). Shards appear only by an
+lengths, a loss mask, checkpoints and field columns (in that order). Shards appear only by an
 atomic hard link of a fully written and fsynced file, so a reader never sees a
 partial shard.
 """
