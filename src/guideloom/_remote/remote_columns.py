@@ -22,7 +22,7 @@ from guideloom._core.errors import CorruptStorageError
 from guideloom._remote.object_store import ObjectStore
 from guideloom._remote.remote_lengths import listed_footer_problem
 from guideloom._remote.shard_cache import CacheEntry, ShardCache
-from guideloom._shards.field_columns import ShardColumns, padded, parse_table, table_size
+from guideloom._shards.field_columns import ShardColumns, columns_size, parse_table, table_size
 from guideloom._shards.footer import FOOTER, decode_footer
 from guideloom._shards.header import StorageHeader
 from guideloom._shards.layout import SHARDS_DIR, ShardInfo, shard_file_name
@@ -117,7 +117,7 @@ class RemoteColumns:
         entries = parse_table(raw[: tail_size - FOOTER.size], self.names, info.record_count, sections.columns_start)
         if isinstance(entries, str):
             return f"shard {info.id}: {entries}"
-        if sum(padded(entry.size) for entry in entries) + tail_size != info.size - sections.columns_start:
+        if columns_size(entries) + FOOTER.size != info.size - sections.columns_start:
             return f"shard {info.id}: its column table does not fit its size"
         view = memoryview(raw)
         held, offset = {}, tail_size

@@ -79,12 +79,7 @@ def parse_table(
         return "its column table is damaged (checksum)"
     entries, start = [], columns_start
     for number, name in enumerate(names):
-        (
-            values_size,
-            column_crc,
-            width,
-            has_presence,
-        ) = ENTRY.unpack_from(raw, number * ENTRY.size)
+        values_size, column_crc, width, has_presence = ENTRY.unpack_from(raw, number * ENTRY.size)
         if (
             width not in WIDTHS
             or has_presence not in (0, 1)

@@ -43,6 +43,7 @@ from guideloom._shards.field_columns import (
     FIELD_COLUMNS_FLAG,
     Column,
     ColumnEntry,
+    columns_size,
     open_column,
     parse_table,
     table_size,
@@ -278,10 +279,7 @@ class ShardFile:
                 record_count,
                 sections.columns_start,
             )
-            if (
-                isinstance(entries, str)
-                or sum(padded(entry.size) for entry in entries) != table_start - sections.columns_start
-            ):
+            if isinstance(entries, str) or columns_size(entries) != sections.footer_start - sections.columns_start:
                 self.close()
                 damage = entries if isinstance(entries, str) else "its column table does not fit its file's size"
                 raise CorruptStorageError(f"shard {shard} has damaged field columns ({self.path}): {damage}")
