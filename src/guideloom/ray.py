@@ -25,6 +25,7 @@ from ray.data.block import Block, BlockAccessor
 
 from guideloom import importing
 from guideloom._core.errors import ShardExistsError, UnfinishedWriteError
+from guideloom._shards.formats import column_splitter
 from guideloom._shards.loss_masks import MaskBits, loss_mask_array
 from guideloom._shards.record_lengths import checked_length, lengths_bytes
 from guideloom._shards.shard_names import check_shard_id
@@ -219,7 +220,9 @@ def _write_shard(storage: Storage, shard: int, items: Iterable[Any]) -> tuple[Sh
     committed = committed_digest(storage, header, shard) is not None
     writer: SyncWriter[tuple[memoryview, int, int]] | None = None
     if not committed:
-        writer = SyncWriter(storage.commit_target(), header, _already_encoded, _given_length if measure else None)
+        columns = column_splitter(storage.format, header) if isinstance(storage, DocumentStorage) else None
+        given_length = _given_length if measure else None
+        writer = SyncWriter(storage.commit_target(), header, _already_encoded, given_length, None, columns)
     written = False
     try:
         for item in items:
