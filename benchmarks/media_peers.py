@@ -142,7 +142,10 @@ class _HFTransform:
         self.medium = medium
 
     def __call__(self, rows: dict[str, list[Any]]) -> dict[str, list[Any]]:
-        images = [np.asarray(image.convert("RGB").resize((SIDE, SIDE), PILImage.Resampling.BILINEAR)) for image in rows["image"]]
+        images = [
+            np.asarray(image.convert("RGB").resize((SIDE, SIDE), PILImage.Resampling.BILINEAR))
+            for image in rows["image"]
+        ]
         return {"caption": rows["caption"], "image": images}
 
 
@@ -159,7 +162,10 @@ def hf_write(root: Path, items: list[tuple[bytes, str]], medium: Medium) -> Path
 
     feature = datasets.Image() if medium is IMAGES else datasets.Audio(decode=False)
     features = datasets.Features({"caption": datasets.Value("string"), medium.field: feature})
-    rows = {"caption": [caption for _, caption in items], medium.field: [{"bytes": data, "path": None} for data, _ in items]}
+    rows = {
+        "caption": [caption for _, caption in items],
+        medium.field: [{"bytes": data, "path": None} for data, _ in items],
+    }
     datasets.Dataset.from_dict(rows, features=features).save_to_disk(str(root))
     return root
 
