@@ -4,7 +4,9 @@ Images: JPEGs (240 to 272 pixels a side, gradients under noise, quality 90) with
 epoch in batches of ``--batch`` by ``--workers`` worker processes (2), each image decoded and resized to 224x224
 RGB in the workers, the batch a uint8 tensor. Audio: FLAC clips (2 to 4 s, 16 kHz, mono) with captions, decoded
 to float32 in the workers, the batch padded to its longest clip. Every reader runs once per round, rounds
-interleaved (``--repeats``, 3), and the medians are given as ratios to the bare loop:
+interleaved (``--repeats``, 3), and the medians are given as ratios to the bare loop, of items per second and of
+items per CPU-second (the CPU time of all of a reader's processes, its workers' included: on a machine shared with
+other jobs the steadier figure, as the other jobs take wall time but not CPU time from it):
 
 * bare loop: the encoded bytes in memory, shuffled, decoded by a ``multiprocessing`` pool of as many processes, a
   batch per task, with Pillow (``Image.open(...).convert("RGB").resize(...)``): the cost of the decode itself;
@@ -28,7 +30,10 @@ within 2%), and whole records and captions alone read per second by a guideloom 
 
 from __future__ import annotations
 
+import gc
 import io
+import multiprocessing
+import os
 import statistics
 import tempfile
 import time
@@ -157,8 +162,9 @@ def prepared(
 
 def measure(
     root: Path, items: list[tuple[bytes, str]], medium: Medium, arguments: Any
-) -> tuple[dict[str, list[float]], dict[str, float], dict[str, str], dict[str, float]]:
-    """Every reader's items per second (each round), storage sizes over the bytes given, notes, read rates."""
+) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, float], dict[str, str], dict[str, float]]:
+    """Every reader's items per second and per CPU-second (each round), storage sizes over the bytes given, notes,
+    read rates."""
     batch, workers, count = arguments.batch, arguments.workers, len(items)
     runs: dict[str, Callable[[], float]] = {}
     notes: dict[str, str] = {}
@@ -214,40 +220,72 @@ def measure(
             return lambda: media_peers.energon_rate(place, count, batch, workers)
 
         prepared("Megatron-Energon", energon, runs, notes)
-    rounds = interleaved_safely(runs, arguments.repeats, notes)
+    rounds, per_cpu = interleaved_safely(runs, count, arguments.repeats, notes)
     reads = {
         "guideloom, whole records": read_rate(fields),
         "guideloom, captions only (fields=)": read_rate(fields, ("caption",)),
         "msgpack, whole records": read_rate(records),
     }
-    return rounds, sizes, notes, reads
+    return rounds, per_cpu, sizes, notes, reads
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and of its children that have ended (workers, pools), user and system."""
+    multiprocessing.active_children()  # reaps the children that have ended, so their time is counted
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+def counted(run: Callable[[], float], count: int) -> tuple[float, float]:
+    """``run``'s items per second, and its items per CPU-second (all its processes, started and ended within it)."""
+    before = cpu_seconds()
+    rate = run()
+    gc.collect()  # loaders dropped: their workers stop
+    deadline = time.monotonic() + 10
+    while multiprocessing.active_children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return rate, count / (cpu_seconds() - before)
 
 
 def interleaved_safely(
-    runs: dict[str, Callable[[], float]], repeats: int, notes: dict[str, str]
-) -> dict[str, list[float]]:
-    """Each reader once per round, rounds interleaved; a reader that fails is dropped with a note."""
+    runs: dict[str, Callable[[], float]], count: int, repeats: int, notes: dict[str, str]
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Each reader once per round, rounds interleaved: items per second and per CPU-second, round by round; a
+    reader that fails is dropped with a note."""
     rounds: dict[str, list[float]] = {name: [] for name in runs}
+    per_cpu: dict[str, list[float]] = {name: [] for name in runs}
     for number in range(repeats):
         for name, run in runs.items():
             if name in notes:
                 continue
             try:
-                rounds[name].append(run())
+                rate, efficiency = counted(run, count)
+                rounds[name].append(rate)
+                per_cpu[name].append(efficiency)
             except Exception as error:
                 notes[name] = f"failed: {type(error).__name__}: {str(error).strip().splitlines()[-1][:200]}"
                 traceback.print_exc()
-            print(f"round {number + 1}: {name}: {rounds[name][-1:]}", flush=True)
-    return {name: values for name, values in rounds.items() if values and name not in notes}
+            print(f"round {number + 1}: {name}: {rounds[name][-1:]} per s, {per_cpu[name][-1:]} per CPU-s", flush=True)
+    kept = [name for name, values in rounds.items() if values and name not in notes]
+    return {name: rounds[name] for name in kept}, {name: per_cpu[name] for name in kept}
 
 
-def table(title: str, rounds: dict[str, list[float]], notes: dict[str, str], unit: str) -> list[str]:
-    bare = statistics.median(rounds["bare loop"])
-    lines = [f"| {title} | {unit}/s (median) | ratio to the bare loop | rounds |", "|---|---|---|---|"]
+def table(
+    title: str, rounds: dict[str, list[float]], per_cpu: dict[str, list[float]], notes: dict[str, str]
+) -> list[str]:
+    bare, bare_cpu = statistics.median(rounds["bare loop"]), statistics.median(per_cpu["bare loop"])
+    lines = [
+        f"| {title} | {title}/s (median) | ratio to the bare loop | rounds ({title}/s) "
+        f"| {title} per CPU-second (median) | ratio to the bare loop |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, values in rounds.items():
-        rate = statistics.median(values)
-        lines.append(f"| {name} | {rate:,.0f} | {rate / bare:.2f}x | {', '.join(f'{v:,.0f}' for v in values)} |")
-    lines += [f"| {name} | {note} | | |" for name, note in notes.items()]
+        rate, efficiency = statistics.median(values), statistics.median(per_cpu[name])
+        lines.append(
+            f"| {name} | {rate:,.0f} | {rate / bare:.2f}x | {', '.join(f'{v:,.0f}' for v in values)} "
+            f"| {efficiency:,.0f} | {efficiency / bare_cpu:.2f}x |"
+        )
+    lines += [f"| {name} | {note} | | | | |" for name, note in notes.items()]
     return lines
 
 
@@ -273,22 +311,27 @@ def main() -> None:
             continue
         items = captioned(make(count), medium.field)
         with tempfile.TemporaryDirectory() as directory:
-            rounds, sizes, notes, reads = measure(Path(directory), items, medium, arguments)
-        bare = statistics.median(rounds["bare loop"])
+            rounds, per_cpu, sizes, notes, reads = measure(Path(directory), items, medium, arguments)
+        bare, bare_cpu = statistics.median(rounds["bare loop"]), statistics.median(per_cpu["bare loop"])
         results[medium.field] = {
             "items": count,
             "per_second": {
                 name: {"median": statistics.median(values), "ratio_to_bare": statistics.median(values) / bare}
                 for name, values in rounds.items()
             },
+            "per_cpu_second": {
+                name: {"median": statistics.median(values), "ratio_to_bare": statistics.median(values) / bare_cpu}
+                for name, values in per_cpu.items()
+            },
             "rounds": rounds,
+            "rounds_per_cpu_second": per_cpu,
             "notes": notes,
             "size_over_given": sizes,
             "guideloom_reads_per_second": reads,
         }
         unit = "images" if medium is IMAGES else "clips"
         markdown += [f"{count:,} {unit}, batch {arguments.batch}, {arguments.workers} workers", ""]
-        markdown += table(unit, rounds, notes, unit)
+        markdown += table(unit, rounds, per_cpu, notes)
         markdown += ["", "| storage | size over the encoded media and captions |", "|---|---|"]
         markdown += [f"| {name} | {size:.4f}x |" for name, size in sizes.items()]
         markdown += ["", "| guideloom reader | records/s |", "|---|---|"]
