@@ -25,7 +25,12 @@ from guideloom._storage.storages import DocumentStorage
 LOGGER = logging.getLogger("guideloom")
 DECODE_ERRORS = ("raise", "skip")
 Decoder = Callable[[Any], Any]
-VALUES: dict[type, type[ImageValue | AudioValue | VideoValue]] = {Image: ImageValue, Images: ImageValue, Audio: AudioValue, Video: VideoValue}
+VALUES: dict[type, type[ImageValue | AudioValue | VideoValue]] = {
+    Image: ImageValue,
+    Images: ImageValue,
+    Audio: AudioValue,
+    Video: VideoValue,
+}
 
 
 def record_loading(
