@@ -32,6 +32,9 @@ PEERS=(
   "datasets|datasets"
   "grain|grain"
   "torchdata|torchdata"
+  "webdataset|webdataset"
+  "soundfile|soundfile"
+  "megatron-energon|megatron-energon"
 )
 
 log() { printf '[install_peers] %s\n' "$*" >&2; }

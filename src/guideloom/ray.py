@@ -1,7 +1,7 @@
 """Write a Ray Data dataset into a storage: ``ds.write_datasink(StorageDatasink(storage, column="tokens"))``.
 
-With ``guideloom.tokenize``'s Ray executor, the only guideloom module that imports Ray (the ``ray``
-extra). Write task ``t`` of a write writes
+With the Ray executor of ``guideloom tokenize`` and ``guideloom import`` (``_jobs.ray_tasks``), the only
+guideloom module that imports Ray (the ``ray`` extra). Write task ``t`` of a write writes
 shard ``first + t``, where ``first`` follows the storage's committed shards when the write starts;
 Ray numbers write tasks in the dataset's block order, so the ids do not depend on which worker ran
 what. A task whose shard an earlier attempt already committed checks the shard holds exactly its
@@ -25,6 +25,7 @@ from ray.data.block import Block, BlockAccessor
 
 from guideloom import importing
 from guideloom._core.errors import ShardExistsError, UnfinishedWriteError
+from guideloom._shards.formats import column_splitter
 from guideloom._shards.loss_masks import MaskBits, loss_mask_array
 from guideloom._shards.record_lengths import checked_length, lengths_bytes
 from guideloom._shards.shard_names import check_shard_id
@@ -219,7 +220,9 @@ def _write_shard(storage: Storage, shard: int, items: Iterable[Any]) -> tuple[Sh
     committed = committed_digest(storage, header, shard) is not None
     writer: SyncWriter[tuple[memoryview, int, int]] | None = None
     if not committed:
-        writer = SyncWriter(storage.commit_target(), header, _already_encoded, _given_length if measure else None)
+        columns = column_splitter(storage.format, header) if isinstance(storage, DocumentStorage) else None
+        given_length = _given_length if measure else None
+        writer = SyncWriter(storage.commit_target(), header, _already_encoded, given_length, None, columns)
     written = False
     try:
         for item in items:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from guideloom.importing import import_records
+from guideloom.importing import ImportInputError, import_records
 from tests.helpers.import_inputs import (
     FLAC,
     JPEG,
@@ -185,6 +186,21 @@ def test_compressed_mds_and_litdata_folders(tmp_path: Path) -> None:
     (lit / "index.json").write_text(json.dumps(index))
     import_records([mds, lit], tmp_path / "out", workers=1)
     assert stored_records(tmp_path / "out") == rows + rows
+
+
+@pytest.mark.parametrize(
+    ("write", "named"),
+    [
+        (write_mds, "a damaged MDS shard, at row 3 (the sample offsets run past the shard's"),
+        (write_litdata, "a damaged LitData chunk, at row 3 (the item offsets run past the chunk's"),
+    ],
+)
+def test_a_truncated_mds_shard_or_litdata_chunk_is_named_with_its_row(tmp_path: Path, write: Any, named: str) -> None:
+    folder = write(tmp_path / "folder", {"text": "str", "n": "int"}, [{"text": f"t{i}", "n": i} for i in range(7)])
+    second = sorted(path for path in folder.iterdir() if path.name != "index.json")[1]  # rows 3 to 5
+    second.write_bytes(second.read_bytes()[:-5])
+    with pytest.raises(ImportInputError, match=re.escape(f"{folder}: {named}")):
+        import_records([folder], tmp_path / "out", workers=1)
 
 
 def test_saved_dataset_features_arrays_sequences_and_dicts(tmp_path: Path) -> None:

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from guideloom import DocumentStorage, TokenStorage
-from guideloom.fields import RecordSchema, Text, Tokens
+from guideloom.fields import Image, RecordSchema, Text, Tokens
+from tests.helpers.import_inputs import JPEG
 
 SCHEMA = RecordSchema(text=Text(), ids=Tokens("int32"))
 RECORDS = [{"text": f"record {i} ✓" * (i % 3), "ids": list(range(i % 5))} for i in range(40)]
@@ -47,3 +48,17 @@ def test_a_token_storage_refuses_encoded_records(tmp_path: Path) -> None:
         with pytest.raises(ValueError, match="document storage"):
             writer.append_encoded(0, b"ab", [2])
         writer.append(0, [1, 2])
+
+
+def test_records_of_a_schema_with_field_columns_fill_the_columns_too(tmp_path: Path) -> None:
+    schema = RecordSchema(text=Text(), image=Image(optional=True))
+    records = [{"text": f"caption {i}", "image": JPEG if i % 2 else None} for i in range(6)]
+    encoded = [schema.pack(record) for record in records]
+    with DocumentStorage(tmp_path / "one", schema).sync_writer() as writer:
+        for record in records:
+            writer.append(0, record)
+    with DocumentStorage(tmp_path / "many", schema).sync_writer() as writer:
+        writer.append_encoded(0, b"".join(encoded), [len(data) for data in encoded])
+    one = sorted(p.read_bytes() for p in (tmp_path / "one" / "shards").iterdir())
+    many = sorted(p.read_bytes() for p in (tmp_path / "many" / "shards").iterdir())
+    assert one == many  # records and field columns alike

@@ -196,8 +196,10 @@ def encode_audio(samples: np.ndarray, sample_rate: int) -> bytes:
 # -- decoding on request ---------------------------------------------------------------------------------------------
 
 
-def open_image(data: memoryview | bytes, max_pixels: int | None) -> Any:
-    """The PIL image of ``data``, decoded (``load``), after its header showed at most ``max_pixels`` pixels."""
+def open_image(data: memoryview | bytes, max_pixels: int | None, draft: tuple[int, int] | None = None) -> Any:
+    """The PIL image of ``data``, decoded (``load``), after its header showed at most ``max_pixels`` pixels.
+    ``draft`` (width, height): a JPEG may be decoded at 1/2, 1/4 or 1/8 scale, still at least that large
+    (Pillow's ``draft``, as its ``thumbnail`` does), which spares most of the decoding of a large image."""
     image_module = _pil()
     try:
         with warnings.catch_warnings():
@@ -215,6 +217,8 @@ def open_image(data: memoryview | bytes, max_pixels: int | None) -> Any:
             image.close()
             raise
     try:
+        if draft is not None and image.format == "JPEG" and width >= 2 * draft[0] and height >= 2 * draft[1]:
+            image.draft(None, draft)
         image.load()
     except Exception as error:
         raise MediaProblem(f"Pillow cannot decode it: {error}") from None
@@ -230,13 +234,20 @@ def check_pixels(width: int, height: int, max_pixels: int) -> None:
         )
 
 
-def decode_image(data: memoryview | bytes, max_pixels: int | None) -> torch.Tensor:
+def decode_image(
+    data: memoryview | bytes, max_pixels: int | None, size: tuple[int, int] | None = None, mode: str | None = None
+) -> torch.Tensor:
     """The image as a uint8 tensor (height, width, channels): L, LA, RGB and RGBA as they are, palette images as
-    RGB (RGBA with transparency), 1-bit as L, others (CMYK, YCbCr, 16-bit, float) converted to RGB or L."""
+    RGB (RGBA with transparency), 1-bit as L, others (CMYK, YCbCr, 16-bit, float) converted to RGB or L; in
+    ``mode`` (one of those four) when given; resized to ``size`` (height, width) when given (``resized``), a JPEG
+    decoded at a reduced scale first where it is at least twice that size."""
     import torch
 
-    image = open_image(data, max_pixels)
-    if image.mode not in UINT8_MODES:
+    image = open_image(data, max_pixels, None if size is None else (size[1], size[0]))
+    if mode is not None:
+        if image.mode != mode:
+            image = image.convert(mode)
+    elif image.mode not in UINT8_MODES:
         if image.mode == "P":
             image = image.convert("RGBA" if "transparency" in image.info else "RGB")
         elif image.mode in ("1", "I", "I;16", "I;16B", "I;16L", "F"):
@@ -246,7 +257,20 @@ def decode_image(data: memoryview | bytes, max_pixels: int | None) -> torch.Tens
     array = np.array(image)  # a writable copy: tensors over read-only memory warn
     if array.ndim == 2:
         array = array[:, :, None]
-    return torch.from_numpy(array)
+    pixels = torch.from_numpy(array)
+    if size is not None and pixels.shape[:2] != size:
+        pixels = resized(pixels, size)
+    return pixels
+
+
+def resized(pixels: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """uint8 pixels (height, width, channels) resized to ``size`` (height, width): bilinear, antialiased, within 1
+    of Pillow's ``BILINEAR`` and about twice as fast (torch's vectorized kernel for uint8 images)."""
+    import torch
+
+    planes = pixels.permute(2, 0, 1)[None]  # channels last in memory, as that kernel takes them
+    scaled = torch.nn.functional.interpolate(planes, size=size, mode="bilinear", antialias=True, align_corners=False)
+    return scaled[0].permute(1, 2, 0).contiguous()
 
 
 def decode_audio(data: memoryview | bytes) -> np.ndarray:

@@ -10,19 +10,27 @@ batch holds, its state and its resumption are those of any document storage.
 from __future__ import annotations
 
 import copy
+import inspect
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from guideloom._core.errors import MediaDecodeError
 from guideloom._core.metrics import count_skipped
-from guideloom._fields.media import MediaValue, Origin, where
+from guideloom._fields.field_types import Audio, Image, Images, Video
+from guideloom._fields.media import AudioValue, ImageValue, MediaValue, Origin, VideoValue, where
 from guideloom._fields.schema import RecordSchema
 from guideloom._storage.storages import DocumentStorage
 
 LOGGER = logging.getLogger("guideloom")
 DECODE_ERRORS = ("raise", "skip")
 Decoder = Callable[[Any], Any]
+VALUES: dict[type, type[ImageValue | AudioValue | VideoValue]] = {
+    Image: ImageValue,
+    Images: ImageValue,
+    Audio: AudioValue,
+    Video: VideoValue,
+}
 
 
 def record_loading(
@@ -96,11 +104,37 @@ def _decoders(decode: object, schemas: list[RecordSchema], fields: object) -> di
             raise ValueError(f"decode names field {name!r}, which fields= does not read")
         if function is True:
             chosen[name] = None
+        elif isinstance(function, Mapping):
+            chosen[name] = DecodeOptions(name, dict(function), schemas)
         elif callable(function):
             chosen[name] = function
         else:
-            raise TypeError(f"decode[{name!r}] must be a function of the field's value (or True), got {function!r}")
+            raise TypeError(
+                f"decode[{name!r}] must be a function of the field's value, True, or a dict of the keyword "
+                f"arguments of the value's decode(), got {function!r}"
+            )
     return chosen
+
+
+class DecodeOptions:
+    """``decode={"image": {"size": 224}}``: the value's own ``decode(**options)`` (each image's, for an ``Images``
+    field); the options are checked against that ``decode`` where ``from_storage`` is called, not in a worker."""
+
+    def __init__(self, name: str, options: dict[str, Any], schemas: list[RecordSchema]) -> None:
+        kinds = {type(schema.fields[name]) for schema in schemas if name in schema.fields}
+        if not kinds <= set(VALUES):
+            raise ValueError(f"decode[{name!r}] gives decode() options, but field {name!r} is not a media field")
+        for value in {VALUES[kind] for kind in kinds}:
+            try:
+                inspect.signature(value.decode).bind_partial(None, **options)
+            except TypeError as error:
+                raise TypeError(f"decode[{name!r}]: {value.__name__}.decode() {error}") from None
+        self.options = options
+
+    def __call__(self, value: Any) -> Any:
+        if isinstance(value, list):
+            return [item.decode(**self.options) for item in value]
+        return value.decode(**self.options)
 
 
 class DecodingCollate:

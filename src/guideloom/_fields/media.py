@@ -96,11 +96,21 @@ class ImageValue(MediaValue):
     def metadata(self) -> dict[str, Any]:
         return {"width": self.width, "height": self.height, "mode": self.mode, "format": self.format}
 
-    def decode(self, max_pixels: int | None = -1) -> torch.Tensor:
+    def decode(
+        self, max_pixels: int | None = -1, *, size: int | tuple[int, int] | None = None, mode: str | None = None
+    ) -> torch.Tensor:
         """The pixels as a uint8 tensor (height, width, channels); images of more than ``max_pixels`` pixels (by
-        default Pillow's ``PIL.Image.MAX_IMAGE_PIXELS``; None: no limit) are refused, before any decoding."""
+        default Pillow's ``PIL.Image.MAX_IMAGE_PIXELS``; None: no limit) are refused, before any decoding.
+
+        ``size`` (height, width), or one number for a square, resizes while decoding (bilinear, antialiased, within
+        1 of Pillow's ``BILINEAR``; a JPEG at least twice as large is decoded at a reduced scale first, which is
+        several times faster);
+        ``mode`` ("RGB", "L", "RGBA" or "LA") converts, so that images of a batch have the same channels."""
+        wanted = _image_size(size)
+        if mode is not None and mode not in decoders.UINT8_MODES:
+            raise ValueError(f"decode: mode must be one of {', '.join(decoders.UINT8_MODES)}, got {mode!r}")
         try:
-            return decoders.decode_image(self.data, self._limit(max_pixels))
+            return decoders.decode_image(self.data, self._limit(max_pixels), wanted, mode)
         except MediaProblem as problem:
             raise decode_error(self.origin, problem) from None
 
@@ -117,6 +127,20 @@ class ImageValue(MediaValue):
         if limit is not None:
             decoders.check_pixels(self.width, self.height, limit)
         return limit
+
+
+def _image_size(size: object) -> tuple[int, int] | None:
+    """``decode``'s ``size`` as (height, width): one positive int for a square, or two."""
+    if size is None:
+        return None
+    pair = (size, size) if isinstance(size, int) and not isinstance(size, bool) else size
+    if (
+        not isinstance(pair, tuple | list)
+        or len(pair) != 2
+        or not all(isinstance(side, int | np.integer) and not isinstance(side, bool) and side > 0 for side in pair)
+    ):
+        raise ValueError(f"decode: size must be a positive int or a (height, width) pair of them, got {size!r}")
+    return int(pair[0]), int(pair[1])
 
 
 class AudioValue(MediaValue):

@@ -9,6 +9,7 @@ fields (media read back as values holding their metadata and a view of their byt
 
 from __future__ import annotations
 
+import functools
 import json
 import struct
 import threading
@@ -215,3 +216,43 @@ class RecordSchema(DocumentStorageFormat[Mapping[str, Any], dict[str, Any]]):
     def _damaged(shard: int | None, record: int | None, problem: str) -> CorruptStorageError:
         where = "a record" if shard is None else f"record {record} of shard {shard}"
         return CorruptStorageError(f"{where} is damaged: {problem}")
+
+    # -- field columns (docs/format.md, "Field columns") -----------------------------------------------------------
+
+    @functools.cached_property
+    def column_fields(self) -> tuple[str, ...]:
+        """The fields a new storage holds again as field columns: the non-media ones, where there are media fields
+        (a pass over the small fields then reads neither the media nor the records); none otherwise."""
+        if not any(field.media for field in self.fields.values()):
+            return ()
+        return tuple(name for name in self._stored if not self.fields[name].media)
+
+    def column_values(self, encoded: memoryview) -> list[memoryview | None]:
+        """The bytes of each of ``column_fields`` in a record's bytes (as `pack` made them): None where absent."""
+        ends = self._table.unpack_from(encoded)
+        values: list[memoryview | None] = []
+        start = self._head_size
+        for slot in range(len(self.column_fields)):  # the columns' fields come first, in the stored order
+            if self._optional and not encoded[self._table.size + slot // 8] >> (slot % 8) & 1:
+                values.append(None)
+            else:
+                values.append(encoded[start : ends[slot]])
+            start = ends[slot]
+        return values
+
+    def unpack_column_values(
+        self, values: dict[str, memoryview | None], shard: int, record: int, fields: tuple[str, ...]
+    ) -> dict[str, Any]:
+        """A record of ``fields`` (each among ``column_fields``) from their columns' ``values`` (None: absent): what
+        `unpack_fields` gives from the record's bytes."""
+        out: dict[str, Any] = {}
+        for name in fields:
+            value = values[name]
+            if value is None:
+                out[name] = None
+                continue
+            try:
+                out[name] = self.fields[name].unpack(value, (shard, record, name))
+            except (ValueError, TypeError, struct.error, IndexError) as error:
+                raise self._damaged(shard, record, f"field {name!r} cannot be read: {error}") from None
+        return out

@@ -38,6 +38,7 @@ from guideloom._shards.footer import FOOTER, decode_footer
 from guideloom._shards.header import HEADER_NAME, StorageHeader, parse_header
 from guideloom._shards.layout import SHARDS_DIR, ShardFile, ShardInfo, shard_file_name, shard_size
 from guideloom._shards.parts import PlannedPart
+from guideloom._shards.sections import ShardSections
 from guideloom._shards.shard_names import shard_id_of
 from guideloom._shards.shard_table import ShardTable
 from guideloom._shards.upkeep import clean_incomplete
@@ -134,9 +135,8 @@ class RemoteFiles:
             if match is None or int(match.group(1)) not in sizes:
                 continue
             shard, records, elements = int(match.group(1)), int(match.group(2)), int(match.group(3))
-            plain_size = shard_size(records, elements * header.element_size, header)
-            # ShardInfo.size is the plain shard's (the cache file's); a compressed object is smaller
-            if plain_size == sizes[shard] or (header.compression is not None and sizes[shard] >= FOOTER.size):
+            plain_size = plain_shard_size(records, elements * header.element_size, header, sizes[shard])
+            if plain_size is not None:
                 infos[shard] = ShardInfo(shard, records, elements, int(match.group(4), 16), plain_size)
         if read_footers:
             for shard, size in sizes.items():
@@ -155,8 +155,8 @@ class RemoteFiles:
         if footer is None or footer.shard != shard:
             raise CorruptStorageError(f"shard {shard} has a damaged footer ({name})")
         records, data_size, data_crc = footer.record_count, footer.data_size, footer.data_crc
-        plain_size = shard_size(records, data_size, header)
-        if (header.compression is None and plain_size != size) or data_size % header.element_size:
+        plain_size = plain_shard_size(records, data_size, header, size)
+        if plain_size is None or data_size % header.element_size:
             raise CorruptStorageError(f"shard {shard} has inconsistent sizes ({name}): object truncated?")
         return ShardInfo(shard, records, data_size // header.element_size, data_crc, plain_size)
 
@@ -287,6 +287,15 @@ class RemoteTarget:
 
     def describe(self, shard: int) -> str:
         return f"{self.files.url}/{SHARDS_DIR}/{shard_file_name(shard)}"
+
+
+def plain_shard_size(records: int, data_size: int, header: StorageHeader, listed: int) -> int | None:
+    """The size of the plain shard (the cache file's) whose object is listed with ``listed`` bytes and holds these
+    counts; None if no such shard has that size. A compressed object is smaller (and holds no field columns); a
+    shard's field columns take what its other sections leave."""
+    if header.compression is not None:
+        return shard_size(records, data_size, header) if listed >= FOOTER.size else None
+    return None if ShardSections.of_file(records, data_size, header, listed) is None else listed
 
 
 def decoder_for(header: StorageHeader, info: ShardInfo) -> Callable[[IO[bytes]], ShardDecoder] | None:

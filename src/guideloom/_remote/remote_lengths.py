@@ -34,7 +34,7 @@ import numpy as np
 from guideloom._core.errors import CorruptStorageError
 from guideloom._remote.object_store import ObjectStore
 from guideloom._remote.shard_cache import DOWNLOAD_ATTEMPTS, ShardCache, clean_part_files, exclusive_lock, writing
-from guideloom._shards.footer import FOOTER, decode_footer
+from guideloom._shards.footer import FOOTER, Footer, decode_footer
 from guideloom._shards.header import LAYOUT_VERSION, StorageHeader
 from guideloom._shards.index_check import index_problem
 from guideloom._shards.layout import SHARDS_DIR, ShardFile, ShardInfo, shard_file_name
@@ -162,21 +162,29 @@ def clean_lengths(directory: Path, older_than: float) -> list[Path]:
     return clean_part_files(directory, older_than)
 
 
-def tail_lengths(raw: bytes, info: ShardInfo, header: StorageHeader) -> np.ndarray | str:
-    """The record lengths in a shard's tail (its bytes from the offsets on), checked as opening the shard
-    checks them, or what is wrong with it."""
-    records = info.record_count
-    sections = ShardSections.of(records, info.element_count * header.element_size, header)
-    if len(raw) != sections.tail_size:
-        return f"its tail is {len(raw)} bytes, not the {sections.tail_size} the listing gives"
-    footer = decode_footer(raw[-FOOTER.size :])
+def listed_footer_problem(footer: Footer | None, info: ShardInfo, header: StorageHeader) -> str | None:
+    """What is wrong with a shard object's footer, read alone, given the shard's listed facts; None if sound."""
     if footer is None:
         return "its footer is damaged"
     if footer.version != LAYOUT_VERSION or footer.flags != header.footer_flags or footer.header_crc != header.checksum:
         return "its footer was not written under this storage's header"
-    listed = (info.id, records, info.element_count * header.element_size, info.data_crc)
+    listed = (info.id, info.record_count, info.element_count * header.element_size, info.data_crc)
     if (footer.shard, footer.record_count, footer.data_size, footer.data_crc) != listed:
         return "its footer does not match the listing: the shard was replaced"
+    return None
+
+
+def tail_lengths(raw: bytes, info: ShardInfo, header: StorageHeader) -> np.ndarray | str:
+    """The record lengths in a shard's tail (its bytes from the offsets on), checked as opening the shard
+    checks them, or what is wrong with it."""
+    records = info.record_count
+    sections = ShardSections.of_file(records, info.element_count * header.element_size, header, info.size)
+    if sections is None or len(raw) != sections.tail_size:
+        return f"its tail is {len(raw)} bytes, not the {sections and sections.tail_size} the listing gives"
+    footer = decode_footer(raw[-FOOTER.size :])
+    problem = listed_footer_problem(footer, info, header)
+    if footer is None or problem is not None:
+        return problem or "its footer is damaged"
     index = memoryview(raw)[: sections.index_size]
     offsets = np.frombuffer(raw, "<u8", records + 1)
     problem = index_problem(index, offsets, footer.index_crc, info.element_count)

@@ -32,9 +32,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from guideloom._remote.remote_columns import RemoteColumns
 from guideloom._remote.remote_lengths import RemoteLengths
 from guideloom._remote.shard_cache import CacheLease, Prefetched
 from guideloom._remote.shard_parts import is_whole, part_entry
+from guideloom._shards.field_columns import ShardColumns
 from guideloom._shards.header import StorageHeader
 from guideloom._shards.layout import ShardFile
 from guideloom._shards.parts import NO_PARTS, PlannedPart, ReadPlan, ShardPart
@@ -72,6 +74,7 @@ class RemoteShards:
         self.max_open = max_open if self._slots is None else min(max_open, max(1, self._slots - 1))
         self._leases: dict[int, CacheLease] = {}
         self.lengths = RemoteLengths(files.store, header, files.cache, files.directory / "lengths")
+        self.columns = RemoteColumns(files.store, header, files.cache)
         self._plan = NO_PARTS  # the parts of shards to read (see use_plan)
         self._start_in_this_process()
 
@@ -151,6 +154,18 @@ class RemoteShards:
     def record_lengths(self, position: int) -> np.ndarray | None:
         """A shard's record lengths from its object's tail, without its data (None for compressed objects)."""
         return self.lengths.of(self.infos[position]) if 0 <= position < len(self.infos) else None
+
+    def open_columns(self, position: int, fields: frozenset[str]) -> ShardColumns | None:
+        """The columns of ``fields`` of the shard at ``position`` by ranged reads (cached), unless the whole shard is
+        cached: then the reader opens it."""
+        info = self.infos[position]
+        if not self.columns.ranged:
+            return None
+        lease = self.files.cache.hold(self.files.cache.entry_for(info))
+        if lease is not None:
+            lease.release()
+            return None
+        return self.columns.open(info, fields)
 
     def release(self, position: int, shard: ShardFile) -> None:
         shard.close()

@@ -42,12 +42,13 @@ from guideloom._shards.layout import ShardInfo
 DOWNLOAD_ATTEMPTS = 3
 
 
-PART_NAME = re.compile(r".*\.[er][0-9]+-[0-9]+\.shard")  # a part of a shard (see _remote.shard_parts)
+# A part of a shard (see _remote.shard_parts), or some of its field columns (_remote.remote_columns).
+PART_NAME = re.compile(r".*\.(?:[er][0-9]+-[0-9]+|c[0-9a-f]+)\.shard")
 
 
 def held_bytes(name: str, status: os.stat_result) -> int:
     """The bytes an entry holds: a whole shard's size, or the blocks of a part of one (a sparse file as large as
-    the shard, only its pieces and tail written)."""
+    the shard, only its pieces and tail written; a file of some field columns holds its size in blocks)."""
     if PART_NAME.fullmatch(name) is None:
         return status.st_size
     return min(status.st_size, status.st_blocks * 512)

@@ -19,6 +19,8 @@ from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 import numpy as np
 
 from guideloom._core.checks import check_bool
+from guideloom._shards.field_columns import ColumnSplitter
+from guideloom._shards.header import StorageHeader
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -74,6 +76,30 @@ class FieldFormat(Protocol):
     ) -> list[Any]: ...
 
     def check_fields(self, fields: object, what: str = "fields") -> tuple[str, ...]: ...
+
+    @property
+    def read_fields(self) -> tuple[str, ...]:
+        """The fields a read gives where it names none."""
+        ...
+
+    def unpack_column_values(
+        self, values: dict[str, memoryview | None], shard: int, record: int, fields: tuple[str, ...]
+    ) -> Any: ...
+
+
+def format_columns(document_format: object) -> tuple[str, ...]:
+    """The fields a new storage of ``document_format`` holds again as field columns (docs/format.md): those a
+    ``RecordSchema`` with media fields names in ``column_fields``; none for other formats."""
+    return tuple(getattr(document_format, "column_fields", ()))
+
+
+def column_splitter(document_format: object, header: StorageHeader) -> ColumnSplitter | None:
+    """How a writer of a storage with ``header`` splits a record's bytes into its field columns' values (the
+    format's ``column_values``), or None where the header names no field columns."""
+    if not header.field_columns:
+        return None
+    split: ColumnSplitter | None = getattr(document_format, "column_values", None)
+    return split
 
 
 def format_identity(document_format: DocumentStorageFormat[Any, Any]) -> str:

@@ -19,6 +19,7 @@ import numpy as np
 
 from guideloom._core.errors import CorruptStorageError, FormatMismatchError, StorageNotFoundError
 from guideloom._shards.checkpoints import CHECKPOINTS_FLAG, valid_checkpoint_bytes
+from guideloom._shards.field_columns import FIELD_COLUMNS_FLAG
 from guideloom._shards.loss_masks import LOSS_MASK_FLAG
 from guideloom._shards.record_lengths import RECORD_LENGTHS_FLAG
 
@@ -45,6 +46,9 @@ class StorageHeader:
     # The piece size of the shards' checkpoints; None (absent from the JSON) in storages created without them.
     # New storages get CHECKPOINT_BYTES from the storage classes, so that a header built here mirrors its JSON.
     checkpoint_bytes: int | None = None
+    # Documents only: the fields each shard holds again as columns (a RecordSchema's non-media fields, where it has
+    # media fields); empty (absent from the JSON) in other storages and in those created before columns.
+    field_columns: tuple[str, ...] = ()
 
     def to_json(self) -> bytes:
         fields: dict[str, Any] = {"layout_version": self.layout_version, "kind": self.kind}
@@ -60,6 +64,8 @@ class StorageHeader:
             fields["record_lengths"] = True
         if self.checkpoint_bytes is not None:  # likewise: headers of storages created before checkpoints
             fields["checkpoint_bytes"] = self.checkpoint_bytes
+        if self.field_columns:  # likewise: headers of storages created before field columns
+            fields["field_columns"] = list(self.field_columns)
         return json.dumps(fields, sort_keys=True).encode() + b"\n"
 
     @functools.cached_property
@@ -92,6 +98,7 @@ class StorageHeader:
             (LOSS_MASK_FLAG if self.loss_mask else 0)
             | (RECORD_LENGTHS_FLAG if self.record_lengths else 0)
             | (CHECKPOINTS_FLAG if self.checkpoint_bytes is not None else 0)
+            | (FIELD_COLUMNS_FLAG if self.field_columns else 0)
         )
 
 
@@ -149,6 +156,9 @@ def parse_header(raw: bytes, header_path: str) -> StorageHeader:
         raise CorruptStorageError(
             f"{header_path} records checkpoint_bytes {checkpoint_bytes!r}: it must be a power of two from 4096 to 2**26"
         )
+    field_columns = fields.get("field_columns", [])
+    if not _valid_field_columns(field_columns) or ("field_columns" in fields and not field_columns):
+        raise CorruptStorageError(f"{header_path} records field_columns {field_columns!r}: it must name fields")
     if kind == "documents" and isinstance(document_format, str) and dtype is None and "loss_mask" not in fields:
         if record_lengths is True or "record_lengths" not in fields:
             return StorageHeader(
@@ -157,9 +167,10 @@ def parse_header(raw: bytes, header_path: str) -> StorageHeader:
                 compression=compression,
                 record_lengths=record_lengths,
                 checkpoint_bytes=checkpoint_bytes,
+                field_columns=tuple(field_columns),
             )
     if kind == "tokens" and dtype in TOKEN_DTYPES and document_format is None and loss_mask in (True, False):
-        if "record_lengths" not in fields:
+        if "record_lengths" not in fields and "field_columns" not in fields:
             return StorageHeader(
                 kind,
                 dtype=dtype,
@@ -168,3 +179,12 @@ def parse_header(raw: bytes, header_path: str) -> StorageHeader:
                 checkpoint_bytes=checkpoint_bytes,
             )
     raise CorruptStorageError(f"{header_path} describes no valid storage: {fields!r}")
+
+
+def _valid_field_columns(value: object) -> bool:
+    """Whether a header's ``field_columns`` is usable: a list of distinct field names."""
+    return (
+        isinstance(value, list)
+        and all(isinstance(name, str) and name for name in value)
+        and len(set(value)) == len(value)
+    )

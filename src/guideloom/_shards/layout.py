@@ -10,7 +10,7 @@ A shard file is ``data | padding to 8 bytes | offsets | footer``: the records'
 bytes (or tokens) back to back, ``record_count + 1`` little-endian uint64
 offsets in elements of the data, and a fixed 64-byte footer with counts and
 CRC-32 checksums; before the footer, the storage's header may call for record
-lengths, a loss mask and checkpoints (in that order). Shards appear only by an
+lengths, a loss mask, checkpoints and field columns (in that order). Shards appear only by an
 atomic hard link of a fully written and fsynced file, so a reader never sees a
 partial shard.
 """
@@ -39,6 +39,15 @@ from guideloom._shards.checkpoints import (
     piece_range,
     running_checkpoints,
 )
+from guideloom._shards.field_columns import (
+    FIELD_COLUMNS_FLAG,
+    Column,
+    ColumnEntry,
+    columns_size,
+    open_column,
+    parse_table,
+    table_size,
+)
 from guideloom._shards.footer import FOOTER as FOOTER  # also imported from here
 from guideloom._shards.footer import decode_footer, shard_footer
 from guideloom._shards.header import HEADER_NAME, LAYOUT_VERSION, why_not_a_directory
@@ -59,7 +68,7 @@ INDEX_NAME = "shards.index"  # the record of commits (see _shards.index)
 SHARDS_DIR = "shards"
 INCOMPLETE_DIR = "incomplete"
 
-KNOWN_FLAGS = LOSS_MASK_FLAG | RECORD_LENGTHS_FLAG | CHECKPOINTS_FLAG
+KNOWN_FLAGS = LOSS_MASK_FLAG | RECORD_LENGTHS_FLAG | CHECKPOINTS_FLAG | FIELD_COLUMNS_FLAG
 
 
 @dataclass(frozen=True)
@@ -73,10 +82,10 @@ class ShardInfo:
     size: int
 
 
-def shard_size(record_count: int, data_size: int, header: StorageHeader | None = None) -> int:
+def shard_size(record_count: int, data_size: int, header: StorageHeader | None = None, columns_size: int = 0) -> int:
     """Bytes of a shard file with these counts (data, padding, offsets, the record lengths, loss mask and checkpoints
-    that ``header``'s shards hold, footer: see `ShardSections`)."""
-    return ShardSections.of(record_count, data_size, header).size
+    that ``header``'s shards hold, ``columns_size`` bytes of field columns, footer: see `ShardSections`)."""
+    return ShardSections.of(record_count, data_size, header, columns_size).size
 
 
 def fsync_directory(path: Path) -> None:
@@ -153,10 +162,12 @@ def shard_trailer(
     loss_mask: bytes = b"",
     lengths: bytes = b"",
     checkpoints: Sequence[int] | np.ndarray = (),
+    columns: bytes = b"",
 ) -> bytes:
     """What a writer appends after a shard's data: padding to 8 bytes, the record offsets, the record lengths
     of a storage that records them, the packed loss mask of a masked storage (padded to 8 bytes), the data's
-    checkpoints where the header gives ``checkpoint_bytes`` (padded to 8 bytes), the footer.
+    checkpoints where the header gives ``checkpoint_bytes`` (padded to 8 bytes), the field ``columns`` and their
+    table where the header names field columns (``ColumnsInProgress.finish``), the footer.
 
     ``ShardFile`` reads it back; ``offsets`` are the ``record_count + 1`` element offsets of the records;
     ``data_crc`` covers the data and then ``lengths`` and ``loss_mask``. A wrong count of checkpoints is a
@@ -169,7 +180,9 @@ def shard_trailer(
     footer = shard_footer(shard, len(offsets) - 1, data_size, data_crc, zlib.crc32(index), header)
     mask = loss_mask + bytes(padded(len(loss_mask)) - len(loss_mask))
     section = checkpoints_section(checkpoints) if header.checkpoint_bytes is not None else b""
-    return bytes(padded(data_size) - data_size) + index + lengths + mask + section + footer
+    if bool(columns) != bool(header.field_columns):
+        raise ValueError(f"shard {shard}: field columns are written where the header names them, and only there")
+    return bytes(padded(data_size) - data_size) + index + lengths + mask + section + columns + footer
 
 
 def verify_shards(
@@ -249,10 +262,28 @@ class ShardFile:
         if header_crc != header.checksum:
             self.close()
             raise FormatMismatchError(f"shard {shard} was written for another storage header ({self.path})")
-        sections = ShardSections.of(record_count, data_size, header)
-        if footer_shard != shard or sections.size != size or data_size % header.element_size:
+        found = ShardSections.of_file(record_count, data_size, header, size)
+        if footer_shard != shard or found is None or data_size % header.element_size:
             self.close()
             raise CorruptStorageError(f"shard {shard} has inconsistent sizes ({self.path}): file truncated?")
+        sections = found
+        # The field columns' entries (where the header names field columns), each column checked when first read.
+        self.header_columns = header.field_columns
+        self.column_entries: list[ColumnEntry] = []
+        self._columns: dict[str, Column] = {}
+        if header.field_columns:
+            table_start = sections.footer_start - table_size(len(header.field_columns))
+            entries = parse_table(
+                self._mapping[table_start : sections.footer_start],
+                header.field_columns,
+                record_count,
+                sections.columns_start,
+            )
+            if isinstance(entries, str) or columns_size(entries) != sections.footer_start - sections.columns_start:
+                self.close()
+                damage = entries if isinstance(entries, str) else "its column table does not fit its file's size"
+                raise CorruptStorageError(f"shard {shard} has damaged field columns ({self.path}): {damage}")
+            self.column_entries = entries
         self.record_count = int(record_count)
         self.data_size = int(data_size)
         self.data_crc = int(data_crc)
@@ -299,6 +330,19 @@ class ShardFile:
             else memoryview(self.offsets.astype("=u8").tobytes()).cast("Q")
         )
         track(shard, self.path, self._mapping)  # a truncation under this reader can then be named
+
+    def column(self, field: str) -> Column:
+        """The column of ``field`` (one the header names), checked against its checksum when first read."""
+        column = self._columns.get(field)
+        if column is None:
+            entry = self.column_entries[self.header_columns.index(field)]
+            found = open_column(self.view[entry.start : entry.start + entry.size], entry)
+            if isinstance(found, str):
+                raise CorruptStorageError(
+                    f"shard {self.id}: its column of field {field!r} is damaged ({self.path}): {found}"
+                )
+            column = self._columns[field] = found
+        return column
 
     @property
     def info(self) -> ShardInfo:
@@ -350,7 +394,7 @@ class ShardFile:
         else:
             computed, data_crc = running_checkpoints(self.view[: self.data_size], self.checkpoint_bytes)
             computed += closing_checkpoints(self.data_size, self.checkpoint_bytes, data_crc)
-            if any(self.view[sections.checkpoints_start + 4 * len(computed) : sections.footer_start]):
+            if any(self.view[sections.checkpoints_start + 4 * len(computed) : sections.columns_start]):
                 return f"shard {self.id}: padding after the checkpoints is not zero ({self.path})"
         if self.lengths is not None:  # the data checksum goes on over the record lengths
             data_crc = zlib.crc32(self.view[sections.lengths_start : sections.mask_start], data_crc)
@@ -378,6 +422,17 @@ class ShardFile:
         offsets = self.offsets
         if offsets[0] != 0 or offsets[-1] != self.element_count or bool(np.any(offsets[1:] < offsets[:-1])):
             return f"shard {self.id}: index offsets are not consistent ({self.path})"
+        return self._columns_problem()
+
+    def _columns_problem(self) -> str | None:
+        """The first damaged field column, named by its field, or None."""
+        for field, entry in zip(self.header_columns, self.column_entries, strict=True):
+            found = open_column(self.view[entry.start : entry.start + entry.size], entry)
+            if isinstance(found, str):
+                return f"shard {self.id}: its column of field {field!r} is damaged: {found} ({self.path})"
+            found.values.release()
+            if any(self.view[entry.start + entry.size : entry.start + padded(entry.size)]):
+                return f"shard {self.id}: padding after the column of field {field!r} is not zero ({self.path})"
         return None
 
     def close(self) -> None:
@@ -386,6 +441,7 @@ class ShardFile:
         self.mask_bits = None
         self.lengths = None
         self.checkpoints = None
+        self._columns = {}
         record_offsets, self._record_offsets = getattr(self, "_record_offsets", None), memoryview(b"").cast("Q")
         if record_offsets is not None:
             record_offsets.release()
@@ -406,4 +462,6 @@ def _flags_differ(flags: int, header: StorageHeader) -> str:
         return "holds a loss mask" if flags & LOSS_MASK_FLAG else "holds no loss mask"
     if (flags ^ header.footer_flags) & RECORD_LENGTHS_FLAG:
         return "holds record lengths" if flags & RECORD_LENGTHS_FLAG else "holds no record lengths"
-    return "holds checkpoints" if flags & CHECKPOINTS_FLAG else "holds no checkpoints"
+    if (flags ^ header.footer_flags) & CHECKPOINTS_FLAG:
+        return "holds checkpoints" if flags & CHECKPOINTS_FLAG else "holds no checkpoints"
+    return "holds field columns" if flags & FIELD_COLUMNS_FLAG else "holds no field columns"

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from guideloom._core.errors import CorruptStorageError
+from guideloom._shards.field_columns import ShardColumns
 from guideloom._shards.header import StorageHeader
 from guideloom._shards.layout import INCOMPLETE_DIR, INDEX_NAME, SHARDS_DIR, ShardFile, ShardInfo, shard_file_name
 from guideloom._shards.local_commit import commit_shard, is_committed
@@ -45,6 +46,9 @@ class LocalShards:
 
     def record_lengths(self, position: int) -> np.ndarray | None:
         return None  # mapped in place: the reader takes them from the opened shard
+
+    def open_columns(self, position: int, fields: frozenset[str]) -> ShardColumns | None:
+        return None  # mapped in place: the reader reads the columns in the mapped shard, touching their pages alone
 
     def release(self, position: int, shard: ShardFile) -> None:
         shard.close()

@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from guideloom._core.checks import check_int, check_sequence_length
+from guideloom._shards.field_columns import ShardColumns
 from guideloom._shards.fingerprints import earlier_fingerprint, snapshot_fingerprint
 from guideloom._shards.formats import DocumentStorageFormat, FieldFormat
 from guideloom._shards.header import StorageHeader
@@ -213,6 +214,9 @@ class DocumentReader(StorageReader[Out]):
         self._format = document_format
         # A format of named fields (a RecordSchema): it reads some fields alone and names each record's place.
         self._fields_format = document_format if isinstance(document_format, FieldFormat) else None
+        # Whether the fields read where none are named are all in the shards' field columns: read from there.
+        self._reads_columns = self._fields_format is not None and self._in_columns(self._fields_format.read_fields)
+        self._held_columns: OrderedDict[int, ShardColumns] = OrderedDict()  # columns held without their shards
         self._pages = ResidentPages()  # the records' mapped pages, dropped as they add up (see resident_pages)
         # An open shard's bytes, offsets, and the bytes it holds (``ShardFile.held``: a part of a shard holds some).
         self._spans: dict[int, tuple[memoryview, memoryview, int, int]] = {}
@@ -237,6 +241,10 @@ class DocumentReader(StorageReader[Out]):
             return self._format.unpack(encoded, shard)
         if fields is not None:
             fields = fielded.check_fields(fields)
+        names = fielded.read_fields if fields is None else fields
+        if self._in_columns(names):
+            position, number = self.locate(index)
+            return self._from_columns([position], [number], names)[0]
         encoded, shard = self.read_encoded(index)
         record: Out = fielded.unpack_fields(encoded, shard, self.locate(index)[1], fields)
         return record
@@ -249,6 +257,8 @@ class DocumentReader(StorageReader[Out]):
         positions = starts.searchsorted(indices, "right") - 1
         position_list = positions.tolist()
         records = (indices - starts[positions]).tolist()
+        if self._reads_columns and self._fields_format is not None:
+            return self._from_columns(position_list, records, self._fields_format.read_fields)
         encoded = self._record_views(position_list, records)
         self._pages.add(sum(map(len, encoded)), len(encoded))
         shard_ids = list(map(self._shard_ids.__getitem__, position_list))
@@ -262,6 +272,48 @@ class DocumentReader(StorageReader[Out]):
                 f"{type(self._format).__name__}.unpack_many must return a list of {len(encoded)} records, got {got}"
             )
         return decoded
+
+    def _in_columns(self, fields: tuple[str, ...]) -> bool:
+        """Whether ``fields`` are all in the shards' field columns (docs/format.md, "Field columns")."""
+        columns = self.header.field_columns
+        return bool(columns) and all(name in columns for name in fields)
+
+    def _from_columns(self, positions: list[int], records: list[int], fields: tuple[str, ...]) -> list[Out]:
+        """The records ``records[i]`` of the shards at ``positions[i]``, of ``fields`` alone, read from the shards'
+        field columns: on an object store without downloading the shards."""
+        self.check_open()
+        fielded = self._fields_format
+        assert fielded is not None
+        wanted, shard_ids, out = frozenset(fields), self._shard_ids, []
+        source: ShardFile | ShardColumns | None = None
+        last = -1
+        for position, record in zip(positions, records, strict=True):
+            if position != last or source is None:
+                source, last = self._columns_of(position, record, wanted), position
+            values = {name: source.column(name).value(record) for name in fields}
+            out.append(fielded.unpack_column_values(values, shard_ids[position], record, fields))
+        return out
+
+    def _columns_of(self, position: int, record: int, fields: frozenset[str]) -> ShardFile | ShardColumns:
+        """What holds the columns of ``fields`` of the shard at ``position``: the shard where it is open (or mapped in
+        place), else those columns alone (an object store's ranged reads)."""
+        if not 0 <= position < len(self.infos):
+            check_index(record + int(self.record_starts[position]), len(self))
+        opened = self._opened.get(position)
+        if opened is not None:
+            self._opened.move_to_end(position)
+            return opened
+        held = self._held_columns.get(position)
+        if held is not None and fields <= held.fields:
+            self._held_columns.move_to_end(position)
+            return held
+        found = self.shard_set.open_columns(position, fields)
+        if found is None:
+            return self.shard(position)
+        self._held_columns[position] = found
+        while len(self._held_columns) > self.shard_set.max_open:
+            self._held_columns.popitem(last=False)
+        return found
 
     def _record_views(self, positions: list[int], records: list[int]) -> list[memoryview]:
         """The bytes of record ``records[i]`` of the shard at ``positions[i]``, for each ``i``: views of the mappings.
@@ -311,6 +363,14 @@ class DocumentReader(StorageReader[Out]):
     def _forget(self, position: int) -> None:
         self._spans.pop(position, None)
         super()._forget(position)
+
+    def prefetch_records(self, indices: np.ndarray) -> None:
+        if not self._reads_columns:  # columns are read alone, when needed: no shard to fetch ahead
+            super().prefetch_records(indices)
+
+    def close(self) -> None:
+        self._held_columns.clear()
+        super().close()
 
 
 class TokenReader(StorageReader[np.ndarray]):

@@ -22,6 +22,7 @@ from types import TracebackType
 from typing import Generic, TypeVar
 
 from guideloom._core.errors import ShardExistsError
+from guideloom._shards.field_columns import ColumnSplitter, splitter_for
 from guideloom._shards.header import StorageHeader
 from guideloom._shards.local_shards import LocalTarget
 from guideloom._shards.loss_masks import loss_mask_array
@@ -48,6 +49,7 @@ class RollingWriter(Generic[In]):
         shard_size: int,
         highest_committed: Callable[[], int],
         on_commit: Callable[[int], None] | None = None,
+        columns: ColumnSplitter | None = None,
     ) -> None:
         self._target: CommitTarget = LocalTarget(target) if isinstance(target, Path) else target
         self._header = header
@@ -55,6 +57,7 @@ class RollingWriter(Generic[In]):
         self.shard_size = shard_size
         self._highest_committed = highest_committed
         self._on_commit = on_commit
+        self._columns = splitter_for(header.field_columns, columns)
         self._token = f"{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:12]}"
         self._background = Background()
         self._current: ShardInProgress | None = None
@@ -146,10 +149,7 @@ class RollingWriter(Generic[In]):
     def _new_shard(self) -> ShardInProgress:
         self._files_made += 1
         temporary = self._target.incomplete / f"rolling.{self._token}.{self._files_made}"
-        header = self._header
-        return ShardInProgress(  # its id: later
-            0, temporary, self._background, header.loss_mask, header.record_lengths, header.checkpoint_bytes
-        )
+        return ShardInProgress.under(self._header, 0, temporary, self._background, self._columns)  # its id: later
 
     def close(self, commit: bool = True) -> None:
         """Commit (or, with ``commit=False``, discard) the shard being filled; full ones are committed already."""

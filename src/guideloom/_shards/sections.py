@@ -1,9 +1,11 @@
 """The byte layout of a shard file, computed in one place: where each section begins and how long it is.
 
-A shard is ``data | padding to 8 bytes | offsets | record lengths | loss mask | checkpoints | footer``; the
-record lengths, loss mask and checkpoints are there only where the storage's header calls for them (see
-docs/format.md). Every reader of a shard's bytes (the mapped shard, a remote shard's tail, a part of a shard,
-a compressed shard's blocks) asks `ShardSections` instead of adding the sizes up itself.
+A shard is ``data | padding to 8 bytes | offsets | record lengths | loss mask | checkpoints | field columns |
+footer``; the record lengths, loss mask, checkpoints and field columns are there only where the storage's header
+calls for them (see docs/format.md). The field columns' size is the one thing the counts do not give: it is the
+file's size less the rest (their table, just before the footer, says how it divides). Every reader of a shard's
+bytes (the mapped shard, a remote shard's tail, a part of a shard, a compressed shard's blocks) asks
+`ShardSections` instead of adding the sizes up itself.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from guideloom._shards.checkpoints import checkpoints_size
+from guideloom._shards.field_columns import table_size
 from guideloom._shards.footer import FOOTER
 from guideloom._shards.header import StorageHeader
 from guideloom._shards.loss_masks import padded_mask_size
@@ -32,13 +35,16 @@ class ShardSections:
     lengths_start: int  # the record lengths (int64 each), where the header records lengths
     mask_start: int  # the packed loss mask padded to 8 bytes, in a masked storage
     checkpoints_start: int  # the checkpoints (uint32 a piece) padded to 8 bytes, where the header gives them
+    columns_start: int  # the field columns and their table, where the header names field columns
     footer_start: int
     size: int  # the whole file
 
     @classmethod
-    def of(cls, record_count: int, data_size: int, header: StorageHeader | None = None) -> ShardSections:
+    def of(
+        cls, record_count: int, data_size: int, header: StorageHeader | None = None, columns_size: int = 0
+    ) -> ShardSections:
         """The sections of a shard with ``record_count`` records and ``data_size`` bytes of data under ``header``
-        (None: data, offsets and footer only)."""
+        (None: data, offsets and footer only), whose field columns (with their table) take ``columns_size`` bytes."""
         lengths = mask = checkpoints = 0
         if header is not None:
             lengths = 8 * record_count if header.record_lengths else 0
@@ -49,16 +55,30 @@ class ShardSections:
         lengths_start = index_start + 8 * (record_count + 1)
         mask_start = lengths_start + lengths
         checkpoints_start = mask_start + mask
-        footer_start = checkpoints_start + checkpoints
+        columns_start = checkpoints_start + checkpoints
+        footer_start = columns_start + columns_size
         return cls(
             data_size,
             index_start,
             lengths_start,
             mask_start,
             checkpoints_start,
+            columns_start,
             footer_start,
             footer_start + FOOTER.size,
         )
+
+    @classmethod
+    def of_file(cls, record_count: int, data_size: int, header: StorageHeader, file_size: int) -> ShardSections | None:
+        """The sections of a shard file of ``file_size`` bytes with these counts: its field columns take what the
+        rest leaves; None where that cannot be (a file too short, or larger than a shard without columns is)."""
+        sections = cls.of(record_count, data_size, header)
+        extra = file_size - sections.size
+        if extra == 0 and not header.field_columns:
+            return sections
+        if not header.field_columns or extra < table_size(len(header.field_columns)) or extra % 8:
+            return None
+        return cls.of(record_count, data_size, header, extra)
 
     @property
     def index_size(self) -> int:

@@ -13,6 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
+from guideloom._shards.field_columns import ShardColumns
 from guideloom._shards.layout import ShardFile, ShardInfo
 from guideloom._shards.parts import ReadPlan
 from guideloom._shards.shard_table import ShardTable
@@ -33,6 +34,11 @@ class ShardSet(Protocol):
 
     def record_lengths(self, position: int) -> np.ndarray | None:
         """A shard's record lengths read without opening it, or None: the reader opens the shard for them."""
+        ...
+
+    def open_columns(self, position: int, fields: frozenset[str]) -> ShardColumns | None:
+        """The field columns of ``fields`` of the shard at ``position``, held without the shard (an object store's
+        ranged reads), or None: the reader takes them from the shard it opens."""
         ...
 
     def release(self, position: int, shard: ShardFile) -> None: ...

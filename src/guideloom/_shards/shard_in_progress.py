@@ -21,6 +21,7 @@ from typing import IO
 import numpy as np
 
 from guideloom._shards.checkpoints import closing_checkpoints, running_checkpoints
+from guideloom._shards.field_columns import ColumnsInProgress, ColumnSplitter
 from guideloom._shards.footer import shard_footer
 from guideloom._shards.header import StorageHeader
 from guideloom._shards.layout import ShardInfo, shard_size, shard_trailer
@@ -116,6 +117,7 @@ class ShardInProgress:
         masked: bool = False,
         measured: bool = False,
         checkpoint_bytes: int | None = None,
+        columns: tuple[ColumnSplitter, int] | None = None,
     ) -> None:
         self.shard = shard
         self.path = path
@@ -133,6 +135,22 @@ class ShardInProgress:
         self.lengths: list[int] | None = [] if measured else None  # of a storage that records lengths
         self.checkpoint_bytes = checkpoint_bytes  # of a storage whose shards hold checkpoints, else None
         self.checkpoints: list[int] = []  # of the data before ``handed_off``, as ``data_crc``
+        # The field columns of a storage whose header names them (how to split a record, and how many), else None.
+        self.columns = None if columns is None else ColumnsInProgress(*columns)
+        self.columns_size = 0  # their bytes in the finished file
+
+    @classmethod
+    def under(
+        cls,
+        header: StorageHeader,
+        shard: int,
+        path: Path,
+        background: Background,
+        columns: tuple[ColumnSplitter, int] | None,
+    ) -> ShardInProgress:
+        """A shard of a storage with ``header``: its loss mask, record lengths and checkpoints as the header says,
+        and its field ``columns`` (how to split a record, and how many) where the header names them."""
+        return cls(shard, path, background, header.loss_mask, header.record_lengths, header.checkpoint_bytes, columns)
 
     @property
     def record_count(self) -> int:
@@ -141,6 +159,8 @@ class ShardInProgress:
     def write(self, payload: memoryview, element_count: int, length: int | None = None) -> None:
         if self.file is None:
             self.file = self._open_file()
+        if self.columns is not None:
+            self.columns.add(payload)  # first: a record it cannot split is written nowhere
         self.file.write(payload)
         self.data_size += payload.nbytes
         self.offsets.append(self.offsets[-1] + element_count)
@@ -153,6 +173,10 @@ class ShardInProgress:
         """Records already encoded, back to back in ``payload``, each ``sizes[i]`` bytes (a document shard's)."""
         if self.file is None:
             self.file = self._open_file()
+        if self.columns is not None:  # first: a record it cannot split is written nowhere
+            ends = np.cumsum(sizes, dtype=np.int64).tolist()
+            for start, stop in zip([0, *ends], ends, strict=False):
+                self.columns.add(payload[start:stop])
         self.file.write(payload)
         self.data_size += payload.nbytes
         self.offsets.extend((self.offsets[-1] + np.cumsum(sizes, dtype=np.int64)).tolist())
@@ -227,8 +251,10 @@ class ShardInProgress:
         lengths = b"" if self.lengths is None else lengths_bytes(self.lengths)
         self.data_crc = zlib.crc32(mask, zlib.crc32(lengths, self.data_crc))  # it covers them after the data
         self.header = header
+        columns = b"" if self.columns is None else self.columns.finish()
+        self.columns_size = len(columns)
         trailer = shard_trailer(
-            self.shard, self.offsets, self.data_size, self.data_crc, header, mask, lengths, self.checkpoints
+            self.shard, self.offsets, self.data_size, self.data_crc, header, mask, lengths, self.checkpoints, columns
         )
         self.file.write(trailer)
         self.file.flush()
@@ -251,7 +277,7 @@ class ShardInProgress:
     def info(self) -> ShardInfo:
         """The finished shard's counts and checksum, as readers index it."""
         records = len(self.offsets) - 1
-        size = shard_size(records, self.data_size, self.header)
+        size = shard_size(records, self.data_size, self.header, self.columns_size)
         return ShardInfo(self.shard, records, self.offsets[-1], self.data_crc, size)
 
     def abort(self) -> None:

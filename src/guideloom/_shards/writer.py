@@ -24,6 +24,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from guideloom._core.errors import ShardExistsError
+from guideloom._shards.field_columns import ColumnSplitter, splitter_for
 from guideloom._shards.header import StorageHeader
 from guideloom._shards.local_shards import LocalTarget
 from guideloom._shards.loss_masks import loss_mask_array
@@ -54,11 +55,13 @@ class SyncWriter(Generic[In]):
         encode: Callable[[Any], tuple[memoryview, int]],
         measure: Callable[[Any], int] | None = None,
         on_commit: Callable[[int], None] | None = None,
+        columns: ColumnSplitter | None = None,
     ):
         self._target: CommitTarget = LocalTarget(target) if isinstance(target, Path) else target
         self._header = header
         self._encode = RecordEncoder(encode, measure)
         self._on_commit = on_commit
+        self._columns = splitter_for(header.field_columns, columns)
         self._token = f"{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:12]}"
         self._open: OrderedDict[int, ShardInProgress] = OrderedDict()
         self._committed: set[int] = set()
@@ -203,10 +206,7 @@ class SyncWriter(Generic[In]):
             )
         self._make_room()
         temporary = self._target.incomplete / f"{shard_file_name(shard)}.{self._token}"
-        header = self._header
-        in_progress = ShardInProgress(
-            shard, temporary, self._background, header.loss_mask, header.record_lengths, header.checkpoint_bytes
-        )
+        in_progress = ShardInProgress.under(self._header, shard, temporary, self._background, self._columns)
         self._open[shard] = in_progress
         return in_progress
 

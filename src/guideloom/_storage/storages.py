@@ -17,7 +17,13 @@ from guideloom._remote.compression import DEFAULT_LEVEL, check_compression, reco
 from guideloom._remote.shard_cache import check_cache_arguments
 from guideloom._shards.async_reader import AsyncReader
 from guideloom._shards.checkpoints import CHECKPOINT_BYTES
-from guideloom._shards.formats import DocumentPickleFormat, DocumentStorageFormat, format_identity
+from guideloom._shards.formats import (
+    DocumentPickleFormat,
+    DocumentStorageFormat,
+    column_splitter,
+    format_columns,
+    format_identity,
+)
 from guideloom._shards.header import StorageHeader
 from guideloom._shards.layout import ShardInfo
 from guideloom._shards.reader import DocumentReader, StorageReader, TokenReader
@@ -254,6 +260,7 @@ class DocumentStorage(StorageBase, Generic[In, Out]):
         self.format = format
         self.trusted = check_bool("trusted", trusted)
         self.record_lengths = defines_length(format)  # for a new storage; an existing one's as recorded
+        self.field_columns = format_columns(format)  # likewise (none in a compressed storage: see _expected_header)
         self._locate(path, options)
         self._existing_header()
 
@@ -265,10 +272,13 @@ class DocumentStorage(StorageBase, Generic[In, Out]):
             compression=self.compression,
             record_lengths=self.record_lengths,
             checkpoint_bytes=self.checkpoint_bytes,
+            # Field columns serve ranged reads of a shard's object, which a compressed object cannot give.
+            field_columns=() if self.compression is not None else self.field_columns,
         )
 
     def _adopt_recorded(self, found: StorageHeader) -> None:
         self.record_lengths = found.record_lengths
+        self.field_columns = found.field_columns
 
     def _opened_as(self, expected: StorageHeader) -> str:
         # The record lengths were adopted from the storage: the format given has them if it defines a length.
@@ -294,9 +304,9 @@ class DocumentStorage(StorageBase, Generic[In, Out]):
         With ``shard_size`` (bytes, or a size such as ``"256MiB"``) the writer picks the shard ids itself:
         ``writer.append(data)``, a new shard each time one holds that many bytes, committed as it fills.
         """
-        self.create()  # the header says whether the storage records lengths
+        header = self.create()  # the header says whether the storage records lengths and holds field columns
         measure = record_measure(self.format, self.record_lengths, self.location)
-        return open_writer(self, self.encode, shard_size, measure)
+        return open_writer(self, self.encode, shard_size, measure, column_splitter(self.format, header))
 
     def sync_reader(self) -> DocumentReader[Out]:
         """A reader of the shards committed now; use it as ``with storage.sync_reader() as reader``."""

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from guideloom._core.sizes import parse_shard_size
+from guideloom._shards.field_columns import ColumnSplitter
 from guideloom._shards.header import StorageHeader
 from guideloom._shards.record_encoder import RecordEncoder
 from guideloom._shards.record_lengths import defines_length
@@ -33,15 +34,18 @@ def open_writer(
     encode: Callable[[Any], tuple[memoryview, int]],
     shard_size: object,
     measure: Callable[[Any], int] | None = None,
+    columns: ColumnSplitter | None = None,
 ) -> SyncWriter[Any] | RollingWriter[Any]:
     """A writer of ``storage`` (created if needed): a ``SyncWriter`` without ``shard_size``, else a ``RollingWriter``
-    whose shards hold ``shard_size`` bytes (an int, or a size such as ``"256MiB"``)."""
+    whose shards hold ``shard_size`` bytes (an int, or a size such as ``"256MiB"``); ``columns`` splits a record
+    into its field columns' values, where the storage's header names field columns."""
     size = None if shard_size is None else parse_shard_size(shard_size, "shard_size")
     target, header = storage.commit_target(), storage.create()
     on_commit = functools.partial(note_committed, storage.trust_key())
     if size is None:
-        return SyncWriter(target, header, encode, measure, on_commit)
-    return RollingWriter(target, header, RecordEncoder(encode, measure), size, storage.highest_committed, on_commit)
+        return SyncWriter(target, header, encode, measure, on_commit, columns)
+    encoder = RecordEncoder(encode, measure)
+    return RollingWriter(target, header, encoder, size, storage.highest_committed, on_commit, columns)
 
 
 def record_measure(document_format: object, record_lengths: bool, location: str) -> Callable[[Any], int] | None:

@@ -22,9 +22,9 @@ Exactly once (``_plan``, ``_write``)
     over a finished import it writes nothing. ``explain`` reads the provenance files and names each
     record's input and row.
 
-Running (``_pool``, ``_run``, ``_command``)
-    Worker processes (default: one per core), a progress bar (bytes/s, rows/s) and a summary
-    (:class:`ImportSummary`: rows, shards, bytes, skipped rows by reason).
+Running (``_work``, ``_run``, ``_command``)
+    Through ``guideloom._jobs``: worker processes (default: one per core) or Ray tasks, a progress bar
+    (bytes/s, rows/s), and a summary (:class:`ImportSummary`: rows, shards, bytes, skipped rows by reason).
 """
 
 from guideloom.importing._errors import ImportInputError, ImportWorkerDied

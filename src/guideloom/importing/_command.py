@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from guideloom._core.sizes import parse_shard_size
 from guideloom._core.subcommands import Subcommands
+from guideloom._jobs import options
 from guideloom._remote.object_store import parse_storage_options
 from guideloom._storage.storages import local_path
 from guideloom.importing._plan import DEFAULT_SHARD_SIZE, plan_import
@@ -43,60 +43,28 @@ every row written once; over a finished import it writes nothing.
 """
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
-
-
-def _shard_size(text: str) -> int:
-    try:
-        return parse_shard_size(text, "--shard-size")
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error).removeprefix("--shard-size ")) from None
-
-
 def add_import_command(commands: Subcommands) -> None:
     """Register ``guideloom import`` on the command line's subcommands."""
-    command = commands.add_parser(
+    command = options.add_command(
+        commands,
         "import",
-        help="import Parquet, saved datasets, JSONL, WebDataset tars, MDS or LitData folders into a storage",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "import Parquet, saved datasets, JSONL, WebDataset tars, MDS or LitData folders into a storage",
+        DESCRIPTION,
     )
     command.add_argument("sources", nargs="+", metavar="SRC", help="input files or folders")
     command.add_argument("destination", metavar="DEST", help="the document storage folder to write")
     command.add_argument("--schema", metavar="S", help="the fields: a JSON file, or module:attribute")
-    command.add_argument(
-        "--workers",
-        type=_positive_int,
-        default=None,
-        help="worker processes (default: one per core, none for inputs under 8 MiB; 1: none)",
+    options.add_workers(command, "worker processes (default: one per core, none for inputs under 8 MiB; 1: none)")
+    options.add_shard_size(
+        command, DEFAULT_SHARD_SIZE, "bytes of records per shard: 256MiB (the default), 1GiB, 500MB, 1048576, ..."
     )
-    command.add_argument(
-        "--shard-size",
-        type=_shard_size,
-        default=DEFAULT_SHARD_SIZE,
-        metavar="SIZE",
-        help="bytes of records per shard: 256MiB (the default), 1GiB, 500MB, 1048576, ...",
-    )
-    command.add_argument(
-        "--ray",
-        nargs="?",
-        const="",
-        default=None,
-        metavar="ADDRESS",
-        help="one Ray task per job on the Ray cluster at ADDRESS (default: RAY_ADDRESS, else a new local cluster); "
+    options.add_ray(
+        command,
+        "one Ray task per job on the Ray cluster at ADDRESS (default: RAY_ADDRESS, else a new local cluster); "
         "every machine must see DEST at the same path; needs the ray extra",
     )
-    command.add_argument("--quiet", action="store_true", help="no progress bar")
-    command.add_argument(
-        "--storage-options", metavar="JSON", help="for sources on an object store: fsspec options as a JSON object"
-    )
+    options.add_quiet(command)
+    options.add_storage_options(command, "for sources on an object store: fsspec options as a JSON object")
     command.set_defaults(prepare=prepare_import)
 
 
@@ -115,8 +83,7 @@ def prepare_import(arguments: argparse.Namespace) -> Callable[[], int]:
     )
 
     def run() -> int:
-        ray: bool | str = False if arguments.ray is None else arguments.ray or True
-        summary = execute(plan, arguments.workers, not arguments.quiet, started, ray)
+        summary = execute(plan, arguments.workers, not arguments.quiet, started, options.ray_address(arguments))
         print(summary.describe())
         return 0
 

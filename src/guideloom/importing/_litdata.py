@@ -16,7 +16,6 @@ other formats are refused, naming the leaf.
 
 from __future__ import annotations
 
-import itertools
 import json
 import struct
 from collections.abc import Iterator
@@ -25,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from guideloom.importing._arrow_columns import sniff_media
 from guideloom.importing._errors import ImportInputError
+from guideloom.importing._sample_files import Words, field_of_value, guarded, piece_rows, record, samples
 from guideloom.importing._schema import Fields, FieldSpec
 from guideloom.importing._stream import Described, Piece, Row
 
@@ -43,6 +42,7 @@ NUMPY_DTYPES = (
     "float32",
     "float64",
 )  # fmt: skip  (LitData's dtype numbers, in its order)
+WORDS = Words(sample="item", file="chunk", parts="leaves", damaged="a damaged LitData chunk")
 
 
 def is_litdata(path: Path) -> bool:
@@ -155,36 +155,10 @@ def _chunk_rows(path: Path, chunk: dict[str, Any], config: dict[str, Any], keys:
             ) from error
         data = zstandard.ZstdDecompressor().decompress(data, max_output_size=1 << 40)
     formats = config["data_format"]
-    count = int(np.frombuffer(data, np.uint32, 1)[0])
-    offsets = np.frombuffer(data, np.uint32, count + 1, 4).tolist()
-    if offsets[-1] > len(data) or any(b < a for a, b in itertools.pairwise(offsets)):
-        raise ValueError(f"the item offsets run past the chunk's {len(data)} bytes")
     header = struct.Struct("<" + "I" * len(formats))
-    for begin, end in itertools.pairwise(offsets):
-        item = data[begin:end]
+    for item in samples(data, WORDS):
         sizes = header.unpack_from(item)
-        position = header.size
-        record = {}
-        for key, data_format, size in zip(keys, formats, sizes, strict=True):
-            record[key] = _decode(data_format, item[position : position + size])
-            position += size
-        if position != len(item):
-            raise ValueError(f"an item of {len(item)} bytes whose leaves hold {position}")
-        yield record
-
-
-def _guarded(
-    path: Path, chunk: dict[str, Any], config: dict[str, Any], keys: list[str], first_row: int
-) -> Iterator[dict[str, Any]]:
-    row = first_row
-    try:
-        for record in _chunk_rows(path, chunk, config, keys):
-            yield record
-            row += 1
-    except (ImportInputError, ImportError, FileNotFoundError, PermissionError):
-        raise
-    except Exception as error:
-        raise ImportInputError(f"{path}: a damaged LitData chunk, at row {row} ({error})") from None
+        yield record(item, header.size, zip(keys, formats, sizes, strict=True), _decode, WORDS)
 
 
 def describe(path: Path, shard_size: int, options: dict[str, Any] | None = None) -> Described:
@@ -207,14 +181,11 @@ def describe(path: Path, shard_size: int, options: dict[str, Any] | None = None)
         first_row += count
     undecided = [key for key, fmt in zip(keys, config["data_format"], strict=True) if fmt in ("bytes", "numpy")]
     if undecided and chunks:
-        first = next(iter(_guarded(path, chunks[0], config, keys, 0)), None)
-        for key in undecided if first is not None else []:
-            value = first[key] if first is not None else None
-            if isinstance(value, bytes) and sniff_media(value) is not None:
-                fields[key] = FieldSpec(str(sniff_media(value)))
-            elif isinstance(value, np.ndarray):
-                kind = "tokens" if value.ndim == 1 and value.dtype.kind in "iu" else "array"
-                fields[key] = FieldSpec(kind, value.dtype.name)
+        first = next(guarded(path, _chunk_rows(path, chunks[0], config, keys), 0, WORDS), {})
+        for key in undecided if first else []:
+            shown = field_of_value(first[key])
+            if shown is not None:
+                fields[key] = shown
     return Described(fields, pieces)
 
 
@@ -225,8 +196,5 @@ def rows(piece: Piece, fields: Any, start: int) -> Iterator[Row]:
     data = _index(piece.path)
     config = data["config"]
     keys = _keys(piece.path, config)
-    rows_in = max(1, piece.rows or 1)
-    for offset, record in enumerate(_guarded(piece.path, data["chunks"][number], config, keys, piece.first_row)):
-        row = piece.first_row + offset
-        if row >= start:
-            yield row, record, piece.size * (offset + 1) // rows_in
+    records = _chunk_rows(piece.path, data["chunks"][number], config, keys)
+    yield from piece_rows(piece, guarded(piece.path, records, piece.first_row, WORDS), start)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import bz2
 import gzip
-import itertools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from guideloom.importing._arrow_columns import sniff_media
 from guideloom.importing._errors import ImportInputError
+from guideloom.importing._sample_files import Words, field_of_value, guarded, piece_rows, record, samples
 from guideloom.importing._schema import Fields, FieldSpec, merge_fields
 from guideloom.importing._stream import Described, Piece, Row
 
@@ -35,6 +34,7 @@ SCALARS = ("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int
 NDARRAY_DTYPES = {8: "uint8", 9: "int8", 16: "uint16", 17: "int16", 18: "float16", 32: "uint32", 33: "int32",
                   34: "float32", 64: "uint64", 65: "int64", 66: "float64"}  # fmt: skip
 SHAPE_DTYPES = ("uint8", "uint16", "uint32", "uint64")
+WORDS = Words(sample="sample", file="shard", parts="columns", damaged="a damaged MDS shard")
 
 
 def is_mds(path: Path) -> bool:
@@ -167,12 +167,7 @@ def _shard_rows(path: Path, shard: dict[str, Any]) -> Iterator[dict[str, Any]]:
     file, compression = _shard_file(path, shard)
     data = _decompressed(file, compression)
     names, encodings, sizes = shard["column_names"], shard["column_encodings"], shard["column_sizes"]
-    count = int(np.frombuffer(data, np.uint32, 1)[0])
-    offsets = np.frombuffer(data, np.uint32, count + 1, 4).tolist()
-    if offsets[-1] > len(data) or any(b < a for a, b in itertools.pairwise(offsets)):
-        raise ValueError(f"the sample offsets run past the shard's {len(data)} bytes")
-    for begin, end in itertools.pairwise(offsets):
-        sample = data[begin:end]
+    for sample in samples(data, WORDS):
         position = 0
         lengths = []
         for size in sizes:
@@ -180,13 +175,7 @@ def _shard_rows(path: Path, shard: dict[str, Any]) -> Iterator[dict[str, Any]]:
                 size = int(np.frombuffer(sample, np.uint32, 1, position)[0])
                 position += 4
             lengths.append(size)
-        record = {}
-        for name, encoding, size in zip(names, encodings, lengths, strict=True):
-            record[name] = _decode(encoding, sample[position : position + size])
-            position += size
-        if position != len(sample):
-            raise ValueError(f"a sample of {len(sample)} bytes whose columns hold {position}")
-        yield record
+        yield record(sample, position, zip(names, encodings, lengths, strict=True), _decode, WORDS)
 
 
 def describe(path: Path, shard_size: int, options: dict[str, Any] | None = None) -> Described:
@@ -226,30 +215,13 @@ def _from_first_sample(path: Path, shard: dict[str, Any], fields: Fields) -> Fie
     ]
     if not undecided or not shard.get("samples"):
         return fields
-    first = next(iter(_guarded(path, shard, 0)))
+    first = next(guarded(path, _shard_rows(path, shard), 0, WORDS))
     decided = dict(fields)
     for name in undecided:
-        value = first[name]
-        if isinstance(value, bytes):
-            media = sniff_media(value)
-            if media is not None:
-                decided[name] = FieldSpec(media)
-        elif isinstance(value, np.ndarray):
-            kind = "tokens" if value.ndim == 1 and value.dtype.kind in "iu" else "array"
-            decided[name] = FieldSpec(kind, value.dtype.name)
+        shown = field_of_value(first[name])
+        if shown is not None:
+            decided[name] = shown
     return decided
-
-
-def _guarded(path: Path, shard: dict[str, Any], first_row: int) -> Iterator[dict[str, Any]]:
-    row = first_row
-    try:
-        for record in _shard_rows(path, shard):
-            yield record
-            row += 1
-    except (ImportInputError, ImportError, FileNotFoundError, PermissionError):
-        raise
-    except Exception as error:
-        raise ImportInputError(f"{path}: a damaged MDS shard, at row {row} ({error})") from None
 
 
 def rows(piece: Piece, fields: Any, start: int) -> Iterator[Row]:
@@ -257,8 +229,4 @@ def rows(piece: Piece, fields: Any, start: int) -> Iterator[Row]:
     (number,) = piece.detail
     assert isinstance(piece.path, Path)  # a local folder
     shard = _index(piece.path)[number]
-    rows_in = max(1, piece.rows or 1)
-    for offset, record in enumerate(_guarded(piece.path, shard, piece.first_row)):
-        row = piece.first_row + offset
-        if row >= start:
-            yield row, record, piece.size * (offset + 1) // rows_in
+    yield from piece_rows(piece, guarded(piece.path, _shard_rows(piece.path, shard), piece.first_row, WORDS), start)

@@ -3,26 +3,21 @@
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from guideloom._core.errors import StorageNotFoundError
 from guideloom._core.text import plural
+from guideloom._jobs.run import check_workers, run_jobs
 from guideloom._storage.provenance import read_inputs
 from guideloom._storage.storages import local_path
 from guideloom.fields import RecordSchema
 from guideloom.importing._plan import DEFAULT_SHARD_SIZE, ImportPlan, plan_import
-from guideloom.importing._pool import run_pool
 from guideloom.importing._schema import describe_fields, fields_from_mapping, record_schema
-from guideloom.importing._write import Cancelled, JobResult, import_job
-
-# With ``workers=None`` inputs smaller than this are imported in the calling process: starting worker processes
-# (each imports numpy and pyarrow) takes longer than importing a few MB.
-AUTO_PARALLEL_MIN_BYTES = 8 << 20
+from guideloom.importing._work import ImportWork
+from guideloom.importing._write import JobResult
 
 
 @dataclass(frozen=True)
@@ -80,38 +75,10 @@ class ImportSummary:
         return "\n".join(lines)
 
 
-class _Progress:
-    """A tqdm bar of input bytes with rows/s beside it (none when tqdm is missing or progress is off)."""
-
-    def __init__(self, total: int, enabled: bool) -> None:
-        self.rows = 0
-        self.started = time.perf_counter()
-        self.bar: Any = None
-        if enabled:
-            try:
-                from tqdm import tqdm
-            except ImportError:
-                return
-            self.bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="import", file=sys.stderr)
-
-    def update(self, rows: int, size: int) -> None:
-        self.rows += rows
-        if self.bar is not None:
-            elapsed = max(1e-9, time.perf_counter() - self.started)
-            self.bar.set_postfix_str(f"{self.rows:,} rows, {self.rows / elapsed:,.0f} rows/s", refresh=False)
-            self.bar.update(size)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-def _check_workers(workers: object, name: str) -> int | None:
-    if workers is None:
-        return None
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"{name} must be a positive int, got {workers!r}")
-    return workers
+def _note_failure(error: BaseException, results: dict[int, JobResult]) -> None:
+    """Say on the error how to finish the import: run again, every job goes on after its committed shards."""
+    del results
+    error.add_note("shards committed before the failure stay; run the same import again to finish it")
 
 
 def execute(
@@ -119,55 +86,21 @@ def execute(
 ) -> ImportSummary:
     """Write the planned jobs with ``workers`` processes (None: the cores; 1: this process), or as Ray tasks
     (``ray``: True, or a cluster's address)."""
-    if ray is not False and workers is not None:
-        raise ValueError(f"{plan.names.workers} and {plan.names.ray} exclude each other: Ray runs one task per job")
     jobs = plan.jobs
-    total = sum(job.size for job in jobs)
-    count = (os.cpu_count() or 1) if workers is None else workers
-    if workers is None and total < AUTO_PARALLEL_MIN_BYTES:
-        count = 1
-    processes = 0 if count == 1 or len(jobs) <= 1 else min(count, len(jobs))
-    results: dict[int, JobResult] = {}
-    bar = _Progress(total, progress and bool(jobs))
-    update: Callable[[int, int], object] = bar.update
-    try:
-        if ray is not False and jobs:
-            try:
-                from guideloom.importing._ray_tasks import run_import_tasks  # Ray is imported only here
-            except ModuleNotFoundError as error:
-                if error.name != "ray":
-                    raise
-                raise ImportError(f"{plan.names.ray} needs Ray: pip install 'guideloom[ray]'") from None
-            processes = 0
-            ray_results, failure = run_import_tasks(jobs, plan.settings, None if ray is True else ray, update)
-            results.update(ray_results)
-            if failure is not None:
-                raise failure
-        elif processes:
-            pool_results, failure = run_pool(jobs, plan.settings, processes, update)
-            results.update(pool_results)
-            if failure is not None:
-                raise failure
-        else:
-            for job in jobs:
-                results[job.number] = import_job(job, plan.settings, update)
-    except BaseException as error:
-        if not isinstance(error, Cancelled | KeyboardInterrupt):
-            error.add_note("shards committed before the failure stay; run the same import again to finish it")
-        raise
-    finally:
-        bar.close()
+    work = ImportWork(plan.settings)
+    executed = run_jobs(work, jobs, workers, ray, progress and bool(jobs), plan.names, _note_failure)
+    results = executed.results.values()
     skipped: Counter[str] = Counter()
-    for result in results.values():
+    for result in results:
         skipped.update(result.skipped)
     return ImportSummary(
-        rows=sum(result.rows for result in results.values()),
-        shards=sum(len(result.shards) for result in results.values()),
-        bytes=sum(result.bytes for result in results.values()),
+        rows=sum(result.rows for result in results),
+        shards=sum(len(result.shards) for result in results),
+        bytes=sum(result.bytes for result in results),
         skipped=dict(skipped),
         inputs=len(plan.inputs),
         seconds=time.perf_counter() - started,
-        processes=processes,
+        processes=executed.processes,
         finished_before=len(plan.finished),
         fields=describe_fields(plan.settings.fields),
         schema=plan.settings.schema,
@@ -200,7 +133,7 @@ def import_records(
     schema, exactly once; every machine must see ``destination`` at the same path (a shared file system).
     """
     started = time.perf_counter()
-    workers = _check_workers(workers, PYTHON_NAMES.workers)
+    check_workers(workers, PYTHON_NAMES.workers)
     if not isinstance(progress, bool):
         raise TypeError(f"progress must be a bool, got {type(progress).__name__}")
     if storage_options is not None and not isinstance(storage_options, dict):

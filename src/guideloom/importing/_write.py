@@ -9,7 +9,6 @@ preceded by the shard's provenance file. Raising commits nothing of the shard in
 from __future__ import annotations
 
 import json
-import pickle
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from guideloom._core.errors import RecordPackError
+from guideloom._jobs.work import Cancelled, picklable
 from guideloom._shards.record_lengths import defines_length
 from guideloom._storage.provenance import write_shard_sources
 from guideloom.importing._arrow_columns import CheckedRow, packed_batch, rows_of_batch
@@ -32,10 +32,6 @@ PackedRecords = tuple[np.ndarray, np.ndarray]  # records' bytes back to back, an
 
 CANCEL_CHECK_ROWS = 256  # rows between two looks at whether the run was cancelled
 REPORT_ROWS = 1024  # rows between two progress reports
-
-
-class Cancelled(Exception):
-    """Raised inside a job when another failed: its shard in progress is not committed."""
 
 
 def _never() -> bool:
@@ -238,12 +234,3 @@ def import_job_again(job: ImportJob, settings: ImportSettings) -> tuple[str, Any
         return "done", import_job(now, settings), None
     except Exception as error:
         return "failed", picklable(error), traceback.format_exc()
-
-
-def picklable(error: BaseException) -> BaseException:
-    """``error`` if it survives pickling (to cross to the parent process), else a RuntimeError saying it."""
-    try:
-        pickle.loads(pickle.dumps(error))
-    except Exception:
-        return RuntimeError(f"{type(error).__name__}: {error}")
-    return error

@@ -64,8 +64,8 @@ Modules: ``_inputs`` (reading the inputs) and ``_compression``, ``_tokenizer`` (
 id), ``_chat`` (conversations as documents) and ``_chat_template`` (their tokens and loss masks),
 ``_groups`` (files into groups, a group's shard ids, what is committed of it), ``_plan`` (the
 checks and the groups to write), ``_shard`` (one group into its shards: the unit of work any executor
-runs), ``_pool`` (worker processes), ``_run`` (running a plan, the summary) and ``_command`` (the
-``guideloom tokenize`` command).
+runs), ``_work`` (a group as ``guideloom._jobs``' executors run it: this process, worker processes,
+Ray tasks), ``_run`` (running a plan, the summary) and ``_command`` (the ``guideloom tokenize`` command).
 """
 
 from guideloom._core.errors import TokenizeInputError, TokenizeWorkerDied

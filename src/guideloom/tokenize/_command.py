@@ -10,8 +10,8 @@ import argparse
 from collections.abc import Callable
 
 from guideloom._core.checks import check_path
-from guideloom._core.sizes import parse_shard_size
 from guideloom._core.subcommands import Subcommands
+from guideloom._jobs import options
 from guideloom._remote.object_store import is_url, parse_storage_options
 from guideloom._shards.header import TOKEN_DTYPES
 from guideloom._storage.storages import local_path
@@ -54,23 +54,6 @@ grouped into shards as text files are. Needs guideloom[chat].
 """
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
-
-
-def _shard_size(text: str) -> int:
-    try:
-        return parse_shard_size(text, "--shard-size")
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error).removeprefix("--shard-size ")) from None
-
-
 def _token_dtype(text: str) -> str:
     if text not in TOKEN_DTYPES:
         raise argparse.ArgumentTypeError(f"{text} is not a token dtype; use one of {', '.join(TOKEN_DTYPES)}")
@@ -79,11 +62,11 @@ def _token_dtype(text: str) -> str:
 
 def add_tokenize_command(commands: Subcommands) -> None:
     """Register ``guideloom tokenize`` on the command line's subcommands."""
-    command = commands.add_parser(
+    command = options.add_command(
+        commands,
         "tokenize",
-        help="tokenize .txt/.jsonl/.parquet files (compressed or not) into a token storage",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "tokenize .txt/.jsonl/.parquet files (compressed or not) into a token storage",
+        DESCRIPTION,
     )
     command.add_argument("inputs", nargs="+", metavar="INPUT", help="input files or directories")
     command.add_argument("output", metavar="OUTPUT", help="the token storage directory (or URL) to write")
@@ -102,19 +85,12 @@ def add_tokenize_command(commands: Subcommands) -> None:
         default=None,
         help="with --chat: the tokens the loss mask marks (default: assistant, the assistant's turns)",
     )
-    command.add_argument(
-        "--workers",
-        type=_positive_int,
-        default=None,
-        help="worker processes (default: min(4, cpu count), none for inputs under 8 MiB; 1: no processes)",
+    options.add_workers(
+        command, "worker processes (default: min(4, cpu count), none for inputs under 8 MiB; 1: no processes)"
     )
-    command.add_argument(
-        "--ray",
-        nargs="?",
-        const="",
-        default=None,
-        metavar="ADDRESS",
-        help="run one Ray task per group of input files on the Ray cluster at ADDRESS (default: RAY_ADDRESS, else a "
+    options.add_ray(
+        command,
+        "run one Ray task per group of input files on the Ray cluster at ADDRESS (default: RAY_ADDRESS, else a "
         "new local cluster); needs the ray extra",
     )
     command.add_argument("--text-field", default="text", help="JSONL field / Parquet column of the text")
@@ -124,18 +100,14 @@ def add_tokenize_command(commands: Subcommands) -> None:
     eos = command.add_mutually_exclusive_group()
     eos.add_argument("--eos-token", default="auto", help="token appended after each document (default: auto)")
     eos.add_argument("--no-eos", dest="eos_token", action="store_const", const=None, help="append nothing")
-    command.add_argument(
-        "--shard-size",
-        type=_shard_size,
-        default=DEFAULT_SHARD_SIZE,
-        metavar="SIZE",
-        help="bytes of token ids per shard: 256MiB (the default), 1GiB, 500MB, 1048576, ...",
+    options.add_shard_size(
+        command, DEFAULT_SHARD_SIZE, "bytes of token ids per shard: 256MiB (the default), 1GiB, 500MB, 1048576, ..."
     )
     command.add_argument(
         "--skip-existing", action="store_true", help="finish an interrupted run: write only what is not committed"
     )
-    command.add_argument("--quiet", action="store_true", help="no progress bar")
-    command.add_argument("--storage-options", metavar="JSON", help="for an OUTPUT URL: fsspec options as a JSON object")
+    options.add_quiet(command)
+    options.add_storage_options(command, "for an OUTPUT URL: fsspec options as a JSON object")
     command.set_defaults(prepare=prepare_tokenize)
 
 
@@ -164,8 +136,7 @@ def prepare_tokenize(arguments: argparse.Namespace) -> Callable[[], int]:
     )
 
     def run() -> int:
-        ray: bool | str = False if arguments.ray is None else arguments.ray or True
-        summary = execute(plan, arguments.workers, progress=not arguments.quiet, ray=ray)
+        summary = execute(plan, arguments.workers, progress=not arguments.quiet, ray=options.ray_address(arguments))
         print(summary.describe())
         return 0
 

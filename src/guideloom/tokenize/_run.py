@@ -3,25 +3,22 @@
 from __future__ import annotations
 
 import os
-import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from guideloom._core.checks import check_bool, check_path
 from guideloom._core.text import plural
+from guideloom._jobs.run import check_workers, run_jobs
 from guideloom._remote.object_store import is_url
+from guideloom._storage.resumable_write import remove_leftovers
 from guideloom._storage.storages import local_path
-from guideloom.tokenize._groups import DEFAULT_SHARD_SIZE, SHARDS_PER_GROUP
+from guideloom.tokenize._groups import DEFAULT_SHARD_SIZE, SHARDS_PER_GROUP, shard_range
 from guideloom.tokenize._plan import PYTHON_NAMES, TokenizePlan, plan_run
-from guideloom.tokenize._pool import run_pool
-from guideloom.tokenize._shard import Cancelled, GroupResult, tokenize_group
-
-# With ``workers=None`` inputs smaller than this are tokenized in the calling process: starting worker
-# processes (each imports numpy, torch and tokenizers) takes longer than tokenizing a few MB.
-AUTO_PARALLEL_MIN_BYTES = 8 << 20
+from guideloom.tokenize._shard import GroupResult
+from guideloom.tokenize._work import TokenizeWork
 
 
 @dataclass(frozen=True)
@@ -72,16 +69,6 @@ class TokenizeSummary:
         return "\n".join(lines)
 
 
-def _progress_bar(total: int, enabled: bool) -> Any:
-    if not enabled:
-        return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="tokenize", file=sys.stderr)
-
-
 def _committed_by_run(plan: TokenizePlan, results: dict[int, GroupResult]) -> int:
     """How many shards this run committed: counted in the storage, since a failed group reports none."""
     groups = {job.group for job in plan.jobs}
@@ -95,8 +82,6 @@ def _committed_by_run(plan: TokenizePlan, results: dict[int, GroupResult]) -> in
 
 def _note_committed(error: BaseException, plan: TokenizePlan, results: dict[int, GroupResult]) -> None:
     """Say on the error what the run committed before it failed, and how to finish it."""
-    if isinstance(error, Cancelled | KeyboardInterrupt):
-        return
     done = _committed_by_run(plan, results)
     if done:
         verb = "was" if done == 1 else "were"
@@ -108,58 +93,20 @@ def _note_committed(error: BaseException, plan: TokenizePlan, results: dict[int,
         error.add_note("no shard of this run was committed")
 
 
-def _run_here(plan: TokenizePlan, update: Callable[[int], object], results: dict[int, GroupResult]) -> None:
-    for job in plan.jobs:
-        results[job.group] = tokenize_group(job, plan.settings, plan.tokenizer, update)
-
-
 def execute(
     plan: TokenizePlan, workers: int | None, progress: bool, started: float | None = None, ray: bool | str = False
 ) -> TokenizeSummary:
     """Write the planned shards with ``workers`` processes or as Ray tasks (see :func:`tokenize_files`)."""
     started = time.perf_counter() if started is None else started
-    if ray is not False and workers is not None:
-        raise ValueError(f"{plan.names.workers} and {plan.names.ray} exclude each other: Ray runs one task per group")
-    automatic = workers is None and ray is False
-    workers = min(4, os.cpu_count() or 1) if workers is None else workers
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"{plan.names.workers} must be a positive int, got {workers!r}")
     jobs = plan.jobs
-    total = sum(job.size for job in jobs)
-    if automatic and total < AUTO_PARALLEL_MIN_BYTES:
-        workers = 1
-    processes = 0 if workers == 1 or len(jobs) <= 1 or ray is not False else min(workers, len(jobs))
-    results: dict[int, GroupResult] = {}
-    bar = _progress_bar(total, progress)
-    update: Callable[[int], object] = bar.update if bar is not None else (lambda count: None)
-    try:
-        if ray is not False:
-            try:
-                from guideloom.tokenize._ray_tasks import run_tokenize_tasks  # Ray is imported only here
-            except ModuleNotFoundError as error:
-                if error.name != "ray":
-                    raise
-                raise ImportError(f"{plan.names.ray} needs Ray: pip install 'guideloom[ray]'") from None
-
-            address = None if ray is True else ray
-            pool_results, failure = run_tokenize_tasks(jobs, plan.settings, address, update)
-            results.update(pool_results)
-            if failure is not None:
-                raise failure
-        elif processes:
-            pool_results, failure = run_pool(jobs, plan.settings, processes, update)
-            results.update(pool_results)
-            if failure is not None:
-                raise failure
-        else:
-            _run_here(plan, update, results)
-    except BaseException as error:
-        _note_committed(error, plan, results)
-        raise
-    finally:
-        if bar is not None:
-            bar.close()
-    documents = sum(result.documents for result in results.values())
+    work = TokenizeWork(plan.settings, plan.tokenizer)
+    executed = run_jobs(
+        work, jobs, workers, ray, progress, plan.names, lambda error, results: _note_committed(error, plan, results)
+    )
+    results = executed.results.values()
+    if ray is not False and jobs and isinstance(plan.settings.output, Path):  # a URL's uploads leave nothing behind
+        remove_leftovers(plan.settings.storage().incomplete_files_dir(), *shard_range(jobs))  # of killed attempts
+    documents = sum(result.documents for result in results)
     files = sum(len(job.files) for job in jobs)
     resumed = any(job.resume.shards for job in jobs)
     if documents == 0 and not plan.skipped and not resumed:
@@ -170,16 +117,16 @@ def execute(
     return TokenizeSummary(
         files=files + len(plan.skipped),
         documents=documents,
-        tokens=sum(result.tokens for result in results.values()),
-        bytes=total,
+        tokens=sum(result.tokens for result in results),
+        bytes=sum(job.size for job in jobs),
         seconds=time.perf_counter() - started,
         dtype=plan.settings.dtype,
         eos_id=plan.settings.eos_id,
         train_on=plan.settings.train_on,
-        shards=tuple(sorted(shard for result in results.values() for shard in result.shards)),
-        empty_files=tuple(sorted(path for result in results.values() for path in result.empty_files)),
+        shards=tuple(sorted(shard for result in results for shard in result.shards)),
+        empty_files=tuple(sorted(path for result in results for path in result.empty_files)),
         skipped_files=tuple(plan.skipped),
-        processes=processes,
+        processes=executed.processes,
         ray_tasks=len(jobs) if ray is not False else 0,
         groups=len(jobs),
     )
@@ -211,9 +158,9 @@ def tokenize_files(
     least that many input bytes, and group ``g`` writes shards ``g * 10**6``, ``+ 1``, ...
     ``workers`` processes each tokenize whole groups; ``workers=1`` works in the calling process. The
     default, ``None``, means ``min(4, cpu count)`` processes, or the calling process when the inputs
-    total less than ``AUTO_PARALLEL_MIN_BYTES`` (8 MiB), where starting processes costs more than it
-    saves. ``ray=True`` (or a cluster address) runs one Ray task per group instead (needs the ``ray``
-    extra; excludes ``workers``). The result is the same storage either way.
+    total less than 8 MiB, where starting processes costs more than it saves. ``ray=True`` (or a cluster
+    address) runs one Ray task per group instead (needs the ``ray`` extra; excludes ``workers``). The
+    result is the same storage either way.
 
     ``chat=True`` reads conversations instead of text: rows of JSONL or Parquet files with a ``messages``
     field, rendered with the chat template of the Hugging Face tokenizer directory ``tokenizer_path``, into
@@ -222,8 +169,7 @@ def tokenize_files(
     are grouped into shards as text files are.
     """
     started = time.perf_counter()
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise ValueError(f"{PYTHON_NAMES.workers} must be a positive int, got {workers!r}")
+    check_workers(workers, PYTHON_NAMES.workers)
     skip_existing = check_bool("skip_existing", skip_existing)
     progress = check_bool("progress", progress)
     chat = check_bool("chat", chat)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pickle
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from guideloom._jobs.work import Cancelled, never, picklable
 from guideloom._storage.storages import TokenStorage
 from guideloom.tokenize._chat import ChatDocuments
 from guideloom.tokenize._groups import GroupJob, GroupProgress, group_progress, shard_contents
@@ -29,14 +29,6 @@ from guideloom.tokenize._tokenizer import encode
 
 BATCH_DOCUMENTS = 512
 BATCH_CHARACTERS = 4 << 20
-
-
-class Cancelled(Exception):
-    """Raised inside a writer when another group failed: its shard in progress is not committed."""
-
-
-def _never() -> bool:
-    return False
 
 
 def _ignore(count: int) -> None:
@@ -162,7 +154,7 @@ def tokenize_group(
     settings: TokenizeSettings,
     tokenizer: Any,
     report: Callable[[int], object] = _ignore,
-    cancelled: Callable[[], bool] = _never,
+    cancelled: Callable[[], bool] = never,
     resume: GroupProgress | None = None,
 ) -> GroupResult:
     """Write ``job``'s group after what ``resume`` (default: ``job.resume``) says is committed of it.
@@ -184,15 +176,6 @@ def tokenize_group(
                 else:
                     shards.append(tokens, loss_mask=mask)
     return result
-
-
-def picklable(error: BaseException) -> BaseException:
-    """``error`` if it survives pickling (to cross to the parent process), else a RuntimeError saying it."""
-    try:
-        pickle.loads(pickle.dumps(error))
-    except Exception:
-        return RuntimeError(f"{type(error).__name__}: {error}")
-    return error
 
 
 _loaded_tokenizers: dict[tuple[Path, bool], Any] = {}  # per process: an executor's reused worker loads a tokenizer once

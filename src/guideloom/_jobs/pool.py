@@ -1,0 +1,167 @@
+"""Worker processes: each writes whole jobs, one at a time, the largest first.
+
+A worker asks for its first job once it has started (:meth:`Work.start`: a tokenizer loaded, say), so the
+first ready takes the largest. Each worker has two pipes of its own (jobs in, events out), so a worker
+killed at any instant holds no lock the others need; its death is seen through its process sentinel. The
+first failure cancels the others: the parent sends each busy worker a stop message, which the job notices
+between rows or batches (it polls the job pipe), so their shards in progress are not committed. A worker
+whose parent died (killed with ``kill -9``) stops the same way.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import traceback
+from collections import deque
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from typing import Any, Generic
+
+from guideloom._jobs.work import Cancelled, J, R, RemoteTraceback, Report, Work, picklable
+
+STOP_GRACE_SECONDS = 30.0  # how long stopped workers may take to leave their current batch of rows
+
+
+def _worker_main(work: Work[Any, Any], workers: int, jobs: Connection, events: Connection) -> None:
+    """A worker process: write each job received until ``None``; report progress and outcomes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the workers
+    parent = os.getppid()
+    try:
+        work.start(workers)
+    except Exception as error:
+        events.send(("failed", picklable(error), traceback.format_exc()))
+        return
+    events.send(("ready", None, None))
+
+    def report(size: int, items: int = 0) -> None:
+        events.send(("progress", (size, items), None))
+
+    def cancelled() -> bool:
+        return jobs.poll() or os.getppid() != parent
+
+    while (job := jobs.recv()) is not None:
+        try:
+            result = work.run(job, report, cancelled)
+        except Cancelled:
+            events.send(("cancelled", None, None))
+        except Exception as error:
+            events.send(("failed", picklable(error), traceback.format_exc()))
+        else:
+            events.send(("done", result, None))
+
+
+@dataclass
+class _Worker(Generic[J]):
+    process: BaseProcess
+    jobs: Connection
+    events: Connection
+    job: tuple[int, J] | None = None  # the job it is working on, and its index
+    stopped: bool = False  # sent the stop message
+
+
+class _Pool(Generic[J, R]):
+    """The parent's side: hands out jobs, collects results, notices failures and deaths."""
+
+    def __init__(self, work: Work[J, R], jobs: list[J], workers: int, update: Report, results: dict[int, R]) -> None:
+        self.pending = deque(sorted(enumerate(jobs), key=lambda numbered: -numbered[1].size))  # busy to the end
+        self.work = work
+        self.update = update
+        self.results = results
+        self.failure: BaseException | None = None
+        self.workers: list[_Worker[J]] = []
+        context = multiprocessing.get_context("spawn")  # no fork: the parent may hold threads (torch, tokenizers)
+        for _ in range(workers):
+            job_reader, job_writer = context.Pipe(duplex=False)
+            event_reader, event_writer = context.Pipe(duplex=False)
+            process = context.Process(target=_worker_main, args=(work, workers, job_reader, event_writer), daemon=True)
+            process.start()
+            job_reader.close()
+            event_writer.close()
+            self.workers.append(_Worker(process, job_writer, event_reader))
+
+    def run(self) -> None:
+        while self.workers:
+            sentinels = {worker.process.sentinel: worker for worker in self.workers}
+            ready = wait([*(worker.events for worker in self.workers), *sentinels])
+            for worker in list(self.workers):
+                if worker.events in ready:
+                    self._receive(worker)
+                if worker.process.sentinel in ready:
+                    self._ended(worker)
+
+    def _next_job(self, worker: _Worker[J]) -> None:
+        worker.job = self.pending.popleft() if self.pending and self.failure is None else None
+        if worker.job is None:
+            worker.stopped = True
+        worker.jobs.send(None if worker.job is None else worker.job[1])
+
+    def _receive(self, worker: _Worker[J], dispatch: bool = True) -> None:
+        """Handle what the worker sent; with ``dispatch``, give it its next job when it finished one."""
+        try:
+            while worker.events.poll():
+                kind, payload, remote_traceback = worker.events.recv()
+                if kind == "progress":
+                    self.update(*payload)
+                    continue
+                if kind == "done" and worker.job is not None:
+                    self.results[worker.job[0]] = payload
+                elif kind == "failed":
+                    if remote_traceback is not None:
+                        payload.__cause__ = RemoteTraceback(remote_traceback)
+                    self._fail(payload)
+                worker.job = None  # ready for a job: it started, or it finished its last one
+                if dispatch and not worker.stopped:
+                    self._next_job(worker)
+        except (EOFError, OSError):
+            pass  # the worker is gone; its sentinel says so
+
+    def _ended(self, worker: _Worker[J]) -> None:
+        self._receive(worker, dispatch=False)  # what it sent before it ended
+        worker.process.join()
+        self.workers.remove(worker)
+        worker.jobs.close()
+        worker.events.close()
+        if worker.job is not None or worker.process.exitcode != 0:
+            code = worker.process.exitcode or 0
+            how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
+            self._fail(self.work.died(self.work.death(how, None if worker.job is None else worker.job[1])))
+
+    def _fail(self, error: BaseException) -> None:
+        if self.failure is None:
+            self.failure = error
+        self.stop()
+
+    def stop(self) -> None:
+        """Ask every worker to stop: a busy one leaves its shard in progress uncommitted at its next batch."""
+        for worker in self.workers:
+            if not worker.stopped:
+                worker.stopped = True
+                try:
+                    worker.jobs.send(None)
+                except OSError:
+                    pass  # already gone
+
+    def close(self) -> None:
+        """Stop the workers and wait for them; the ones that do not stop in time are terminated."""
+        self.stop()
+        for worker in self.workers:
+            worker.process.join(STOP_GRACE_SECONDS)
+            if worker.process.is_alive():
+                worker.process.terminate()
+                worker.process.join()
+
+
+def run_pool(
+    work: Work[J, R], jobs: list[J], workers: int, update: Report, results: dict[int, R]
+) -> BaseException | None:
+    """Write ``jobs`` in ``workers`` processes, their results into ``results`` by the job's index in ``jobs``;
+    the first failure (or None)."""
+    pool = _Pool(work, jobs, workers, update, results)
+    try:
+        pool.run()
+    finally:
+        pool.close()
+    return pool.failure
