@@ -128,3 +128,17 @@ def test_inputs_whose_pieces_changed_since_the_import_began_are_refused(tmp_path
         import_records([tmp_path / "rows.parquet"], tmp_path / "out", workers=1, shard_size=16)
     with pytest.raises(ValueError, match="holds an import of other inputs"):
         import_records([write_jsonl(tmp_path / "other.jsonl", [{"n": 0}])], tmp_path / "out", workers=1)
+
+
+def test_jobs_end_where_their_size_is_nearest_the_shard_size(tmp_path: Path) -> None:
+    from guideloom.importing._plan import cut_into_jobs
+    from guideloom.importing._stream import Piece
+
+    def pieces(size: int) -> list[tuple[int, Piece]]:
+        return [(n, Piece(tmp_path / f"{n}.parquet", "parquet", 0, 10, size)) for n in range(8)]
+
+    # 8 files just under half a shard: 4 jobs of 2 (not 3, 3 and 2, which leave 2 workers unevenly loaded).
+    assert [len(job.pieces) for job in cut_into_jobs(pieces(499), 1000)] == [2, 2, 2, 2]
+    assert [len(job.pieces) for job in cut_into_jobs(pieces(600), 1000)] == [2, 2, 2, 2]
+    assert [len(job.pieces) for job in cut_into_jobs(pieces(300), 1000)] == [3, 3, 2]
+    assert [len(job.pieces) for job in cut_into_jobs(pieces(1500), 1000)] == [1] * 8

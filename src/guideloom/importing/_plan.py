@@ -1,7 +1,7 @@
 """Planning an import: the inputs checked, the fields decided, the pieces cut into jobs, what earlier runs committed.
 
 Jobs are what makes an import exactly once. The inputs' pieces, in order, are cut into *jobs* of
-consecutive pieces holding at least ``shard_size`` input bytes (at most ``MAX_PIECES_PER_JOB``); job
+consecutive pieces holding about ``shard_size`` input bytes (at most ``MAX_PIECES_PER_JOB``); job
 ``j`` writes its rows, in order, into shards ``j * SHARDS_PER_JOB``, ``+ 1``, ... So the shards an
 import writes depend only on its inputs and shard size, never on the workers or on where an earlier
 run was killed. Before each commit the shard's provenance file (``_storage.provenance``) is written: the
@@ -111,13 +111,21 @@ def jobs_digest(jobs: list[ImportJob]) -> str:
 
 
 def cut_into_jobs(pieces: list[tuple[int, Piece]], shard_size: int) -> list[ImportJob]:
+    """The pieces, in order, in jobs of about ``shard_size`` input bytes: a job ends where its size is nearest.
+
+    A job ends once it holds ``shard_size`` bytes, or before a piece that would take it further past
+    ``shard_size`` than it now falls short (8 files of 0.99x half the shard size make 4 jobs of 2, not 3
+    jobs of 3, 3 and 2 that leave one of 2 workers writing most of the files).
+    """
     jobs: list[ImportJob] = []
     current: list[tuple[int, Piece]] = []
     size = 0
-    for numbered in pieces:
+    for position, numbered in enumerate(pieces):
         current.append(numbered)
         size += numbered[1].size
-        if size >= shard_size or len(current) >= MAX_PIECES_PER_JOB:
+        following = pieces[position + 1][1].size if position + 1 < len(pieces) else 0
+        nearest = size + following - shard_size > shard_size - size
+        if size >= shard_size or nearest or len(current) >= MAX_PIECES_PER_JOB:
             jobs.append(ImportJob(len(jobs), tuple(current)))
             current, size = [], 0
     if current:
