@@ -50,6 +50,32 @@ def test_an_image_reads_back_its_bytes_metadata_and_pixels(storage_path: Path, f
     assert np.array_equal(np.asarray(image.pil()), pixels)
 
 
+def _jpegs() -> list[bytes]:
+    """JPEGs of each kind Pillow reads: grey, colour, CMYK, progressive, with EXIF and a comment, multi-picture."""
+    picture = PILImage.fromarray(np.random.default_rng(0).integers(0, 255, (21, 37, 3), dtype=np.uint8))
+    made = []
+    for mode in ("L", "RGB", "CMYK"):
+        for options in ({}, {"progressive": True, "exif": PILImage.Exif().tobytes(), "comment": b"a comment"}):
+            encoded = io.BytesIO()
+            picture.convert(mode).save(encoded, "JPEG", **options)
+            made.append(encoded.getvalue())
+    encoded = io.BytesIO()
+    picture.save(encoded, "MPO", save_all=True, append_images=[picture])
+    return [*made, encoded.getvalue()]
+
+
+@pytest.mark.parametrize("data", _jpegs())
+def test_a_jpeg_s_metadata_is_what_pillow_reads(storage_path: Path, data: bytes) -> None:
+    (record,) = read_all(write(storage_path, MEDIA, [{"caption": "a", "image": data}]))
+    image = record["image"]
+    with PILImage.open(io.BytesIO(data)) as original:
+        assert (image.width, image.height, image.mode, image.format) == (
+            *original.size,
+            original.mode,
+            original.format.lower(),
+        )
+
+
 @pytest.mark.parametrize(("format", "channels"), [("FLAC", 1), ("WAV", 2), ("OGG", 2)])
 def test_a_clip_reads_back_its_metadata_and_samples(storage_path: Path, format: str, channels: int) -> None:
     data = sound_bytes(3000, channels, 22050, format) if format != "OGG" else _ogg(3000, channels)

@@ -35,6 +35,8 @@ FORMATS: dict[str, ModuleType] = {
     "mds": _mds,
     "litdata": _litdata,
 }
+# The formats read as Arrow record batches too (``batches``), which an import packs a batch at a time.
+COLUMNAR_FORMATS: dict[str, ModuleType] = {"parquet": _parquet, "arrow": _arrow}
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
 JSONL_SUFFIXES = (".jsonl", ".jsonl.zst", ".jsonl.gz", ".jsonl.bz2", ".jsonl.xz")
 FOLDER_RECORDS = ("index.json", "state.json", "dataset_dict.json")  # what marks an MDS, LitData or saved dataset folder

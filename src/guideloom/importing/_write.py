@@ -23,7 +23,7 @@ from guideloom._shards.record_lengths import defines_length
 from guideloom._storage.provenance import write_shard_sources
 from guideloom.importing._arrow_columns import CheckedRow, packed_batch, rows_of_batch
 from guideloom.importing._errors import ImportInputError
-from guideloom.importing._inputs import FORMATS
+from guideloom.importing._inputs import COLUMNAR_FORMATS, FORMATS
 from guideloom.importing._plan import ImportJob, ImportSettings, job_progress
 from guideloom.importing._schema import conform_row
 from guideloom.importing._stream import Piece, Row, Skipped
@@ -156,12 +156,11 @@ class PackedRows:
 
 def piece_items(piece: Piece, settings: ImportSettings, start: int) -> Iterator[Row | PackedRows]:
     """The piece's rows from row ``start`` on; record batches of a columnar format packed whole where they can be."""
-    source = FORMATS[piece.kind]
-    batches = getattr(source, "batches", None)
-    if batches is None or defines_length(settings.schema):
-        yield from source.rows(piece, settings.fields, start)
+    columnar = COLUMNAR_FORMATS.get(piece.kind)
+    if columnar is None or defines_length(settings.schema):
+        yield from FORMATS[piece.kind].rows(piece, settings.fields, start)
         return
-    for first, batch, position in batches(piece, start):
+    for first, batch, position in columnar.batches(piece, start):
         packed = packed_batch(batch, settings.fields, settings.schema)
         if packed is None:
             yield from rows_of_batch(piece.path, first, batch, settings.fields, position)
