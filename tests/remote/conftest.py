@@ -86,12 +86,67 @@ def azure_service(s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory)
 
 @dataclass
 class ServiceStorage:
-    """Where a test's storage lives on one service: its URL (not created yet), options and the service."""
+    """Where a test's storage lives on one service: its URL (not created yet), options and the service; its
+    objects reached with fsspec's client of the service (as a user's other tools would), and the requests the
+    service's proxy answered about its bucket, objects named as in the bucket (``corpus/shards/...``)."""
 
     service: Service
     bucket: str
     url: str
     options: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return self.service.name
+
+    def filesystem(self) -> Any:
+        import fsspec
+
+        return fsspec.filesystem(self.service.scheme, skip_instance_cache=True, **self.options)
+
+    def object_path(self, name: str) -> str:
+        """The fsspec path of the object ``name`` of the storage (``shards/...``)."""
+        return f"{self.url.split('://', 1)[1]}/{name}"
+
+    def put_object(self, name: str, data: bytes) -> None:
+        self.filesystem().pipe_file(self.object_path(name), data)
+
+    def object_bytes(self, name: str) -> bytes:
+        return bytes(self.filesystem().cat_file(self.object_path(name)))
+
+    def delete_object(self, name: str) -> None:
+        self.filesystem().rm_file(self.object_path(name))
+
+    def object_names(self) -> list[str]:
+        """The names of the storage's objects (``shards/...``), sorted."""
+        root = self.url.split("://", 1)[1]
+        return sorted(path.removeprefix(root + "/") for path in self.filesystem().find(root))
+
+    def requests(self) -> list[tuple[str, str, int, str, int]]:
+        """(method, path, status, Range header, body bytes) of every request answered about the bucket."""
+        return self.service.answers(self.bucket)
+
+    def reads(self, key_part: str = "") -> list[tuple[str, str, int, int]]:
+        """(object name, Range header, status, bytes) of the successful reads of objects' bytes, in order."""
+        return [
+            (self.service.object_name(self.bucket, path), byte_range, status, size)
+            for path, byte_range, status, size in self.service.object_reads(self.bucket, key_part)
+        ]
+
+    def gets(self, key_part: str = "") -> list[str]:
+        """Names of the objects read whole (status 200), one entry a request, in order."""
+        return [name for name, _, status, _ in self.reads(key_part) if status == 200]
+
+    def ranged_gets(self, key_part: str = "") -> list[str]:
+        """Names of the objects read in part (status 206: partial content), one entry a request, in order."""
+        return [name for name, _, status, _ in self.reads(key_part) if status == 206]
+
+    def byte_ranges(self, key_part: str = "") -> list[tuple[str, str]]:
+        """(name, Range header) of the reads of a range of an object (status 206), in order."""
+        return [(name, byte_range) for name, byte_range, status, _ in self.reads(key_part) if status == 206]
+
+    def bytes_read(self, key_part: str = "") -> int:
+        return sum(size for _, _, _, size in self.reads(key_part))
 
 
 @pytest.fixture(params=SERVICES)

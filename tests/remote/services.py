@@ -96,8 +96,8 @@ class Service:
         """The proxy's records of the requests about ``bucket``: (method, path, status, Range, body bytes)."""
         return [answer for answer in list(self.proxy.answered) if self.in_bucket(bucket, answer[1])]
 
-    def object_reads(self, bucket: str, key_part: str = "") -> list[tuple[str, str, int]]:
-        """(path, Range header, bytes) of the successful reads of objects' bytes in ``bucket``, in order."""
+    def object_reads(self, bucket: str, key_part: str = "") -> list[tuple[str, str, int, int]]:
+        """(path, Range header, status, bytes) of the successful reads of objects' bytes in ``bucket``, in order."""
         reads = []
         for method, path, status, byte_range, size in self.answers(bucket):
             if method != "GET" or status >= 300 or key_part not in urllib.parse.unquote(path):
@@ -106,8 +106,16 @@ class Service:
                 continue  # metadata and listings
             if self.name != "gcs" and any(word in path for word in ("comp=", "restype=", "list-type", "uploads")):
                 continue  # listings and other requests about the bucket
-            reads.append((path, byte_range, size))
+            reads.append((path, byte_range, status, size))
         return reads
+
+    def object_name(self, bucket: str, path: str) -> str:
+        """The name in ``bucket`` of the object a request's path names (``corpus/shards/...``)."""
+        path = urllib.parse.urlsplit(path).path
+        if self.name == "gcs":
+            return urllib.parse.unquote(path.split(f"/b/{bucket}/o/", 1)[1])
+        where = f"/{AZURITE_ACCOUNT}/{bucket}/" if self.name == "azure" else f"/{bucket}/"
+        return urllib.parse.unquote(path.removeprefix(where))
 
     def stop(self) -> None:
         self.proxy.stop()
