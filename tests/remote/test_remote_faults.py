@@ -7,6 +7,7 @@ Retries are bounded, logged and counted; permanent errors are not retried.
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import sys
@@ -148,7 +149,14 @@ def test_two_processes_sharing_a_cache_download_each_shard_once_through_faults(
     try:
         readers = [
             subprocess.Popen(
-                [sys.executable, str(CHILD), proxy.endpoint, "read", s3_url, str(tmp_path / "shared")],
+                [
+                    sys.executable,
+                    str(CHILD),
+                    json.dumps({"endpoint_url": proxy.endpoint}),
+                    "read",
+                    s3_url,
+                    str(tmp_path / "shared"),
+                ],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
