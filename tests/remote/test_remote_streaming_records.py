@@ -71,18 +71,19 @@ def test_each_machine_downloads_its_share_about_once_an_epoch(
     service: ServiceStorage, tmp_path: Path, corpus: tuple[str, int], machines: int, ranks: int
 ) -> None:
     url, largest = corpus
-    bucket = url.removeprefix("s3://").split("/")[0]
+    rows = DocumentStorage(url, RawFormat(), storage_options=service.options, cache_dir=tmp_path / "s").snapshot().rows
+    sizes = dict(zip(rows["id"].tolist(), rows["size"].tolist(), strict=True))
     cache_shards = SHARDS // 4 if machines == 1 else SHARDS // machines // 2  # a quarter, or half a share
     window = cache_shards - 2 - ranks  # the window, a shard prefetched by each rank, one downloading
     read: list[int] = []
     for machine in range(machines):
         cache, limit = tmp_path / f"machine-{machine}", cache_shards * largest
         loaders = machine_loaders(url, service, cache, limit, machines, machine, ranks, shuffle_window=window, **PACKED)
-        before = len(service.gets(".shard"))  # (after the packing)
+        before = len(service.reads(".shard"))  # (after the packing)
         read += [index for step in zip(*loaders, strict=True) for batch in step for index in batch]
         for loader in loaders:
             loader.close()
-        downloads = collections.Counter(service.gets(".shard")[before:])
+        downloads, _ = shard_reads(service, before, sizes)
         assert max(downloads.values()) == 1, f"machine {machine} downloaded a shard twice: {downloads}"
         assert sum(downloads.values()) <= 1.1 * SHARDS / machines + 1, f"machine {machine}: {downloads}"
     assert sorted(set(read)) == list(range(len(LENGTHS)))  # every record, each machine its own share
@@ -112,13 +113,17 @@ def large_shards(service: ServiceStorage, tmp_path: Path) -> tuple[str, int]:
     return url, write_large_shards(url, service, tmp_path / "writer")
 
 
-def shard_gets(requests: list[tuple[str, str, int]], status: int) -> collections.Counter[int]:
-    """How many GETs of each shard's object (by id) answered ``status``: 200 whole, 206 a range (its tail)."""
-    return collections.Counter(
-        int(path.rsplit("/", 1)[1].removesuffix(".shard"))
-        for method, path, answered in requests
-        if method == "GET" and answered == status and path.endswith(".shard")
-    )
+def shard_reads(
+    service: ServiceStorage, since: int, sizes: dict[int, int]
+) -> tuple[collections.Counter[int], collections.Counter[int]]:
+    """How many reads of each shard's object (by id) since the ``since``-th the service answered: whole (as many
+    bytes as the shard holds), and of a range (its tail)."""
+    whole: collections.Counter[int] = collections.Counter()
+    ranges: collections.Counter[int] = collections.Counter()
+    for name, _, _, size in service.reads(".shard")[since:]:
+        shard = int(name.rsplit("/", 1)[1].removesuffix(".shard"))
+        (whole if size == sizes[shard] else ranges)[shard] += 1
+    return whole, ranges
 
 
 @pytest.mark.parametrize(("machines", "ranks"), [(1, 1), (2, 1), (4, 1), (2, 2)])
@@ -134,7 +139,7 @@ def test_by_budget_each_machine_downloads_its_share_and_the_lengths_tails(
     cache_shards = window + 2 + ranks  # its own window, a shard prefetched by each rank, one downloading
     read: list[int] = []
     for machine in range(machines):
-        before = len(s3_server.log.requests)
+        before = len(service.reads(".shard"))
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # the cache fits: no warning
             warnings.filterwarnings("ignore", SMALL_SHARES)  # but the shares are a few shards
@@ -153,10 +158,7 @@ def test_by_budget_each_machine_downloads_its_share_and_the_lengths_tails(
         for loader in loaders:
             loader.close()
         read += machine_read
-        downloads, tails = (
-            shard_gets(s3_server.log.requests[before:], 200),
-            shard_gets(s3_server.log.requests[before:], 206),
-        )
+        downloads, tails = shard_reads(service, before, sizes)
         share = {index // BUDGET_PER_SHARD for index in machine_read}
         # the last step's padding repeats a record or two from the epoch's start: their shard may come again
         padding = {index // BUDGET_PER_SHARD for index, count in collections.Counter(machine_read).items() if count > 1}
