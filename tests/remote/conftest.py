@@ -126,6 +126,10 @@ class ServiceStorage:
         """(method, path, status, Range header, body bytes) of every request answered about the bucket."""
         return self.service.answers(self.bucket)
 
+    def listings(self) -> list[str]:
+        """The paths of the listings of objects the service answered about the bucket, in order."""
+        return [path for method, path, _, _, _ in self.requests() if self.service.listing(method, path)]
+
     def reads(self, key_part: str = "") -> list[tuple[str, str, int, int]]:
         """(object name, Range header, status, bytes) of the successful reads of objects' bytes, in order."""
         return [

@@ -109,6 +109,14 @@ class Service:
             reads.append((path, byte_range, status, size))
         return reads
 
+    def listing(self, method: str, path: str) -> bool:
+        """Whether a request is a listing of objects."""
+        if method != "GET":
+            return False
+        if self.name == "gcs":
+            return re.search(r"/b/[^/]+/o(\?|$)", path) is not None
+        return ("comp=list" in path) if self.name == "azure" else ("list-type" in path)
+
     def object_name(self, bucket: str, path: str) -> str:
         """The name in ``bucket`` of the object a request's path names (``corpus/shards/...``)."""
         path = urllib.parse.urlsplit(path).path

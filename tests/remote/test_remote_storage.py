@@ -1,4 +1,4 @@
-"""Storages on an S3 API server: writes, reads, the one-listing open, the cache and the commit rules."""
+"""Storages on each object-store service: writes, reads, the one-listing open, the cache and the commit rules."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import boto3
 import numpy as np
 import pytest
 
@@ -61,13 +60,12 @@ def test_documents_round_trip(service: ServiceStorage, tmp_path: Path) -> None:
 
 def test_opening_costs_one_listing_and_no_shard_reads(service: ServiceStorage, tmp_path: Path) -> None:
     _write_tokens(TokenStorage(service.url, storage_options=service.options, cache_dir=tmp_path), shards=5)
-    before = len(s3_server.log.requests)
+    before = len(service.listings())
     storage = TokenStorage(service.url, storage_options=service.options, cache_dir=tmp_path / "fresh")
     with storage.sync_reader() as reader:
         assert len(reader) == 20
-        requests = s3_server.log.requests[before:]
-    assert [path for _, path, _ in requests if "list-type" in path] != []
-    assert service.gets("/shards/") == []  # counts came from the listing, no shard was read
+        assert len(service.listings()) > before
+    assert service.reads("/shards/") == []  # counts came from the listing, no shard was read
 
 
 def test_reads_download_each_shard_once_into_the_cache(service: ServiceStorage, tmp_path: Path) -> None:
@@ -76,9 +74,9 @@ def test_reads_download_each_shard_once_into_the_cache(service: ServiceStorage, 
     for _ in range(2):
         with storage.sync_reader() as reader:
             [reader.read(i) for i in range(len(reader))]
-    assert sorted(service.gets("/shards/")) == [
-        f"/{bucket}/corpus/shards/000000000000.shard",
-        f"/{bucket}/corpus/shards/000000000001.shard",
+    assert sorted(name for name, _, _, _ in service.reads("/shards/")) == [
+        "corpus/shards/000000000000.shard",
+        "corpus/shards/000000000001.shard",
     ]
 
 
@@ -116,8 +114,11 @@ def test_a_missing_storage_is_named(service: ServiceStorage, tmp_path: Path) -> 
         storage.sync_reader()
 
 
-def test_a_missing_bucket_is_named(service: ServiceStorage, tmp_path: Path) -> None:
-    url = "s3://no-such-bucket-here/corpus"
+def test_a_missing_bucket_is_named(service: ServiceStorage, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    if service.name != "s3":  # a known gap, kept in sight: strict, so the day it is closed this test says so
+        gap = "a read in a missing bucket comes back from gcsfs and adlfs as a missing object: 'guideloom.json is missing'"
+        request.applymarker(pytest.mark.xfail(reason=gap, strict=True))
+    url = service.service.url("no-such-bucket-here")
     with pytest.raises(StorageNotFoundError, match="bucket does not exist"):
         TokenStorage(url, storage_options=service.options, cache_dir=tmp_path).sync_reader()
 
@@ -136,9 +137,8 @@ def test_a_remote_storage_has_no_local_path(service: ServiceStorage, tmp_path: P
 def test_a_shard_without_its_marker_is_indexed_from_its_footer(service: ServiceStorage, tmp_path: Path) -> None:
     storage = TokenStorage(service.url, storage_options=service.options, cache_dir=tmp_path)
     documents = _write_tokens(storage, shards=2)
-    client = boto3.client("s3", endpoint_url=s3_server.endpoint)
-    listed = client.list_objects_v2(Bucket=bucket, Prefix="corpus/shards/000000000001.r")["Contents"]
-    client.delete_object(Bucket=bucket, Key=listed[0]["Key"])  # as if its writer died between the two creates
+    (marker,) = [name for name in service.object_names() if name.startswith("shards/000000000001.r")]
+    service.delete_object(marker)  # as if its writer died between the two creates
     with TokenStorage(service.url, storage_options=service.options, cache_dir=tmp_path / "r").sync_reader() as reader:
         assert [reader.read(i).tolist() for i in range(len(reader))] == [d.tolist() for d in documents]
 
@@ -146,8 +146,7 @@ def test_a_shard_without_its_marker_is_indexed_from_its_footer(service: ServiceS
 def test_clean_removes_markers_whose_shard_is_gone(service: ServiceStorage, tmp_path: Path) -> None:
     storage = TokenStorage(service.url, storage_options=service.options, cache_dir=tmp_path)
     _write_tokens(storage, shards=2)
-    client = boto3.client("s3", endpoint_url=s3_server.endpoint)
-    client.delete_object(Bucket=bucket, Key="corpus/shards/000000000000.shard")
+    service.delete_object("shards/000000000000.shard")
     removed = storage.clean_leftovers(older_than=0)
     assert [str(path).rsplit("/", 1)[1].startswith("000000000000.r") for path in removed] == [True]
     with storage.sync_reader() as reader:
@@ -183,9 +182,11 @@ def small_parts(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.usefixtures("small_parts")
+@pytest.mark.parametrize("service", ["s3"], indirect=True)
 def test_large_shards_upload_in_parts_and_racing_writers_still_get_one_winner(
     service: ServiceStorage, tmp_path: Path
 ) -> None:
+    """On S3 only: S3's multipart upload (the others' large uploads: test_remote_services)."""
     storage = TokenStorage(service.url, storage_options=service.options, cache_dir=tmp_path)
     first, second = storage.sync_writer(), storage.sync_writer()
     big = np.arange(3 << 20, dtype=np.uint32)  # 12 MiB: three parts
