@@ -98,16 +98,19 @@ class Service:
 
     def object_reads(self, bucket: str, key_part: str = "") -> list[tuple[str, str, int, int]]:
         """(path, Range header, status, bytes) of the successful reads of objects' bytes in ``bucket``, in order."""
-        reads = []
-        for method, path, status, byte_range, size in self.answers(bucket):
-            if method != "GET" or status >= 300 or key_part not in urllib.parse.unquote(path):
-                continue
-            if self.name == "gcs" and "alt=media" not in path:
-                continue  # metadata and listings
-            if self.name != "gcs" and any(word in path for word in ("comp=", "restype=", "list-type", "uploads")):
-                continue  # listings and other requests about the bucket
-            reads.append((path, byte_range, status, size))
-        return reads
+        return [
+            (path, byte_range, status, size)
+            for method, path, status, byte_range, size in self.answers(bucket)
+            if self.is_object_read(method, path, status) and key_part in urllib.parse.unquote(path)
+        ]
+
+    def is_object_read(self, method: str, path: str, status: int) -> bool:
+        """Whether a request read an object's bytes, successfully."""
+        if method != "GET" or status >= 300:
+            return False
+        if self.name == "gcs":
+            return "alt=media" in path  # not metadata or a listing
+        return not any(word in path for word in ("comp=", "restype=", "list-type", "uploads"))  # nor the bucket's
 
     def listing(self, method: str, path: str) -> bool:
         """Whether a request is a listing of objects."""

@@ -1,4 +1,4 @@
-"""A loader's metrics (requests, bytes, cache use, waits) against what the S3 server counted it answered."""
+"""A loader's metrics (requests, bytes, cache use, waits) against what the service's proxy counted it answered."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import boto3
 import numpy as np
 import pytest
 
@@ -16,34 +15,29 @@ from tests.remote.conftest import ServiceStorage
 SHARDS = 12
 
 
-def _bucket_of(url: str) -> str:
-    return url.removeprefix("s3://").split("/")[0]
-
-
 def _served(service: ServiceStorage, since: int) -> tuple[int, int]:
-    """The requests the server answered about ``bucket`` since the log's entry ``since``, and the bytes of objects
-    they carried (whole objects, or the ranges asked for)."""
-    requests = [
-        (method, path, status)
-        for method, path, status in s3_server.log.requests[since:]
-        if path.startswith((f"/{bucket}/", f"/{bucket}?"))
-    ]
-    sizes = {
-        f"/{bucket}/{item['Key']}": item["Size"]
-        for item in boto3.client("s3", endpoint_url=s3_server.endpoint).list_objects_v2(Bucket=bucket)["Contents"]
-    }
-    ranges = dict(((method, path), byte_range) for method, path, _, byte_range in s3_server.log.ranges)
-    carried = 0
-    for method, path, status in requests:
-        if method != "GET" or "?" in path or status >= 300:
-            continue
-        size = sizes[path]
-        if status == 206:
-            first, last = (int(end) for end in ranges[method, path].removeprefix("bytes=").split("-"))
-            carried += min(last, size - 1) - first + 1
-        else:
-            carried += size
+    """The requests the service's proxy answered about the storage's bucket since its record ``since``, and the
+    bytes of objects they carried (whole objects, or the ranges asked for)."""
+    requests = service.requests()[since:]
+    carried = sum(
+        size for method, path, status, _, size in requests if service.service.is_object_read(method, path, status)
+    )
     return len(requests), carried
+
+
+REQUESTS_GAP = (
+    "gcsfs and adlfs ask the service for an object's metadata (and gcsfs whether it is a folder) before reading it: "
+    "requests the loader's metrics do not count"
+)
+
+
+def _requests_counted(service: ServiceStorage, counted: int, answered: int) -> None:
+    """The loader's count of requests is the service's (a known gap on GCS and Azure: a strict expected failure)."""
+    if service.name != "s3" and counted != answered:
+        pytest.xfail(REQUESTS_GAP)
+    assert counted == answered
+    if service.name != "s3":
+        pytest.fail(f"the requests of {service.name} are counted now: {REQUESTS_GAP} no more")
 
 
 def _token_storage(url: str, service: ServiceStorage, cache: Path, limit: int | None = None) -> TokenStorage:
@@ -58,18 +52,19 @@ def test_the_requests_and_bytes_of_a_cold_epoch_are_those_the_server_answered(
         for shard in range(SHARDS):
             shards.append(shard, np.arange(shard, shard + 2000, dtype=np.uint32))
     storage = _token_storage(service.url, service, tmp_path / "cache")  # (its header read: before the loader)
-    since = len(s3_server.log.requests)
+    since = len(service.requests())
     options: dict[str, Any] = {"device": "cpu", "local_batch_size": 4, "sequence_length": 33, "shuffle": True}
     with StatefulDataLoader.from_storage(storage, **options) as loader:
         for _ in loader:
             pass
         metrics = loader.metrics()
         by_storage = loader.storage_metrics()
-    requests, carried = _served(service, _bucket_of(service.url), since)
-    assert (metrics["requests"], metrics["bytes_downloaded"]) == (requests, carried)
+    requests, carried = _served(service, since)
+    assert metrics["bytes_downloaded"] == carried
     assert metrics["cache_misses"] == SHARDS and metrics["cache_evictions"] == 0 and metrics["retries"] == 0
-    assert by_storage[service.url]["requests"] == requests and list(by_storage) == [service.url]
+    assert by_storage[service.url]["requests"] == metrics["requests"] and list(by_storage) == [service.url]
     assert metrics["wait_seconds"] > 0
+    _requests_counted(service, metrics["requests"], requests)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -89,16 +84,17 @@ def test_worker_processes_counts_reach_the_loader(service: ServiceStorage, tmp_p
         cache_dir=tmp_path / "machine",
         cache_limit_bytes=SHARDS // 3 * largest,
     )
-    since = len(s3_server.log.requests)
+    since = len(service.requests())
     options: dict[str, Any] = {"device": "cpu", "local_batch_size": 4, "shuffle": True, "seed": 7}
     options |= {"shuffle_window": SHARDS // 3 - 2, "num_workers": workers}
     with StatefulDataLoader.from_storage(storage, **options) as loader:
         read = [record["id"] for batch in loader for record in batch]
         metrics = loader.metrics()
     assert sorted(read) == list(range(SHARDS * 10))
-    requests, carried = _served(service, _bucket_of(service.url), since)
-    assert (metrics["requests"], metrics["bytes_downloaded"]) == (requests, carried)
+    requests, carried = _served(service, since)
+    assert metrics["bytes_downloaded"] == carried
     assert metrics["cache_misses"] == SHARDS  # each shard downloaded once
+    _requests_counted(service, metrics["requests"], requests)
     assert metrics["cache_hits"] >= SHARDS  # and found there by its readers (each worker that reads it), fetched ahead
     assert metrics["cache_evictions"] > 0  # a third of the corpus fits
 
@@ -126,11 +122,12 @@ def test_a_shard_read_whole_costs_one_get(service: ServiceStorage, tmp_path: Pat
         for shard in range(4):
             shards.append(shard, np.arange(shard, shard + (1 << 18), dtype=np.uint32))
     storage = _token_storage(service.url, service, tmp_path / "cache")
-    since = len(s3_server.log.requests)
+    since, reads = len(service.requests()), len(service.reads(".shard"))
     options: dict[str, Any] = {"device": "cpu", "local_batch_size": 4, "sequence_length": 2049, "shuffle": True}
     with StatefulDataLoader.from_storage(storage, **options, shuffle_window=2) as loader:
         batches = sum(1 for _ in loader)
         metrics = loader.metrics()
-    shard_gets = [path for method, path, _ in s3_server.log.requests[since:] if path.endswith(".shard")]
+    shard_gets = [name for name, _, _, _ in service.reads(".shard")[reads:]]
     assert batches > 0 and sorted(shard_gets) == sorted(set(shard_gets)) and len(shard_gets) == 4
-    assert metrics["requests"] == len(s3_server.log.requests[since:]) and metrics["cache_misses"] == 4
+    assert metrics["cache_misses"] == 4
+    _requests_counted(service, metrics["requests"], len(service.requests()[since:]))
