@@ -7,6 +7,7 @@ values in the environment, as a user's would be; subprocesses inherit them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Iterator
@@ -98,6 +99,15 @@ class ServiceStorage:
     @property
     def name(self) -> str:
         return self.service.name
+
+    @contextlib.contextmanager
+    def outage(self) -> Iterator[None]:
+        """The service unreachable (its proxy refuses connections, and resets those open) for the block's time."""
+        self.service.proxy.outage()
+        try:
+            yield
+        finally:
+            self.service.proxy.restart()
 
     def filesystem(self) -> Any:
         import fsspec

@@ -85,6 +85,7 @@ class FaultProxy:
         self.max_in_a_row = max_in_a_row
         self.applies = applies  # (method, path) -> whether faults may hit this request; None: all
         self.delivered: Counter[tuple[str, str]] = Counter()  # responses relayed whole with a 2xx status
+        self.down = False  # an outage: connections open already are reset at their next request (see `stop`)
         self.injected: Counter[str] = Counter()  # faults met, by name (a short body only cuts a GET's)
         self.cut_short: list[str] = []  # paths of the bodies cut short, in order
         self.forwarded = 0
@@ -113,6 +114,18 @@ class FaultProxy:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+    def outage(self) -> None:
+        """Refuse new connections and reset the ones open (a client's pool keeps some) until `restart`."""
+        self.down = True
+        self.stop()
+
+    def restart(self) -> None:
+        """Listen again on the same port after an outage."""
+        self._server = _QuietServer(("127.0.0.1", self.port), _handler_for(self))
+        self._server.daemon_threads = True
+        self.down = False
+        self.start()
 
     def exclusive(self, method: str, target: str) -> bool:
         """Whether this request is handled alone (checked, forwarded and answered under ``serial``)."""
@@ -277,6 +290,9 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
 
         def _handle(self) -> None:
             body = self._body()
+            if proxy.down:
+                self._reset()
+                return
             if proxy.exclusive(self.command, self.path):
                 with proxy.serial:
                     self._handle_body(body)
