@@ -88,8 +88,8 @@ def azure_service(s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory)
 @dataclass
 class ServiceStorage:
     """Where a test's storage lives on one service: its URL (not created yet), options and the service; its
-    objects reached with fsspec's client of the service (as a user's other tools would), and the requests the
-    service's proxy answered about its bucket, objects named as in the bucket (``corpus/shards/...``)."""
+    objects reached with fsspec's client of the service (as a user's other tools would), past the proxy, and the
+    requests the service's proxy answered about its bucket, objects named as in the bucket (``corpus/shards/...``)."""
 
     service: Service
     bucket: str
@@ -112,7 +112,7 @@ class ServiceStorage:
     def filesystem(self) -> Any:
         import fsspec
 
-        return fsspec.filesystem(self.service.scheme, skip_instance_cache=True, **self.options)
+        return fsspec.filesystem(self.service.scheme, skip_instance_cache=True, **self.service.upstream_options)
 
     def object_path(self, name: str) -> str:
         """The fsspec path of the object ``name`` of the storage (``shards/...``)."""
@@ -148,19 +148,41 @@ class ServiceStorage:
         ]
 
     def gets(self, key_part: str = "") -> list[str]:
-        """Names of the objects read whole (status 200), one entry a request, in order."""
-        return [name for name, _, status, _ in self.reads(key_part) if status == 200]
+        """Names of the objects read whole (all the bytes the object holds now), one entry a request, in order.
+
+        Told by bytes, not by status or header: the Azure SDK asks a whole blob as a range too (``x-ms-range``)."""
+        sizes = self.object_sizes()
+        return [name for name, _, _, size in self.reads(key_part) if size == sizes.get(name)]
 
     def ranged_gets(self, key_part: str = "") -> list[str]:
-        """Names of the objects read in part (status 206: partial content), one entry a request, in order."""
-        return [name for name, _, status, _ in self.reads(key_part) if status == 206]
+        """Names of the objects read in part, one entry a request, in order."""
+        sizes = self.object_sizes()
+        return [name for name, _, _, size in self.reads(key_part) if size != sizes.get(name)]
 
     def byte_ranges(self, key_part: str = "") -> list[tuple[str, str]]:
-        """(name, Range header) of the reads of a range of an object (status 206), in order."""
-        return [(name, byte_range) for name, byte_range, status, _ in self.reads(key_part) if status == 206]
+        """(name, range asked) of the reads of a part of an object, in order."""
+        sizes = self.object_sizes()
+        return [(name, asked) for name, asked, _, size in self.reads(key_part) if size != sizes.get(name)]
+
+    def object_sizes(self) -> dict[str, int]:
+        """The sizes of the bucket's objects now, by name in the bucket."""
+        found = self.filesystem().find(self.bucket, detail=True)
+        return {path.removeprefix(f"{self.bucket}/"): int(info["size"]) for path, info in found.items()}
 
     def bytes_read(self, key_part: str = "") -> int:
         return sum(size for _, _, _, size in self.reads(key_part))
+
+
+def known_gap(service: ServiceStorage, holds: bool, gap: str) -> None:
+    """A check that holds on S3 and not yet on GCS and Azure: asserted on S3; elsewhere the test ends as an expected
+    failure while the gap lasts, and fails once it is closed, so that the check is made for every service then.
+    Called last in a test: what it checks besides holds on every service."""
+    if service.name == "s3":
+        assert holds, gap
+    elif not holds:
+        pytest.xfail(gap)
+    else:
+        pytest.fail(f"closed on {service.name}, make the check for every service: {gap}")
 
 
 @pytest.fixture(params=SERVICES)

@@ -197,6 +197,10 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
                 return b"".join(parts)
             return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
+        def _asked_range(self) -> str:
+            """The range of the object asked for (the Azure SDK names it ``x-ms-range``)."""
+            return self.headers.get("Range") or self.headers.get("x-ms-range", "")
+
         def _reset(self) -> None:
             """Close the connection with a TCP reset, as a dropped connection looks to the client."""
             self.close_connection = True
@@ -218,7 +222,13 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(body)
-            proxy.record(self.command, self.path, status, self.headers.get("Range", ""), len(body))
+            proxy.record(
+                self.command,
+                self.path,
+                status,
+                self._asked_range(),
+                len(body),
+            )
 
         def _forward(self, body: bytes) -> http.client.HTTPResponse:
             if self.upstream is None:
@@ -266,13 +276,25 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             if not has_body or size == 0:
                 response.read()  # to its end (nothing): else the kept-alive connection cannot take the next request
             if not has_body:
-                proxy.record(self.command, self.path, response.status, self.headers.get("Range", ""), 0)
+                proxy.record(
+                    self.command,
+                    self.path,
+                    response.status,
+                    self._asked_range(),
+                    0,
+                )
                 if response.status < 300:
                     with proxy._lock:
                         proxy.delivered[(self.command, self.path)] += 1
                 return
             limit = size // 2 if cut_short else size
-            proxy.record(self.command, self.path, response.status, self.headers.get("Range", ""), limit)
+            proxy.record(
+                self.command,
+                self.path,
+                response.status,
+                self._asked_range(),
+                limit,
+            )
             sent = 0
             if data:
                 self.wfile.write(data[:limit])

@@ -71,6 +71,7 @@ class Service:
     scheme: str
     proxy: FaultProxy
     options: dict[str, Any]
+    upstream_options: dict[str, Any]  # the emulator itself: what tests do besides the storage goes unrecorded
     stop_upstream: Any = None
     made: list[str] = field(default_factory=list)
 
@@ -79,7 +80,7 @@ class Service:
         import fsspec
 
         bucket = f"bucket-{uuid.uuid4().hex[:12]}"
-        fsspec.filesystem(self.scheme, skip_instance_cache=True, **self.options).mkdir(bucket)
+        fsspec.filesystem(self.scheme, skip_instance_cache=True, **self.upstream_options).mkdir(bucket)
         return bucket
 
     def url(self, bucket: str, prefix: str = "corpus") -> str:
@@ -141,8 +142,9 @@ def start_gcs(port: int) -> Service:
     server = create_server("127.0.0.1", port, in_memory=True)
     server.start()
     proxy = GcsCreateProxy(port, {}).start()
-    options = {"endpoint_url": proxy.endpoint, "token": "anon", "project": "guideloom-tests"}
-    return Service("gcs", "gs", proxy, options, server.stop)
+    options = {"token": "anon", "project": "guideloom-tests"}
+    upstream = {"endpoint_url": f"http://127.0.0.1:{port}", **options}
+    return Service("gcs", "gs", proxy, {"endpoint_url": proxy.endpoint, **options}, upstream, server.stop)
 
 
 def start_azurite(port: int, location: Path) -> Service:
@@ -168,17 +170,22 @@ def start_azurite(port: int, location: Path) -> Service:
         process.wait(timeout=30)
 
     proxy = FaultProxy(port, {}).start()
-    connection = (
-        f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
-        f"BlobEndpoint={proxy.endpoint}/{AZURITE_ACCOUNT};"
-    )
-    return Service("azure", "az", proxy, {"connection_string": connection}, stop)
+
+    def connection(endpoint: str) -> dict[str, Any]:
+        return {
+            "connection_string": f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};"
+            f"AccountKey={AZURITE_KEY};BlobEndpoint={endpoint}/{AZURITE_ACCOUNT};"
+        }
+
+    return Service("azure", "az", proxy, connection(proxy.endpoint), connection(f"http://127.0.0.1:{port}"), stop)
 
 
 def start_s3_proxy(moto_port: int) -> Service:
     """A ``FaultProxy`` in front of the tests' moto server."""
     proxy = FaultProxy(moto_port, {}).start()
-    return Service("s3", "s3", proxy, {"endpoint_url": proxy.endpoint})
+    return Service(
+        "s3", "s3", proxy, {"endpoint_url": proxy.endpoint}, {"endpoint_url": f"http://127.0.0.1:{moto_port}"}
+    )
 
 
 class StaticFiles:
