@@ -3,6 +3,10 @@
 Writers commit exactly their shards, loaders read exactly the fault-free batches, resume works,
 the cache never shows a partial shard, and processes sharing a cache still download each shard once.
 Retries are bounded, logged and counted; permanent errors are not retried.
+
+On S3 only: about one request in three meets a fault here, and gcsfs and the Azure SDK retry each on their own,
+seconds apart, in ways their public APIs do not let a test shorten (a test would take minutes); each service's
+throttling and reset answers are retried in test_remote_services.
 """
 
 from __future__ import annotations
