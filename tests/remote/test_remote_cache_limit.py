@@ -10,6 +10,7 @@ import os
 import threading
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,6 +20,8 @@ from tests.remote.conftest import ServiceStorage
 
 SHARDS = 8
 SEQUENCE = 257
+WINDOWED: dict[str, Any] = {"device": "cpu", "local_batch_size": 4, "sequence_length": SEQUENCE, "shuffle": True}
+WINDOWED |= {"seed": 1, "shuffle_window": 1}  # the smallest window: the cache holds one to two shards
 BLOCK = 4096  # a file's last block: disk use is counted in whole blocks
 
 
@@ -82,16 +85,7 @@ def test_an_epoch_with_workers_never_holds_more_than_the_limit_plus_one_shard(
     storage = TokenStorage(service.url, storage_options=service.options, cache_dir=cache, cache_limit_bytes=limit)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # such a cache is warned about: here it is the point
-        loader = StatefulDataLoader.from_storage(
-            storage,
-            device="cpu",
-            local_batch_size=4,
-            sequence_length=SEQUENCE,
-            shuffle=True,
-            seed=1,
-            shuffle_window=1,
-            num_workers=2,
-        )
+        loader = StatefulDataLoader.from_storage(storage, **WINDOWED, num_workers=2)
     with DiskSampler(cache) as sampler, loader:
         batches = sum(1 for _ in loader)
     assert batches == len(loader)

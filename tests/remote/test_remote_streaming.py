@@ -276,12 +276,18 @@ def test_documents_are_downloaded_once_each_read_here_or_by_worker_processes(
     options |= {"shuffle_window": SHARDS // 4 - 3, "num_workers": workers}
     with StatefulDataLoader.from_storage(storage, **options) as loader:
         read = [record["id"] for batch in loader for record in batch]
+        retries = loader.metrics()["retries"]
     assert sorted(read) == list(range(SHARDS * 10))
     rows = writer.snapshot().rows
-    assert _downloads(service, before) == {
+    sizes = {
         f"corpus/shards/{shard:012d}.shard": size
         for shard, size in zip(rows["id"].tolist(), rows["size"].tolist(), strict=True)
     }
+    downloads = _downloads(service, before)
+    # A download retried (a read timed out on a loaded machine) comes twice: no more than the metrics count.
+    twice = {name for name, size in downloads.items() if size == 2 * sizes[name]}
+    assert len(twice) <= retries, (retries, downloads)
+    assert downloads == {name: size * (2 if name in twice else 1) for name, size in sizes.items()}
 
 
 @pytest.mark.parametrize("workers", [0, 2])
