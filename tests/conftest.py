@@ -11,7 +11,27 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.processes import child_environment
+from tests.helpers.processes import ROOT, child_environment
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Group the tests for pytest-xdist's ``--dist loadgroup`` (scripts/test.sh): a test file's tests run on one
+    worker, so its module fixtures are built once, except that a remote test runs with the other tests of its file
+    on the same service (the three services' runs of a file spread over the workers), and the tests on a Ray
+    cluster share one worker (two 2-CPU clusters at once would only fight for a small machine). A test marked with
+    its own ``xdist_group`` keeps it."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        if "ray_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("ray"))
+            continue
+        group = item.path.relative_to(ROOT).as_posix() if item.path.is_relative_to(ROOT) else str(item.path)
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "service" in callspec.params:
+            group += f"[{callspec.params['service']}]"
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture

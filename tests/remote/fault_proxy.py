@@ -85,6 +85,7 @@ class FaultProxy:
         self.max_in_a_row = max_in_a_row
         self.applies = applies  # (method, path) -> whether faults may hit this request; None: all
         self.delivered: Counter[tuple[str, str]] = Counter()  # responses relayed whole with a 2xx status
+        self.down = False  # an outage: connections open already are reset at their next request (see `stop`)
         self.injected: Counter[str] = Counter()  # faults met, by name (a short body only cuts a GET's)
         self.cut_short: list[str] = []  # paths of the bodies cut short, in order
         self.forwarded = 0
@@ -93,7 +94,7 @@ class FaultProxy:
         self._seen: Counter[str] = Counter()
         self._in_a_row: Counter[str] = Counter()
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), _handler_for(self))
+        self._server = _QuietServer(("127.0.0.1", port), _handler_for(self))
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -113,6 +114,18 @@ class FaultProxy:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+    def outage(self) -> None:
+        """Refuse new connections and reset the ones open (a client's pool keeps some) until `restart`."""
+        self.down = True
+        self.stop()
+
+    def restart(self) -> None:
+        """Listen again on the same port after an outage."""
+        self._server = _QuietServer(("127.0.0.1", self.port), _handler_for(self))
+        self._server.daemon_threads = True
+        self.down = False
+        self.start()
 
     def exclusive(self, method: str, target: str) -> bool:
         """Whether this request is handled alone (checked, forwarded and answered under ``serial``)."""
@@ -156,6 +169,14 @@ class FaultProxy:
             return fault
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """A client that hangs up before its answer is sent (gcsfs reading the start of an object does) is no error."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -175,6 +196,10 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
                     pass  # trailers
                 return b"".join(parts)
             return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+        def _asked_range(self) -> str:
+            """The range of the object asked for (the Azure SDK names it ``x-ms-range``)."""
+            return self.headers.get("Range") or self.headers.get("x-ms-range", "")
 
         def _reset(self) -> None:
             """Close the connection with a TCP reset, as a dropped connection looks to the client."""
@@ -197,7 +222,13 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(body)
-            proxy.record(self.command, self.path, status, self.headers.get("Range", ""), len(body))
+            proxy.record(
+                self.command,
+                self.path,
+                status,
+                self._asked_range(),
+                len(body),
+            )
 
         def _forward(self, body: bytes) -> http.client.HTTPResponse:
             if self.upstream is None:
@@ -245,13 +276,25 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             if not has_body or size == 0:
                 response.read()  # to its end (nothing): else the kept-alive connection cannot take the next request
             if not has_body:
-                proxy.record(self.command, self.path, response.status, self.headers.get("Range", ""), 0)
+                proxy.record(
+                    self.command,
+                    self.path,
+                    response.status,
+                    self._asked_range(),
+                    0,
+                )
                 if response.status < 300:
                     with proxy._lock:
                         proxy.delivered[(self.command, self.path)] += 1
                 return
             limit = size // 2 if cut_short else size
-            proxy.record(self.command, self.path, response.status, self.headers.get("Range", ""), limit)
+            proxy.record(
+                self.command,
+                self.path,
+                response.status,
+                self._asked_range(),
+                limit,
+            )
             sent = 0
             if data:
                 self.wfile.write(data[:limit])
@@ -269,6 +312,9 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
 
         def _handle(self) -> None:
             body = self._body()
+            if proxy.down:
+                self._reset()
+                return
             if proxy.exclusive(self.command, self.path):
                 with proxy.serial:
                     self._handle_body(body)

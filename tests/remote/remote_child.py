@@ -1,11 +1,13 @@
 """A process of the object-storage tests: writes or reads a storage on the test server, as told by argv.
 
-``python remote_child.py ENDPOINT COMMAND URL CACHE_DIR [ARGS]``; credentials come from the environment.
+``python remote_child.py STORAGE_OPTIONS_JSON COMMAND URL CACHE_DIR [ARGS]``; credentials come from the environment.
+The commands that die uploading patch the S3 backend's upload: they run on S3 only.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import signal
 import sys
@@ -42,8 +44,8 @@ class _DyingFile(io.FileIO):
         return chunk
 
 
-def main(endpoint: str, command: str, url: str, cache_dir: str, *args: str) -> None:
-    storage = TokenStorage(url, storage_options={"endpoint_url": endpoint}, cache_dir=Path(cache_dir))
+def main(options: str, command: str, url: str, cache_dir: str, *args: str) -> None:
+    storage = TokenStorage(url, storage_options=json.loads(options), cache_dir=Path(cache_dir))
     if command == "write":  # shard ids, each committed by this process
         with storage.sync_writer() as writer:
             for shard in map(int, args):

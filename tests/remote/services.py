@@ -71,6 +71,7 @@ class Service:
     scheme: str
     proxy: FaultProxy
     options: dict[str, Any]
+    upstream_options: dict[str, Any]  # the emulator itself: what tests do besides the storage goes unrecorded
     stop_upstream: Any = None
     made: list[str] = field(default_factory=list)
 
@@ -79,7 +80,7 @@ class Service:
         import fsspec
 
         bucket = f"bucket-{uuid.uuid4().hex[:12]}"
-        fsspec.filesystem(self.scheme, skip_instance_cache=True, **self.options).mkdir(bucket)
+        fsspec.filesystem(self.scheme, skip_instance_cache=True, **self.upstream_options).mkdir(bucket)
         return bucket
 
     def url(self, bucket: str, prefix: str = "corpus") -> str:
@@ -96,18 +97,37 @@ class Service:
         """The proxy's records of the requests about ``bucket``: (method, path, status, Range, body bytes)."""
         return [answer for answer in list(self.proxy.answered) if self.in_bucket(bucket, answer[1])]
 
-    def object_reads(self, bucket: str, key_part: str = "") -> list[tuple[str, str, int]]:
-        """(path, Range header, bytes) of the successful reads of objects' bytes in ``bucket``, in order."""
-        reads = []
-        for method, path, status, byte_range, size in self.answers(bucket):
-            if method != "GET" or status >= 300 or key_part not in urllib.parse.unquote(path):
-                continue
-            if self.name == "gcs" and "alt=media" not in path:
-                continue  # metadata and listings
-            if self.name != "gcs" and any(word in path for word in ("comp=", "restype=", "list-type", "uploads")):
-                continue  # listings and other requests about the bucket
-            reads.append((path, byte_range, size))
-        return reads
+    def object_reads(self, bucket: str, key_part: str = "") -> list[tuple[str, str, int, int]]:
+        """(path, Range header, status, bytes) of the successful reads of objects' bytes in ``bucket``, in order."""
+        return [
+            (path, byte_range, status, size)
+            for method, path, status, byte_range, size in self.answers(bucket)
+            if self.is_object_read(method, path, status) and key_part in urllib.parse.unquote(path)
+        ]
+
+    def is_object_read(self, method: str, path: str, status: int) -> bool:
+        """Whether a request read an object's bytes, successfully."""
+        if method != "GET" or status >= 300:
+            return False
+        if self.name == "gcs":
+            return "alt=media" in path  # not metadata or a listing
+        return not any(word in path for word in ("comp=", "restype=", "list-type", "uploads"))  # nor the bucket's
+
+    def listing(self, method: str, path: str) -> bool:
+        """Whether a request is a listing of objects."""
+        if method != "GET":
+            return False
+        if self.name == "gcs":
+            return re.search(r"/b/[^/]+/o(\?|$)", path) is not None
+        return ("comp=list" in path) if self.name == "azure" else ("list-type" in path)
+
+    def object_name(self, bucket: str, path: str) -> str:
+        """The name in ``bucket`` of the object a request's path names (``corpus/shards/...``)."""
+        path = urllib.parse.urlsplit(path).path
+        if self.name == "gcs":
+            return urllib.parse.unquote(path.split(f"/b/{bucket}/o/", 1)[1])
+        where = f"/{AZURITE_ACCOUNT}/{bucket}/" if self.name == "azure" else f"/{bucket}/"
+        return urllib.parse.unquote(path.removeprefix(where))
 
     def stop(self) -> None:
         self.proxy.stop()
@@ -122,8 +142,9 @@ def start_gcs(port: int) -> Service:
     server = create_server("127.0.0.1", port, in_memory=True)
     server.start()
     proxy = GcsCreateProxy(port, {}).start()
-    options = {"endpoint_url": proxy.endpoint, "token": "anon", "project": "guideloom-tests"}
-    return Service("gcs", "gs", proxy, options, server.stop)
+    options = {"token": "anon", "project": "guideloom-tests"}
+    upstream = {"endpoint_url": f"http://127.0.0.1:{port}", **options}
+    return Service("gcs", "gs", proxy, {"endpoint_url": proxy.endpoint, **options}, upstream, server.stop)
 
 
 def start_azurite(port: int, location: Path) -> Service:
@@ -149,17 +170,22 @@ def start_azurite(port: int, location: Path) -> Service:
         process.wait(timeout=30)
 
     proxy = FaultProxy(port, {}).start()
-    connection = (
-        f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
-        f"BlobEndpoint={proxy.endpoint}/{AZURITE_ACCOUNT};"
-    )
-    return Service("azure", "az", proxy, {"connection_string": connection}, stop)
+
+    def connection(endpoint: str) -> dict[str, Any]:
+        return {
+            "connection_string": f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};"
+            f"AccountKey={AZURITE_KEY};BlobEndpoint={endpoint}/{AZURITE_ACCOUNT};"
+        }
+
+    return Service("azure", "az", proxy, connection(proxy.endpoint), connection(f"http://127.0.0.1:{port}"), stop)
 
 
 def start_s3_proxy(moto_port: int) -> Service:
     """A ``FaultProxy`` in front of the tests' moto server."""
     proxy = FaultProxy(moto_port, {}).start()
-    return Service("s3", "s3", proxy, {"endpoint_url": proxy.endpoint})
+    return Service(
+        "s3", "s3", proxy, {"endpoint_url": proxy.endpoint}, {"endpoint_url": f"http://127.0.0.1:{moto_port}"}
+    )
 
 
 class StaticFiles:

@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from guideloom import StatefulDataLoader, TokenStorage
 from guideloom._remote.remote_files import check_download
 from guideloom._remote.shard_cache import ShardCache, clean_part_files, writing
-from tests.remote.s3_support import S3Server
+from tests.remote.conftest import ServiceStorage
 
 SHARDS, TOKENS, SEQUENCE = 12, 250_000, 4097
 
@@ -27,11 +28,14 @@ def _read_all(storage: Any, rank: int, world_size: int) -> list[np.ndarray]:
         return [batch.numpy() for batch in loader]
 
 
+@pytest.mark.parametrize("service", ["s3"], indirect=True)
 def test_clean_in_a_loop_beside_loaders_sharing_a_cache_fails_none_of_them(
-    s3_url: str, s3_server: S3Server, tmp_path: Path
+    service: ServiceStorage, tmp_path: Path
 ) -> None:
+    """On S3 only: its subject is the machine's cache shared by processes (the same code for every service), and
+    its ranks and workers are among the costliest process trees of the suite."""
     local = TokenStorage(tmp_path / "local")
-    remote = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "writer")
+    remote = TokenStorage(service.url, storage_options=service.options, cache_dir=tmp_path / "writer")
     rng = np.random.default_rng(0)
     shards = [rng.integers(0, 50_000, TOKENS, dtype=np.uint32) for _ in range(SHARDS)]
     for storage in (local, remote):
@@ -47,7 +51,7 @@ from pathlib import Path
 from guideloom._cli import main
 from guideloom._remote.shard_cache import clean_part_files
 while True:
-    main(["clean", {s3_url!r}, "--older-than", "0", "--storage-options", {json.dumps(s3_server.options)!r}])
+    main(["clean", {service.url!r}, "--older-than", "0", "--storage-options", {json.dumps(service.options)!r}])
     for _ in range(20):
         for directory, _, _ in os.walk(os.environ["GUIDELOOM_CACHE_DIR"]):
             clean_part_files(Path(directory), 0)
@@ -56,7 +60,7 @@ while True:
     try:
         assert cleaner.stdout is not None and cleaner.stdout.readline().startswith("removed")  # cleaning already
         for rank in range(2):  # two ranks of one machine, one after the other, each with two workers
-            storage = TokenStorage(s3_url, storage_options=s3_server.options, cache_limit_bytes=limit)
+            storage = TokenStorage(service.url, storage_options=service.options, cache_limit_bytes=limit)
             got, expected = _read_all(storage, rank, 2), _read_all(local, rank, 2)
             assert len(got) == len(expected) and all(map(np.array_equal, got, expected))
         assert cleaner.poll() is None, "the cleaning loop stopped"

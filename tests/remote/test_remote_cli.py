@@ -5,38 +5,37 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import boto3
 import pytest
 
 from guideloom import TokenStorage
 from guideloom._cli import main
-from tests.remote.s3_support import S3Server
+from tests.remote.conftest import ServiceStorage
 
 
 @pytest.fixture
-def written(s3_url: str, s3_server: S3Server, tmp_path: Path) -> list[str]:
+def written(service: ServiceStorage, tmp_path: Path) -> list[str]:
     """The storage's URL and ``--storage-options`` for the test server."""
-    with TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path).sync_writer() as writer:
+    with TokenStorage(service.url, storage_options=service.options, cache_dir=tmp_path).sync_writer() as writer:
         writer.append(0, list(range(100)))
         writer.append(3, list(range(50)))
-    return [s3_url, "--storage-options", json.dumps(s3_server.options)]
+    return [service.url, "--storage-options", json.dumps(service.options)]
 
 
 def test_inspect_a_url_reads_only_the_listing(
-    written: list[str], bucket: str, s3_server: S3Server, capsys: pytest.CaptureFixture[str]
+    written: list[str], service: ServiceStorage, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["inspect", *written, "--shards"]) == 0
     out = capsys.readouterr().out
     assert f"path:       {written[0]}" in out
     assert "shards:     2" in out and "tokens:     150" in out
-    assert s3_server.gets(bucket, "/shards/") == []
+    assert service.gets("/shards/") == []
 
 
 def test_inspect_a_url_with_its_cache_shows_what_the_cache_holds(
-    written: list[str], s3_server: S3Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    written: list[str], service: ServiceStorage, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cache = tmp_path / "machine"
-    storage = TokenStorage(written[0], storage_options=s3_server.options, cache_dir=cache)
+    storage = TokenStorage(written[0], storage_options=service.options, cache_dir=cache)
     with storage.open_reader() as reader:
         reader.read(0)  # shard 0 downloaded whole
     size = int(storage.snapshot().rows["size"][0])
@@ -51,24 +50,23 @@ def test_inspect_a_local_path_refuses_a_cache(tmp_path: Path, capsys: pytest.Cap
 
 
 def test_inspect_lengths_of_a_url_reads_the_shards_tails_only(
-    written: list[str], bucket: str, s3_server: S3Server, capsys: pytest.CaptureFixture[str]
+    written: list[str], service: ServiceStorage, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["inspect", *written, "--lengths"]) == 0
     assert "tokens per document: 2 documents (0 empty), min 50, mean 75.0, max 100" in capsys.readouterr().out
-    assert s3_server.gets(bucket, "/shards/") == []
-    assert len(s3_server.ranged_gets(bucket, "/shards/")) == 2
+    assert service.gets("/shards/") == []
+    assert len(service.ranged_gets("/shards/")) == 2
 
 
 def test_verify_a_url_names_a_damaged_shard(
-    written: list[str], bucket: str, s3_server: S3Server, capsys: pytest.CaptureFixture[str]
+    written: list[str], service: ServiceStorage, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["verify", *written]) == 0
     assert "ok: 2 shards" in capsys.readouterr().out
-    client = boto3.client("s3", endpoint_url=s3_server.endpoint)
-    key = "corpus/shards/000000000003.shard"
-    damaged = bytearray(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+    key = "shards/000000000003.shard"
+    damaged = bytearray(service.object_bytes(key))
     damaged[0] ^= 1
-    client.put_object(Bucket=bucket, Key=key, Body=bytes(damaged))
+    service.put_object(key, bytes(damaged))
     assert main(["verify", *written]) == 1
     assert "CORRUPT shard 3: data bytes 0.." in capsys.readouterr().out  # the piece holding the flipped bit
 

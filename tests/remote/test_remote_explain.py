@@ -12,13 +12,13 @@ from guideloom import StatefulDataLoader, TokenStorage
 from guideloom._cli import main
 from guideloom._loading.explain import next_batch
 from guideloom._loading.settings import OrderKind, OrderSettings
-from tests.remote.s3_support import S3Server
+from tests.remote.conftest import ServiceStorage
 
 
 def test_explain_opens_the_url_the_state_names(
-    s3_url: str, s3_server: S3Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    service: ServiceStorage, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    storage = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "cache")
+    storage = TokenStorage(service.url, storage_options=service.options, cache_dir=tmp_path / "cache")
     with storage.sync_writer() as writer:
         for shard in (0, 4):
             for document in range(6):
@@ -29,7 +29,7 @@ def test_explain_opens_the_url_the_state_names(
         next(iter(loader))
         (tmp_path / "state.json").write_text(json.dumps(loader.state_dict()))
         expected = loader.explain(3)
-    options = json.dumps(s3_server.options)
+    options = json.dumps(service.options)
     assert (
         main(["explain", str(tmp_path / "state.json"), "--batches", "3", "--json", "--storage-options", options]) == 0
     )
@@ -38,18 +38,20 @@ def test_explain_opens_the_url_the_state_names(
 
 @pytest.mark.parametrize("mode", [{}, {"document_boundaries": True}])
 def test_the_next_batch_digest_downloads_no_shard(
-    s3_url: str, s3_server: S3Server, bucket: str, tmp_path: Path, mode: dict[str, bool]
+    service: ServiceStorage, tmp_path: Path, mode: dict[str, bool]
 ) -> None:
-    with TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "writer").sync_writer() as writer:
+    with TokenStorage(
+        service.url, storage_options=service.options, cache_dir=tmp_path / "writer"
+    ).sync_writer() as writer:
         for shard in range(3):
             writer.append(shard, np.arange(100))
-    storage = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "fresh")
+    storage = TokenStorage(service.url, storage_options=service.options, cache_dir=tmp_path / "fresh")
     with StatefulDataLoader.from_storage(
         storage, device="cpu", local_batch_size=2, sequence_length=8, **mode
     ) as loader:
         loader.skip(7)  # the next batch starts in shard 1
         settings = OrderSettings(False, 0, 2, 1, False, kind=OrderKind.PERMUTATION)
         assert len(next_batch(loader._source, settings, loader.epoch, loader.position)) == 16
-        assert s3_server.gets(bucket, "/shards/") == []
+        assert service.reads("/shards/") == []
         loader._source.describe(np.array([14]), 0)  # describing the sample would have downloaded its shard
-        assert len(s3_server.gets(bucket, "/shards/")) == 1
+        assert len(service.reads("/shards/")) == 1

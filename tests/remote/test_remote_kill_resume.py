@@ -3,15 +3,15 @@ at most 1.1x its machine's share over both runs: the resumed run finds in the ca
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
-import boto3
 import numpy as np
 
 from guideloom import TokenStorage
-from tests.remote.s3_support import S3Server
+from tests.remote.conftest import ServiceStorage
 
 SHARDS = 128  # a machine's share of 64: a shard or two fetched at the kill or past the epoch are 1.5% each
 SEQUENCE = 33
@@ -20,8 +20,8 @@ import json, os, signal, sys
 from pathlib import Path
 from guideloom import StatefulDataLoader, TokenStorage
 
-url, endpoint, cache, limit, state_file, save_at, kill_at = sys.argv[1:]
-storage = TokenStorage(url, storage_options={"endpoint_url": endpoint}, cache_dir=cache, cache_limit_bytes=int(limit))
+url, options, cache, limit, state_file, save_at, kill_at = sys.argv[1:]
+storage = TokenStorage(url, storage_options=json.loads(options), cache_dir=cache, cache_limit_bytes=int(limit))
 loader = StatefulDataLoader.from_storage(
     storage, device="cpu", local_batch_size=4, sequence_length=33, shuffle=True, seed=7, shuffle_window=12,
     rank=0, world_size=2, local_world_size=1,
@@ -38,43 +38,29 @@ print("done", flush=True)
 """
 
 
-def _shard_bytes_served(s3_server: S3Server, bucket: str, since: int) -> int:
-    """The bytes of shard objects the server sent since its log's entry ``since`` (whole objects or ranges)."""
-    sizes = {
-        f"/{bucket}/{item['Key']}": item["Size"]
-        for item in boto3.client("s3", endpoint_url=s3_server.endpoint).list_objects_v2(Bucket=bucket)["Contents"]
-    }
-    ranges = {(path, status): byte_range for _, path, status, byte_range in s3_server.log.ranges}
-    served = 0
-    for method, path, status in s3_server.log.requests[since:]:
-        if method != "GET" or not path.startswith(f"/{bucket}/") or not path.endswith(".shard") or status >= 300:
-            continue
-        if status == 206:
-            first, last = (int(end) for end in ranges[path, status].removeprefix("bytes=").split("-"))
-            served += min(last, sizes[path] - 1) - first + 1
-        else:
-            served += sizes[path]
-    return served
-
-
 def test_a_killed_run_resumed_on_its_cache_downloads_at_most_1_1x_its_share(
-    s3_url: str, s3_server: S3Server, tmp_path: Path
+    service: ServiceStorage, tmp_path: Path
 ) -> None:
-    storage = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "writer")
+    storage = TokenStorage(service.url, storage_options=service.options, cache_dir=tmp_path / "writer")
     generator = np.random.default_rng(5)
     with storage.sync_writer() as writer:
         for shard in range(SHARDS):
             writer.append(shard, generator.integers(0, 50_000, 1000, dtype=np.uint32))
     sizes = storage.snapshot().rows["size"]
     share = int(sizes.sum()) / 2
-    bucket = s3_url.removeprefix("s3://").split("/")[0]
-    since = len(s3_server.log.requests)
-    arguments = [s3_url, s3_server.endpoint, str(tmp_path / "machine"), str(SHARDS // 4 * int(sizes.max()))]
+    since = len(service.reads(".shard"))
+    arguments = [
+        service.url,
+        json.dumps(service.options),
+        str(tmp_path / "machine"),
+        str(SHARDS // 4 * int(sizes.max())),
+    ]
     arguments.append(str(tmp_path / "state.json"))
     run = [sys.executable, "-c", CHILD, *arguments]
     killed = subprocess.run([*run, "60", "70"], capture_output=True, text=True, timeout=300)
     assert killed.returncode == -9, killed.stderr
     resumed = subprocess.run([*run, "0", "0"], capture_output=True, text=True, timeout=300)
     assert resumed.stdout == "done\n", resumed.stderr
-    ratio = _shard_bytes_served(s3_server, bucket, since) / share
+    ratio = sum(size for _, _, _, size in service.reads(".shard")[since:]) / share
+    print(f"{service.name}: {ratio:.4f}x the share over both runs")
     assert ratio <= 1.1, ratio

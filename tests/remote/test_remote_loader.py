@@ -1,4 +1,4 @@
-"""The loader over a storage on an S3 API server yields exactly the batches of the same storage on disk."""
+"""The loader over a storage on each object-store service yields exactly the batches of the same storage on disk."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import boto3
 import numpy as np
 import pytest
 import torch
@@ -19,7 +18,7 @@ from guideloom import (
     StateMismatchError,
     TokenStorage,
 )
-from tests.remote.s3_support import S3Server
+from tests.remote.conftest import ServiceStorage
 
 SEQUENCE = 13
 
@@ -40,9 +39,9 @@ def _fill_documents(storage: DocumentStorage[Any, Any]) -> None:
 
 
 @pytest.fixture
-def token_pair(s3_url: str, s3_server: S3Server, tmp_path: Path) -> tuple[TokenStorage, TokenStorage]:
+def token_pair(service: ServiceStorage, tmp_path: Path) -> tuple[TokenStorage, TokenStorage]:
     local = TokenStorage(tmp_path / "local")
-    remote = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "cache")
+    remote = TokenStorage(service.url, storage_options=service.options, cache_dir=tmp_path / "cache")
     _fill_tokens(local)
     _fill_tokens(remote)
     return local, remote
@@ -82,9 +81,11 @@ def test_token_batches_equal_the_local_run(token_pair: tuple[TokenStorage, Token
     assert _run(remote, **options) == expected
 
 
-def test_document_batches_equal_the_local_run(s3_url: str, s3_server: S3Server, tmp_path: Path) -> None:
+def test_document_batches_equal_the_local_run(service: ServiceStorage, tmp_path: Path) -> None:
     local = DocumentStorage(tmp_path / "local", DocumentJsonFormat())
-    remote = DocumentStorage(s3_url, DocumentJsonFormat(), storage_options=s3_server.options, cache_dir=tmp_path / "c")
+    remote = DocumentStorage(
+        service.url, DocumentJsonFormat(), storage_options=service.options, cache_dir=tmp_path / "c"
+    )
     _fill_documents(local)
     _fill_documents(remote)
     for options in ({"shuffle": True}, {"shuffle": True, "num_workers": 2}):
@@ -142,14 +143,14 @@ def _plain(batch: Any) -> Any:
 
 @pytest.mark.parametrize("mode", [{"document_boundaries": True}, {"pack_documents": True, "pad_id": 7}])
 def test_document_aware_batches_equal_the_local_run_within_a_two_shard_cache(
-    s3_url: str, s3_server: S3Server, tmp_path: Path, mode: dict[str, Any]
+    service: ServiceStorage, tmp_path: Path, mode: dict[str, Any]
 ) -> None:
     local = TokenStorage(tmp_path / "local")
     _fill_tokens(local)
-    _fill_tokens(TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "w"))
+    _fill_tokens(TokenStorage(service.url, storage_options=service.options, cache_dir=tmp_path / "w"))
     largest = max(path.stat().st_size for path in (tmp_path / "local" / "shards").iterdir())
     remote = TokenStorage(
-        s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "cache", cache_limit_bytes=2 * largest
+        service.url, storage_options=service.options, cache_dir=tmp_path / "cache", cache_limit_bytes=2 * largest
     )
     options = {"device": "cpu", "local_batch_size": 4, "sequence_length": SEQUENCE, "shuffle": True, **mode}
     runs = []
@@ -159,9 +160,7 @@ def test_document_aware_batches_equal_the_local_run_within_a_two_shard_cache(
     assert len(runs[0]) > 5 and runs[1] == runs[0]
 
 
-def test_a_mixture_of_remote_storages_equals_the_local_mixture(
-    s3_server: S3Server, tmp_path: Path, bucket: str
-) -> None:
+def test_a_mixture_of_remote_storages_equals_the_local_mixture(service: ServiceStorage, tmp_path: Path) -> None:
     mixtures = []
     for where in ("local", "remote"):
         components = {}
@@ -169,8 +168,8 @@ def test_a_mixture_of_remote_storages_equals_the_local_mixture(
             if where == "local":
                 storage = TokenStorage(tmp_path / name)
             else:
-                url = f"s3://{bucket}/{name}"
-                storage = TokenStorage(url, storage_options=s3_server.options, cache_dir=tmp_path / "cache")
+                url = service.service.url(service.bucket, name)
+                storage = TokenStorage(url, storage_options=service.options, cache_dir=tmp_path / "cache")
             with storage.sync_writer() as writer:
                 for tokens in np.random.default_rng(seed).integers(0, 1000, (12, 30), dtype=np.uint32):
                     writer.append(0, tokens)
@@ -181,7 +180,7 @@ def test_a_mixture_of_remote_storages_equals_the_local_mixture(
 
 
 def test_a_grown_remote_storage_finishes_the_epoch_on_the_checkpoints_shards(
-    s3_url: str, s3_server: S3Server, tmp_path: Path
+    service: ServiceStorage, tmp_path: Path
 ) -> None:
     def fill(storage: TokenStorage, shards: range) -> None:
         with storage.sync_writer() as writer:
@@ -193,7 +192,7 @@ def test_a_grown_remote_storage_finishes_the_epoch_on_the_checkpoints_shards(
             storage, device="cpu", local_batch_size=3, sequence_length=4, shuffle=True, seed=3
         )
 
-    storage = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "cache")
+    storage = TokenStorage(service.url, storage_options=service.options, cache_dir=tmp_path / "cache")
     fill(storage, range(4))
     with loader_of(storage) as loader:
         _batches(loader, 3)
@@ -211,7 +210,7 @@ def test_a_grown_remote_storage_finishes_the_epoch_on_the_checkpoints_shards(
 
 
 def test_a_checkpoints_shard_deleted_from_the_store_is_named_at_resume(
-    token_pair: tuple[TokenStorage, TokenStorage], s3_server: S3Server, bucket: str
+    token_pair: tuple[TokenStorage, TokenStorage], service: ServiceStorage
 ) -> None:
     _, remote = token_pair
     with StatefulDataLoader.from_storage(
@@ -219,11 +218,9 @@ def test_a_checkpoints_shard_deleted_from_the_store_is_named_at_resume(
     ) as loader:
         _batches(loader, 2)
         state = loader.state_dict()
-    boto3.client("s3", endpoint_url=s3_server.endpoint).delete_object(
-        Bucket=bucket, Key="corpus/shards/000000000002.shard"
-    )
+    service.delete_object("shards/000000000002.shard")
     with StatefulDataLoader.from_storage(
         remote, device="cpu", local_batch_size=4, sequence_length=SEQUENCE, shuffle=True
     ) as loader:
-        with pytest.raises(StateMismatchError, match=r"shard 2 of the storage at s3://.*is missing"):
+        with pytest.raises(StateMismatchError, match=r"shard 2 of the storage at \w+://.*is missing"):
             loader.load_state_dict(state)

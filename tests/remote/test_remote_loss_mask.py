@@ -1,22 +1,21 @@
-"""Masked token storages on an S3 API server: written, listed, cached, verified and loaded as local ones."""
+"""Masked token storages on each object-store service: written, listed, cached, verified and loaded as local ones."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import boto3
 import numpy as np
 import torch
 
 from guideloom import StatefulDataLoader, TokenStorage
 from guideloom._cli import main
-from tests.remote.s3_support import S3Server
+from tests.remote.conftest import ServiceStorage
 
 
-def write_masked(url: str, server: S3Server | None, cache: Path | None = None) -> TokenStorage:
+def write_masked(url: str, service: ServiceStorage | None, cache: Path | None = None) -> TokenStorage:
     """A masked storage at ``url`` (on ``server``, or local when it is None)."""
-    options = None if server is None else server.options
+    options = None if service is None else service.options
     storage = TokenStorage(url, "uint16", loss_mask=True, storage_options=options, cache_dir=cache)
     with storage.sync_writer() as writer:
         for shard in range(3):
@@ -26,10 +25,10 @@ def write_masked(url: str, server: S3Server | None, cache: Path | None = None) -
     return storage
 
 
-def test_a_masked_storage_reads_and_loads_as_its_local_copy(s3_url: str, s3_server: S3Server, tmp_path: Path) -> None:
-    write_masked(s3_url, s3_server, tmp_path / "cache")
+def test_a_masked_storage_reads_and_loads_as_its_local_copy(service: ServiceStorage, tmp_path: Path) -> None:
+    write_masked(service.url, service, tmp_path / "cache")
     local = write_masked(str(tmp_path / "local"), None)
-    remote = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "fresh")
+    remote = TokenStorage(service.url, storage_options=service.options, cache_dir=tmp_path / "fresh")
     assert remote.loss_mask is True  # as recorded in the header
     with remote.sync_reader() as reader, local.sync_reader() as local_reader:
         assert [reader.loss_mask(i).tolist() for i in range(len(reader))] == [
@@ -45,27 +44,24 @@ def test_a_masked_storage_reads_and_loads_as_its_local_copy(s3_url: str, s3_serv
     assert batches[0] == batches[1]
 
 
-def test_verify_names_a_remote_shard_whose_mask_bit_flipped(
-    s3_url: str, bucket: str, s3_server: S3Server, tmp_path: Path
-) -> None:
-    storage = write_masked(s3_url, s3_server, tmp_path / "cache")
+def test_verify_names_a_remote_shard_whose_mask_bit_flipped(service: ServiceStorage, tmp_path: Path) -> None:
+    storage = write_masked(service.url, service, tmp_path / "cache")
     assert storage.verify() == []
-    client = boto3.client("s3", endpoint_url=s3_server.endpoint)
-    key = "corpus/shards/000000000001.shard"
-    data = bytearray(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+    key = "shards/000000000001.shard"
+    data = bytearray(service.object_bytes(key))
     mask_start = 64 * 2 + 8 * 5  # 62 uint16 tokens padded to 128 bytes, then 5 offsets
     data[mask_start] ^= 1
-    client.put_object(Bucket=bucket, Key=key, Body=bytes(data))
+    service.put_object(key, bytes(data))
     problems = storage.verify()
     assert len(problems) == 1 and "shard 1" in problems[0]
 
 
 def test_inspect_says_a_remote_storage_is_masked_without_downloading(
-    s3_url: str, bucket: str, s3_server: S3Server, tmp_path: Path, capsys: object
+    service: ServiceStorage, tmp_path: Path, capsys: object
 ) -> None:
-    write_masked(s3_url, s3_server, tmp_path / "cache")
-    before = len(s3_server.gets(bucket, "/shards/"))
-    options = json.dumps(s3_server.options)
-    assert main(["inspect", s3_url, "--storage-options", options]) == 0
+    write_masked(service.url, service, tmp_path / "cache")
+    before = len(service.reads("/shards/"))
+    options = json.dumps(service.options)
+    assert main(["inspect", service.url, "--storage-options", options]) == 0
     assert "loss mask:  yes" in capsys.readouterr().out  # type: ignore[attr-defined]
-    assert len(s3_server.gets(bucket, "/shards/")) == before
+    assert len(service.reads("/shards/")) == before

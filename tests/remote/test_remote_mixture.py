@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from guideloom import Mixture, StatefulDataLoader, TokenStorage
-from tests.remote.s3_support import S3Server
+from tests.remote.conftest import ServiceStorage
 
 
 def fill(storage: TokenStorage, first: int, shards: range) -> TokenStorage:
@@ -34,10 +34,10 @@ def batches(web: TokenStorage, code: TokenStorage, state: Any = None, count: int
         return read, json.loads(json.dumps(loader.state_dict()))
 
 
-def test_a_remote_component_reads_and_resumes_as_a_local_one(s3_url: str, s3_server: S3Server, tmp_path: Path) -> None:
+def test_a_remote_component_reads_and_resumes_as_a_local_one(service: ServiceStorage, tmp_path: Path) -> None:
     code = fill(TokenStorage(tmp_path / "code"), 10_000, range(2))
     local = fill(TokenStorage(tmp_path / "web"), 0, range(3))
-    remote = fill(TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "cache"), 0, range(3))
+    remote = fill(TokenStorage(service.url, storage_options=service.options, cache_dir=tmp_path / "cache"), 0, range(3))
     whole, _ = batches(local, code)
     assert batches(remote, code)[0] == whole
     first, state = batches(remote, code, count=4)

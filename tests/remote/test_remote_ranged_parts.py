@@ -2,6 +2,9 @@
 
 The parts' smallest size is lowered so that shards of a few KiB split (at the default, 256 KiB, they would
 not); every request is counted at the server, with its Range header.
+
+On S3 only: side-by-side ranged downloads are the S3 backend's (``ranged_downloads``); gcsfs and adlfs download a
+whole object with their own ``get_file``.
 """
 
 from __future__ import annotations

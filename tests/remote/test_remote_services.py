@@ -60,7 +60,7 @@ def _read_all(storage: TokenStorage) -> list[list[int]]:
 def _shard_downloads(service: ServiceStorage, since: int = 0) -> list[str]:
     """The shard objects read since the ``since``-th recorded read, one entry a request."""
     reads = service.service.object_reads(service.bucket, ".shard")[since:]
-    return [path.split("?")[0].rsplit("%2F", 1)[-1].rsplit("/", 1)[-1] for path, _, _ in reads]
+    return [path.split("?")[0].rsplit("%2F", 1)[-1].rsplit("/", 1)[-1] for path, _, _, _ in reads]
 
 
 def test_a_storage_is_written_and_read_back_in_order(service: ServiceStorage, tmp_path: Path) -> None:
@@ -176,7 +176,7 @@ def test_a_loader_streams_through_a_cache_downloading_each_shard_once(service: S
     assert sorted(set(downloads)) == [f"{shard:012d}.shard" for shard in range(SHARDS)]
     assert len(downloads) == SHARDS
     sizes = ObjectStore(service.url, service.options).listing("shards")
-    downloaded = sum(size for _, _, size in service.service.object_reads(service.bucket, ".shard")[since:])
+    downloaded = sum(size for _, _, _, size in service.service.object_reads(service.bucket, ".shard")[since:])
     assert downloaded == sum(size for name, size in sizes.items() if name.endswith(".shard"))
 
 
@@ -223,7 +223,7 @@ def test_a_machine_downloads_only_its_part_of_the_shards_it_shares(service: Serv
 
     read = batches(_storage(service, tmp_path / "machine"))
     assert read == batches(TokenStorage(tmp_path / "local"))
-    downloaded = sum(size for _, _, size in service.service.object_reads(service.bucket, ".shard")[since:])
+    downloaded = sum(size for _, _, _, size in service.service.object_reads(service.bucket, ".shard")[since:])
     share = sum(len(batch) for batch in read) * 2049 * 4
     assert downloaded <= share + 2 * (CHECKPOINT_BYTES + 4096)  # its windows' pieces and the shards' tails
 

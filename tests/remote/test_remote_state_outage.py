@@ -7,29 +7,23 @@ from pathlib import Path
 import numpy as np
 
 from guideloom import StatefulDataLoader, TokenStorage
-from tests.remote.s3_support import S3Server
+from tests.remote.conftest import ServiceStorage
 
 TOKENS = 20_000  # per shard: 80 KB, so a 300 KB cache holds a few shards, not the 40
 
 
-def test_a_state_is_taken_during_an_outage_and_downloads_nothing(
-    s3_url: str, bucket: str, s3_server: S3Server, tmp_path: Path
-) -> None:
-    with TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "w").sync_writer() as writer:
+def test_a_state_is_taken_during_an_outage_and_downloads_nothing(service: ServiceStorage, tmp_path: Path) -> None:
+    with TokenStorage(service.url, storage_options=service.options, cache_dir=tmp_path / "w").sync_writer() as writer:
         for shard in range(40):
             writer.append(shard, np.arange(shard * TOKENS, (shard + 1) * TOKENS, dtype=np.uint32))
-    options = {"endpoint_url": s3_server.endpoint, "config_kwargs": {"retries": {"total_max_attempts": 1}}}
     cache = tmp_path / "cache"
-    remote = TokenStorage(s3_url, storage_options=options, cache_dir=cache, cache_limit_bytes=300_000)
+    remote = TokenStorage(service.url, storage_options=service.options, cache_dir=cache, cache_limit_bytes=300_000)
     with StatefulDataLoader.from_storage(remote, device="cpu", local_batch_size=4, sequence_length=16) as loader:
         at_start = loader.state_dict()
-        assert s3_server.gets(bucket, "/shards/") == []  # the state came from the listing
+        assert service.reads("/shards/") == []  # the state came from the listing
         first = next(iter(loader))
-        s3_server.stop()
-        try:
+        with service.outage():
             state = loader.state_dict()  # the store is unreachable: nothing may be needed from it
-        finally:
-            s3_server.start()
         assert len(list(cache.rglob("*.shard"))) <= 4
     assert at_start["source"] == state["source"]
     assert first[0].tolist() == list(range(16))

@@ -1,4 +1,4 @@
-"""Storages on an S3 API server: writes, reads, the one-listing open, the cache and the commit rules."""
+"""Storages on each object-store service: writes, reads, the one-listing open, the cache and the commit rules."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import boto3
 import numpy as np
 import pytest
 
@@ -20,7 +19,7 @@ from guideloom import (
     StorageNotFoundError,
     TokenStorage,
 )
-from tests.remote.s3_support import S3Server
+from tests.remote.conftest import ServiceStorage
 
 
 def _documents(shard: int, count: int = 5) -> list[dict[str, object]]:
@@ -38,10 +37,10 @@ def _write_tokens(storage: TokenStorage, shards: int = 3) -> list[np.ndarray]:
     return documents
 
 
-def test_tokens_round_trip(s3_url: str, s3_server: S3Server, tmp_path: Path) -> None:
-    storage = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "cache")
+def test_tokens_round_trip(service: ServiceStorage, tmp_path: Path) -> None:
+    storage = TokenStorage(service.url, storage_options=service.options, cache_dir=tmp_path / "cache")
     documents = _write_tokens(storage)
-    reopened = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "other")
+    reopened = TokenStorage(service.url, storage_options=service.options, cache_dir=tmp_path / "other")
     assert reopened.dtype == np.uint32
     with reopened.sync_reader() as reader:
         assert len(reader) == len(documents)
@@ -49,8 +48,8 @@ def test_tokens_round_trip(s3_url: str, s3_server: S3Server, tmp_path: Path) -> 
         assert reader.token_count == sum(len(d) for d in documents)
 
 
-def test_documents_round_trip(s3_url: str, s3_server: S3Server, tmp_path: Path) -> None:
-    storage = DocumentStorage(s3_url, DocumentJsonFormat(), storage_options=s3_server.options, cache_dir=tmp_path)
+def test_documents_round_trip(service: ServiceStorage, tmp_path: Path) -> None:
+    storage = DocumentStorage(service.url, DocumentJsonFormat(), storage_options=service.options, cache_dir=tmp_path)
     with storage.sync_writer() as writer:
         for shard in (2, 0):
             for document in _documents(shard):
@@ -59,43 +58,38 @@ def test_documents_round_trip(s3_url: str, s3_server: S3Server, tmp_path: Path) 
         assert list(reader) == _documents(0) + _documents(2)
 
 
-def test_opening_costs_one_listing_and_no_shard_reads(
-    s3_url: str, bucket: str, s3_server: S3Server, tmp_path: Path
-) -> None:
-    _write_tokens(TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path), shards=5)
-    before = len(s3_server.log.requests)
-    storage = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "fresh")
+def test_opening_costs_one_listing_and_no_shard_reads(service: ServiceStorage, tmp_path: Path) -> None:
+    _write_tokens(TokenStorage(service.url, storage_options=service.options, cache_dir=tmp_path), shards=5)
+    before = len(service.listings())
+    storage = TokenStorage(service.url, storage_options=service.options, cache_dir=tmp_path / "fresh")
     with storage.sync_reader() as reader:
         assert len(reader) == 20
-        requests = s3_server.log.requests[before:]
-    assert [path for _, path, _ in requests if "list-type" in path] != []
-    assert s3_server.gets(bucket, "/shards/") == []  # counts came from the listing, no shard was read
+        assert len(service.listings()) > before
+    assert service.reads("/shards/") == []  # counts came from the listing, no shard was read
 
 
-def test_reads_download_each_shard_once_into_the_cache(
-    s3_url: str, bucket: str, s3_server: S3Server, tmp_path: Path
-) -> None:
-    _write_tokens(TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path), shards=2)
-    storage = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "cache")
+def test_reads_download_each_shard_once_into_the_cache(service: ServiceStorage, tmp_path: Path) -> None:
+    _write_tokens(TokenStorage(service.url, storage_options=service.options, cache_dir=tmp_path), shards=2)
+    storage = TokenStorage(service.url, storage_options=service.options, cache_dir=tmp_path / "cache")
     for _ in range(2):
         with storage.sync_reader() as reader:
             [reader.read(i) for i in range(len(reader))]
-    assert sorted(s3_server.gets(bucket, "/shards/")) == [
-        f"/{bucket}/corpus/shards/000000000000.shard",
-        f"/{bucket}/corpus/shards/000000000001.shard",
+    assert sorted(name for name, _, _, _ in service.reads("/shards/")) == [
+        "corpus/shards/000000000000.shard",
+        "corpus/shards/000000000001.shard",
     ]
 
 
-def test_a_committed_shard_cannot_be_written_again(s3_url: str, s3_server: S3Server, tmp_path: Path) -> None:
-    storage = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path)
+def test_a_committed_shard_cannot_be_written_again(service: ServiceStorage, tmp_path: Path) -> None:
+    storage = TokenStorage(service.url, storage_options=service.options, cache_dir=tmp_path)
     _write_tokens(storage, shards=1)
     with pytest.raises(ShardExistsError, match="shard 0"):
         with storage.sync_writer() as writer:
             writer.append(0, [1, 2, 3])
 
 
-def test_racing_writers_of_one_shard_one_wins(s3_url: str, s3_server: S3Server, tmp_path: Path) -> None:
-    storage = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path)
+def test_racing_writers_of_one_shard_one_wins(service: ServiceStorage, tmp_path: Path) -> None:
+    storage = TokenStorage(service.url, storage_options=service.options, cache_dir=tmp_path)
     first, second = storage.sync_writer(), storage.sync_writer()
     first.append(7, [1, 2, 3])
     second.append(7, [4, 5])
@@ -104,26 +98,29 @@ def test_racing_writers_of_one_shard_one_wins(s3_url: str, s3_server: S3Server, 
         second.commit(7)
     second.close()
     first.close()
-    with TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "r").sync_reader() as reader:
+    with TokenStorage(service.url, storage_options=service.options, cache_dir=tmp_path / "r").sync_reader() as reader:
         assert reader.read(0).tolist() == [1, 2, 3]
 
 
-def test_the_header_is_never_overwritten(s3_url: str, s3_server: S3Server, tmp_path: Path) -> None:
-    TokenStorage(s3_url, "uint16", storage_options=s3_server.options, cache_dir=tmp_path).sync_writer().close()
+def test_the_header_is_never_overwritten(service: ServiceStorage, tmp_path: Path) -> None:
+    TokenStorage(service.url, "uint16", storage_options=service.options, cache_dir=tmp_path).sync_writer().close()
     with pytest.raises(FormatMismatchError, match="uint16"):
-        TokenStorage(s3_url, "uint32", storage_options=s3_server.options, cache_dir=tmp_path)
+        TokenStorage(service.url, "uint32", storage_options=service.options, cache_dir=tmp_path)
 
 
-def test_a_missing_storage_is_named(s3_url: str, s3_server: S3Server, tmp_path: Path) -> None:
-    storage = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path)
+def test_a_missing_storage_is_named(service: ServiceStorage, tmp_path: Path) -> None:
+    storage = TokenStorage(service.url, storage_options=service.options, cache_dir=tmp_path)
     with pytest.raises(StorageNotFoundError, match=r"guideloom\.json is missing"):
         storage.sync_reader()
 
 
-def test_a_missing_bucket_is_named(s3_server: S3Server, tmp_path: Path) -> None:
-    url = "s3://no-such-bucket-here/corpus"
+def test_a_missing_bucket_is_named(service: ServiceStorage, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    if service.name != "s3":  # a known gap, kept in sight: strict, so the day it is closed this test says so
+        gap = "gcsfs and adlfs answer a read in a missing bucket as a missing object: 'guideloom.json is missing'"
+        request.applymarker(pytest.mark.xfail(reason=gap, strict=True))
+    url = service.service.url("no-such-bucket-here")
     with pytest.raises(StorageNotFoundError, match="bucket does not exist"):
-        TokenStorage(url, storage_options=s3_server.options, cache_dir=tmp_path).sync_reader()
+        TokenStorage(url, storage_options=service.options, cache_dir=tmp_path).sync_reader()
 
 
 def test_local_paths_refuse_storage_options(tmp_path: Path) -> None:
@@ -131,31 +128,25 @@ def test_local_paths_refuse_storage_options(tmp_path: Path) -> None:
         TokenStorage(tmp_path / "x", storage_options={"anon": True})
 
 
-def test_a_remote_storage_has_no_local_path(s3_url: str, s3_server: S3Server, tmp_path: Path) -> None:
-    storage = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path)
-    assert storage.location == s3_url
+def test_a_remote_storage_has_no_local_path(service: ServiceStorage, tmp_path: Path) -> None:
+    storage = TokenStorage(service.url, storage_options=service.options, cache_dir=tmp_path)
+    assert storage.location == service.url
     assert not hasattr(storage, "path")
 
 
-def test_a_shard_without_its_marker_is_indexed_from_its_footer(
-    s3_url: str, bucket: str, s3_server: S3Server, tmp_path: Path
-) -> None:
-    storage = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path)
+def test_a_shard_without_its_marker_is_indexed_from_its_footer(service: ServiceStorage, tmp_path: Path) -> None:
+    storage = TokenStorage(service.url, storage_options=service.options, cache_dir=tmp_path)
     documents = _write_tokens(storage, shards=2)
-    client = boto3.client("s3", endpoint_url=s3_server.endpoint)
-    listed = client.list_objects_v2(Bucket=bucket, Prefix="corpus/shards/000000000001.r")["Contents"]
-    client.delete_object(Bucket=bucket, Key=listed[0]["Key"])  # as if its writer died between the two creates
-    with TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "r").sync_reader() as reader:
+    (marker,) = [name for name in service.object_names() if name.startswith("shards/000000000001.r")]
+    service.delete_object(marker)  # as if its writer died between the two creates
+    with TokenStorage(service.url, storage_options=service.options, cache_dir=tmp_path / "r").sync_reader() as reader:
         assert [reader.read(i).tolist() for i in range(len(reader))] == [d.tolist() for d in documents]
 
 
-def test_clean_removes_markers_whose_shard_is_gone(
-    s3_url: str, bucket: str, s3_server: S3Server, tmp_path: Path
-) -> None:
-    storage = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path)
+def test_clean_removes_markers_whose_shard_is_gone(service: ServiceStorage, tmp_path: Path) -> None:
+    storage = TokenStorage(service.url, storage_options=service.options, cache_dir=tmp_path)
     _write_tokens(storage, shards=2)
-    client = boto3.client("s3", endpoint_url=s3_server.endpoint)
-    client.delete_object(Bucket=bucket, Key="corpus/shards/000000000000.shard")
+    service.delete_object("shards/000000000000.shard")
     removed = storage.clean_leftovers(older_than=0)
     assert [str(path).rsplit("/", 1)[1].startswith("000000000000.r") for path in removed] == [True]
     with storage.sync_reader() as reader:
@@ -174,8 +165,8 @@ def test_any_fsspec_store_works_through_generic_calls(tmp_path: Path) -> None:
     assert storage.verify() == []
 
 
-def test_a_remote_storage_travels_by_pickle(s3_url: str, s3_server: S3Server, tmp_path: Path) -> None:
-    storage = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path)
+def test_a_remote_storage_travels_by_pickle(service: ServiceStorage, tmp_path: Path) -> None:
+    storage = TokenStorage(service.url, storage_options=service.options, cache_dir=tmp_path)
     documents = _write_tokens(storage, shards=1)
     with storage.sync_reader() as reader:
         reader.read(0)  # the original has made its client
@@ -191,10 +182,12 @@ def small_parts(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.usefixtures("small_parts")
+@pytest.mark.parametrize("service", ["s3"], indirect=True)
 def test_large_shards_upload_in_parts_and_racing_writers_still_get_one_winner(
-    s3_url: str, s3_server: S3Server, tmp_path: Path
+    service: ServiceStorage, tmp_path: Path
 ) -> None:
-    storage = TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path)
+    """On S3 only: S3's multipart upload (the others' large uploads: test_remote_services)."""
+    storage = TokenStorage(service.url, storage_options=service.options, cache_dir=tmp_path)
     first, second = storage.sync_writer(), storage.sync_writer()
     big = np.arange(3 << 20, dtype=np.uint32)  # 12 MiB: three parts
     first.append(0, big)
@@ -204,7 +197,7 @@ def test_large_shards_upload_in_parts_and_racing_writers_still_get_one_winner(
         second.commit(0)
     first.close()
     second.close()
-    with TokenStorage(s3_url, storage_options=s3_server.options, cache_dir=tmp_path / "r").sync_reader() as reader:
+    with TokenStorage(service.url, storage_options=service.options, cache_dir=tmp_path / "r").sync_reader() as reader:
         assert np.array_equal(reader.read(0), big)
 
 

@@ -20,7 +20,7 @@ import pytest
 from guideloom import DocumentStorage, StatefulDataLoader
 from tests.documents.records import identifier, record, record_lengths
 from tests.helpers.storages import RawFormat
-from tests.remote.s3_support import S3Server
+from tests.remote.conftest import ServiceStorage
 
 SHARDS = 40
 PER_SHARD = 30
@@ -29,13 +29,13 @@ PACKED: dict[str, Any] = {"pack_documents": True, "sequence_length": 256, "local
 
 
 @pytest.fixture
-def corpus(s3_url: str, s3_server: S3Server, tmp_path: Path) -> tuple[str, int]:
+def corpus(service: ServiceStorage, tmp_path: Path) -> tuple[str, int]:
     """The URL of a document storage of 40 shards of 30 records, and the size of its largest shard object."""
-    storage = DocumentStorage(s3_url, RawFormat(), storage_options=s3_server.options, cache_dir=tmp_path / "writer")
+    storage = DocumentStorage(service.url, RawFormat(), storage_options=service.options, cache_dir=tmp_path / "writer")
     with storage.sync_writer() as writer:
         for index, length in enumerate(LENGTHS):
             writer.append(index // PER_SHARD, record(index, length))
-    return s3_url, int(storage.snapshot().rows["size"].max())
+    return service.url, int(storage.snapshot().rows["size"].max())
 
 
 def ids(samples: list[Any]) -> list[int]:
@@ -45,13 +45,13 @@ def ids(samples: list[Any]) -> list[int]:
 
 
 def machine_loaders(
-    url: str, s3_server: S3Server, cache: Path, limit: int, machines: int, machine: int, ranks: int, **options: Any
+    url: str, service: ServiceStorage, cache: Path, limit: int, machines: int, machine: int, ranks: int, **options: Any
 ) -> list[StatefulDataLoader]:
     """One machine's ranks, a storage object each, sharing the machine's cache."""
     return [
         StatefulDataLoader.from_storage(
             DocumentStorage(
-                url, RawFormat(), storage_options=s3_server.options, cache_dir=cache, cache_limit_bytes=limit
+                url, RawFormat(), storage_options=service.options, cache_dir=cache, cache_limit_bytes=limit
             ),
             ids,
             device="cpu",
@@ -68,23 +68,22 @@ def machine_loaders(
 
 @pytest.mark.parametrize(("machines", "ranks"), [(1, 1), (2, 2), (4, 1)])
 def test_each_machine_downloads_its_share_about_once_an_epoch(
-    s3_server: S3Server, tmp_path: Path, corpus: tuple[str, int], machines: int, ranks: int
+    service: ServiceStorage, tmp_path: Path, corpus: tuple[str, int], machines: int, ranks: int
 ) -> None:
     url, largest = corpus
-    bucket = url.removeprefix("s3://").split("/")[0]
+    rows = DocumentStorage(url, RawFormat(), storage_options=service.options, cache_dir=tmp_path / "s").snapshot().rows
+    sizes = dict(zip(rows["id"].tolist(), rows["size"].tolist(), strict=True))
     cache_shards = SHARDS // 4 if machines == 1 else SHARDS // machines // 2  # a quarter, or half a share
     window = cache_shards - 2 - ranks  # the window, a shard prefetched by each rank, one downloading
     read: list[int] = []
     for machine in range(machines):
         cache, limit = tmp_path / f"machine-{machine}", cache_shards * largest
-        loaders = machine_loaders(
-            url, s3_server, cache, limit, machines, machine, ranks, shuffle_window=window, **PACKED
-        )
-        before = len(s3_server.gets(bucket, ".shard"))  # (after the packing)
+        loaders = machine_loaders(url, service, cache, limit, machines, machine, ranks, shuffle_window=window, **PACKED)
+        before = len(service.reads(".shard"))  # (after the packing)
         read += [index for step in zip(*loaders, strict=True) for batch in step for index in batch]
         for loader in loaders:
             loader.close()
-        downloads = collections.Counter(s3_server.gets(bucket, ".shard")[before:])
+        downloads, _ = shard_reads(service, before, sizes)
         assert max(downloads.values()) == 1, f"machine {machine} downloaded a shard twice: {downloads}"
         assert sum(downloads.values()) <= 1.1 * SHARDS / machines + 1, f"machine {machine}: {downloads}"
     assert sorted(set(read)) == list(range(len(LENGTHS)))  # every record, each machine its own share
@@ -95,10 +94,10 @@ BUDGET = 8000  # records of up to 2,000 bytes: about 8 a batch
 SMALL_SHARES = r".*a share begins and ends inside shards"  # the warning of shares under 20 shards
 
 
-def write_large_shards(url: str, s3_server: S3Server, cache: Path, compression: str | None = None) -> int:
+def write_large_shards(url: str, service: ServiceStorage, cache: Path, compression: str | None = None) -> int:
     """A document storage of 16 shards of 400 records of up to 2,000 bytes; the size of its largest shard."""
     storage = DocumentStorage(
-        url, RawFormat(), storage_options=s3_server.options, cache_dir=cache, compression=compression
+        url, RawFormat(), storage_options=service.options, cache_dir=cache, compression=compression
     )
     lengths = record_lengths(BUDGET_SHARDS * BUDGET_PER_SHARD, seed=10, longest=2000)
     with storage.sync_writer() as writer:
@@ -108,27 +107,31 @@ def write_large_shards(url: str, s3_server: S3Server, cache: Path, compression: 
 
 
 @pytest.fixture
-def large_shards(s3_url: str, s3_server: S3Server, tmp_path: Path) -> tuple[str, int]:
+def large_shards(service: ServiceStorage, tmp_path: Path) -> tuple[str, int]:
     """The URL of the storage of ``write_large_shards`` and the size of its largest shard object."""
-    url = f"{s3_url}-large"
-    return url, write_large_shards(url, s3_server, tmp_path / "writer")
+    url = f"{service.url}-large"
+    return url, write_large_shards(url, service, tmp_path / "writer")
 
 
-def shard_gets(requests: list[tuple[str, str, int]], status: int) -> collections.Counter[int]:
-    """How many GETs of each shard's object (by id) answered ``status``: 200 whole, 206 a range (its tail)."""
-    return collections.Counter(
-        int(path.rsplit("/", 1)[1].removesuffix(".shard"))
-        for method, path, answered in requests
-        if method == "GET" and answered == status and path.endswith(".shard")
-    )
+def shard_reads(
+    service: ServiceStorage, since: int, sizes: dict[int, int]
+) -> tuple[collections.Counter[int], collections.Counter[int]]:
+    """How many reads of each shard's object (by id) since the ``since``-th the service answered: whole (as many
+    bytes as the shard holds), and of a range (its tail)."""
+    whole: collections.Counter[int] = collections.Counter()
+    ranges: collections.Counter[int] = collections.Counter()
+    for name, _, _, size in service.reads(".shard")[since:]:
+        shard = int(name.rsplit("/", 1)[1].removesuffix(".shard"))
+        (whole if size == sizes[shard] else ranges)[shard] += 1
+    return whole, ranges
 
 
 @pytest.mark.parametrize(("machines", "ranks"), [(1, 1), (2, 1), (4, 1), (2, 2)])
 def test_by_budget_each_machine_downloads_its_share_and_the_lengths_tails(
-    s3_server: S3Server, tmp_path: Path, large_shards: tuple[str, int], machines: int, ranks: int
+    service: ServiceStorage, tmp_path: Path, large_shards: tuple[str, int], machines: int, ranks: int
 ) -> None:
     url, largest = large_shards
-    rows = DocumentStorage(url, RawFormat(), storage_options=s3_server.options, cache_dir=tmp_path).snapshot().rows
+    rows = DocumentStorage(url, RawFormat(), storage_options=service.options, cache_dir=tmp_path).snapshot().rows
     sizes = dict(zip(rows["id"].tolist(), rows["size"].tolist(), strict=True))
     tails = rows["size"] - (rows["element_count"] + 7) // 8 * 8  # offsets and footer (no lengths recorded)
     tail_sizes = dict(zip(rows["id"].tolist(), tails.tolist(), strict=True))
@@ -136,13 +139,13 @@ def test_by_budget_each_machine_downloads_its_share_and_the_lengths_tails(
     cache_shards = window + 2 + ranks  # its own window, a shard prefetched by each rank, one downloading
     read: list[int] = []
     for machine in range(machines):
-        before = len(s3_server.log.requests)
+        before = len(service.reads(".shard"))
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # the cache fits: no warning
             warnings.filterwarnings("ignore", SMALL_SHARES)  # but the shares are a few shards
             loaders = machine_loaders(
                 url,
-                s3_server,
+                service,
                 tmp_path / f"machine-{machine}",
                 cache_shards * largest,
                 machines,
@@ -155,10 +158,7 @@ def test_by_budget_each_machine_downloads_its_share_and_the_lengths_tails(
         for loader in loaders:
             loader.close()
         read += machine_read
-        downloads, tails = (
-            shard_gets(s3_server.log.requests[before:], 200),
-            shard_gets(s3_server.log.requests[before:], 206),
-        )
+        downloads, tails = shard_reads(service, before, sizes)
         share = {index // BUDGET_PER_SHARD for index in machine_read}
         # the last step's padding repeats a record or two from the epoch's start: their shard may come again
         padding = {index // BUDGET_PER_SHARD for index, count in collections.Counter(machine_read).items() if count > 1}
@@ -174,24 +174,24 @@ def test_by_budget_each_machine_downloads_its_share_and_the_lengths_tails(
 
 
 def test_by_budget_over_compressed_shards_a_cache_short_of_every_machines_window_warns(
-    s3_server: S3Server, s3_url: str, tmp_path: Path
+    service: ServiceStorage, tmp_path: Path
 ) -> None:
-    largest = write_large_shards(s3_url, s3_server, tmp_path / "writer", compression="zstd")
+    largest = write_large_shards(service.url, service, tmp_path / "writer", compression="zstd")
     with pytest.warns(UserWarning, match=r"every machine's window from its compressed shards.*shuffle_window=2 fits"):
         (loader,) = machine_loaders(
-            s3_url, s3_server, tmp_path / "cache", 9 * largest, 2, 0, 1, shuffle_window=3, batch_tokens=BUDGET
+            service.url, service, tmp_path / "cache", 9 * largest, 2, 0, 1, shuffle_window=3, batch_tokens=BUDGET
         )
     loader.close()
 
 
 def test_by_budget_lengths_from_the_tails_need_only_the_machines_own_window_in_the_cache(
-    s3_server: S3Server, tmp_path: Path, large_shards: tuple[str, int]
+    service: ServiceStorage, tmp_path: Path, large_shards: tuple[str, int]
 ) -> None:
     url, largest = large_shards
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         warnings.filterwarnings("ignore", SMALL_SHARES)
         (loader,) = machine_loaders(
-            url, s3_server, tmp_path / "cache", 6 * largest, 4, 0, 1, shuffle_window=3, batch_tokens=BUDGET
+            url, service, tmp_path / "cache", 6 * largest, 4, 0, 1, shuffle_window=3, batch_tokens=BUDGET
         )
     loader.close()

@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import boto3
 import pytest
 
 from guideloom import TokenStorage
 from guideloom._cli import main
 from guideloom.tokenize import train_tokenizer
-from tests.remote.s3_support import S3Server
+from tests.remote.conftest import ServiceStorage
 
 TEXTS = ["the quick brown fox", "jumps over", "the lazy dog", "", "naïve café 東京"]
 
@@ -28,49 +27,41 @@ def inputs(tmp_path: Path) -> tuple[list[str], list[str]]:
     return paths, ["--tokenizer", str(tokenizer), "--quiet"]
 
 
-def _index_object(server: S3Server, url: str) -> bytes:
-    bucket, _, prefix = url.removeprefix("s3://").partition("/")
-    client = boto3.client("s3", endpoint_url=server.endpoint)
-    return bytes(client.get_object(Bucket=bucket, Key=f"{prefix}/shards.index")["Body"].read())
-
-
 def test_tokenize_into_a_url_equals_tokenize_into_a_directory(
     inputs: tuple[list[str], list[str]],
-    s3_url: str,
-    s3_server: S3Server,
+    service: ServiceStorage,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("GUIDELOOM_CACHE_DIR", str(tmp_path / "cache"))
     files, common = inputs
-    options = [*common, "--storage-options", json.dumps(s3_server.options)]
+    options = [*common, "--storage-options", json.dumps(service.options)]
     assert main(["tokenize", *files, str(tmp_path / "local"), *common, "--workers", "2"]) == 0
-    assert main(["tokenize", *files, s3_url, *options, "--workers", "2"]) == 0
-    remote = TokenStorage(s3_url, storage_options=s3_server.options)
+    assert main(["tokenize", *files, service.url, *options, "--workers", "2"]) == 0
+    remote = TokenStorage(service.url, storage_options=service.options)
     with TokenStorage(tmp_path / "local").sync_reader() as local, remote.sync_reader() as reader:
         assert reader.fingerprint == local.fingerprint
         assert [reader.read(i).tolist() for i in range(len(reader))] == [
             local.read(i).tolist() for i in range(len(local))
         ]
-    assert main(["tokenize", *files, s3_url, *options]) == 2  # its shards exist: nothing is overwritten
+    assert main(["tokenize", *files, service.url, *options]) == 2  # its shards exist: nothing is overwritten
 
 
 def test_skip_existing_reads_what_a_url_holds_from_one_listing(
     inputs: tuple[list[str], list[str]],
-    s3_url: str,
-    s3_server: S3Server,
+    service: ServiceStorage,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("GUIDELOOM_CACHE_DIR", str(tmp_path / "cache"))
     files, common = inputs
-    options = [*common, "--storage-options", json.dumps(s3_server.options), "--shard-size", "16"]  # many shards
-    assert main(["tokenize", *files, s3_url, *options]) == 0
-    shards = TokenStorage(s3_url, storage_options=s3_server.options).committed_shards()
+    options = [*common, "--storage-options", json.dumps(service.options), "--shard-size", "16"]  # many shards
+    assert main(["tokenize", *files, service.url, *options]) == 0
+    shards = TokenStorage(service.url, storage_options=service.options).committed_shards()
     assert {shard // 10**6 for shard in shards} == {0, 1, 2} and len(shards) > 3
-    assert len(_index_object(s3_server, s3_url)) == 40 * (1 + len(shards))  # written at the end of the run
+    assert len(service.object_bytes("shards.index")) == 40 * (1 + len(shards))  # written at the end of the run
     capsys.readouterr()
-    assert main(["tokenize", *files, s3_url, *options, "--skip-existing"]) == 0
+    assert main(["tokenize", *files, service.url, *options, "--skip-existing"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "3 input files skipped: their shards already existed"
-    assert TokenStorage(s3_url, storage_options=s3_server.options).committed_shards() == shards
+    assert TokenStorage(service.url, storage_options=service.options).committed_shards() == shards

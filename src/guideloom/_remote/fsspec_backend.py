@@ -9,6 +9,7 @@ everything (fsspec's ``ls``), a download one ``get_file`` or a read through the 
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -86,7 +87,12 @@ class FsspecBackend(FsspecClient):
         return ListPage(names, None)
 
     def read(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
-        return bytes(self.fs.cat_file(key, start=start, end=end))
+        try:
+            return bytes(self.fs.cat_file(key, start=start, end=end))
+        except Exception as error:
+            if self.status(error) == 416:  # a range past the object's end: EINVAL, as s3fs says it
+                raise OSError(errno.EINVAL, f"{key}: the range asked begins past the object's end") from error
+            raise
 
     def read_start(self, key: str, limit: int) -> tuple[bytes, int]:
         size = self.size(key)
