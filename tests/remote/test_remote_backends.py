@@ -98,6 +98,9 @@ class DictBackend:
     def missing_bucket(self, error: FileNotFoundError) -> bool:
         return False
 
+    def bucket_exists(self, bucket: str) -> bool:
+        return True
+
     def close(self) -> None:
         pass
 

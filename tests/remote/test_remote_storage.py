@@ -114,10 +114,7 @@ def test_a_missing_storage_is_named(service: ServiceStorage, tmp_path: Path) -> 
         storage.sync_reader()
 
 
-def test_a_missing_bucket_is_named(service: ServiceStorage, tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    if service.name != "s3":  # a known gap, kept in sight: strict, so the day it is closed this test says so
-        gap = "gcsfs and adlfs answer a read in a missing bucket as a missing object: 'guideloom.json is missing'"
-        request.applymarker(pytest.mark.xfail(reason=gap, strict=True))
+def test_a_missing_bucket_is_named(service: ServiceStorage, tmp_path: Path) -> None:
     url = service.service.url("no-such-bucket-here")
     with pytest.raises(StorageNotFoundError, match="bucket does not exist"):
         TokenStorage(url, storage_options=service.options, cache_dir=tmp_path).sync_reader()

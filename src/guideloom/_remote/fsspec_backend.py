@@ -143,6 +143,9 @@ class FsspecBackend(FsspecClient):
     def missing_bucket(self, error: FileNotFoundError) -> bool:
         return "NoSuchBucket" in str(error) or "specified bucket does not exist" in str(error)
 
+    def bucket_exists(self, bucket: str) -> bool:
+        return bool(self.fs.exists(bucket))
+
 
 class ConditionalFsspecBackend(FsspecBackend):
     """A service whose fsspec client creates an object only where it is absent, in one request the service

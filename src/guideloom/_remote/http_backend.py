@@ -55,6 +55,9 @@ class HttpBackend(FsspecBackend):
     def missing_bucket(self, error: FileNotFoundError) -> bool:
         return False
 
+    def bucket_exists(self, bucket: str) -> bool:
+        return True  # a web server has no buckets: a missing object is only missing
+
     def _read_only(self, key: str) -> ReadOnlyStorageError:
         return ReadOnlyStorageError(
             f"{self._url(key)}: {self.protocol}:// storages are read only (a static server cannot create "

@@ -105,6 +105,11 @@ class ObjectBackend(Protocol):
         """Whether a missing object's error says the bucket (so the whole storage) is missing."""
         ...
 
+    def bucket_exists(self, bucket: str) -> bool:
+        """Whether the bucket (an Azure container) exists: asked where an object is missing and its error does
+        not say why (GCS and Azure answer a read in a missing bucket as a missing object)."""
+        ...
+
     def close(self) -> None:
         """Let go of the client (a later request makes a new one)."""
         ...

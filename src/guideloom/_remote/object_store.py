@@ -273,6 +273,13 @@ class ObjectStore:
         aborted = self.guarded(doing, lambda: self.backend.abort_uploads(folder, older_than, self.retrying, doing))
         return [f"{self.protocol}://{key}" for key in aborted]
 
+    def bucket_missing(self) -> bool:
+        """Whether the storage's bucket does not exist (one request: asked only where an object is missing)."""
+        bucket = self.root.split("/", 1)[0]
+        return not self.guarded(
+            f"asking whether {self.protocol}://{bucket} exists", lambda: self.backend.bucket_exists(bucket)
+        )
+
     def _check_root(self, error: FileNotFoundError) -> None:
         """A missing bucket is a missing storage, said so; a missing key is the caller's business."""
         if self.backend.missing_bucket(error):

@@ -81,6 +81,8 @@ class RemoteFiles:
             return self._header
         raw = self.store.read(HEADER_NAME)
         if raw is None:
+            if self.store.bucket_missing():  # GCS and Azure answer a read in a missing bucket as a missing object
+                raise StorageNotFoundError(f"no storage at {self.url}: the bucket does not exist")
             raise StorageNotFoundError(f"no storage at {self.url}: {HEADER_NAME} is missing")
         header = parse_header(raw, f"{self.url}/{HEADER_NAME}")
         self.element_size = header.element_size

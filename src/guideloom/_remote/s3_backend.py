@@ -209,6 +209,9 @@ class S3Backend(FsspecClient):
         text = str(error)
         return "NoSuchBucket" in text or "specified bucket does not exist" in text
 
+    def bucket_exists(self, bucket: str) -> bool:
+        return bool(self.fs.exists(bucket))
+
     def _run(self, coroutine: Any) -> Any:
         """Run a coroutine on s3fs's event loop (its client lives there) and wait for its result."""
         from fsspec.asyn import sync
