@@ -9,7 +9,14 @@ from pathlib import Path
 
 from tests.helpers.processes import child_environment
 
-IMPORTED_TORCH = "import sys, runpy; sys.argv = ['guideloom', *sys.argv[1:]]\ntry:\n    runpy.run_module('guideloom', run_name='__main__')\nfinally:\n    print('torch' in sys.modules, file=sys.stderr)"
+IMPORTED_TORCH = """
+import runpy, sys
+sys.argv = ["guideloom", *sys.argv[1:]]
+try:
+    runpy.run_module("guideloom", run_name="__main__")
+finally:
+    print("torch" in sys.modules, file=sys.stderr)
+"""
 
 
 def _imports_torch(*arguments: str) -> bool:
