@@ -7,6 +7,7 @@ RLIMIT_NOFILE first, as a user's shell with ``ulimit -n 1024`` would.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -140,6 +141,14 @@ def test_max_open_shards_is_checked(tmp_path: Path) -> None:
         token_shards(tmp_path / "tokens", 1, max_open_shards="8")
 
 
+def _target(descriptor: Path) -> str:
+    """What an open descriptor of this process points to ("" if it closed meanwhile)."""
+    try:
+        return os.readlink(descriptor)
+    except OSError:
+        return ""
+
+
 @pytest.mark.parametrize("mode", ["plain", "document_boundaries", "pack_documents"])
 def test_close_releases_every_descriptor_and_mapping(tmp_path: Path, mode: str) -> None:
     storage = token_shards(tmp_path / "tokens", 300)
@@ -158,5 +167,9 @@ def test_close_releases_every_descriptor_and_mapping(tmp_path: Path, mode: str) 
         pass
     assert files()[1] > before[1]
     loader.close()
-    assert files() == before
+    descriptors, mapped = files()
+    # Nothing of the storage stays open or mapped, and no descriptor is left behind; other tests' leftovers in this
+    # process (a parallel test runner's worker) may close meanwhile, so the count may fall but never rise.
+    assert mapped == before[1] and descriptors <= before[0]
+    assert not [link for link in Path("/proc/self/fd").iterdir() if str(tmp_path) in _target(link)]
     del loader
