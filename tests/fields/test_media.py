@@ -17,16 +17,9 @@ from PIL import Image as PILImage
 from guideloom import DocumentStorage, RecordPackError
 from guideloom.fields import Audio, AudioValue, Image, Images, ImageValue, MediaDecodeError, RecordSchema, Text, Video
 from tests.fields.media_files import decoded_video, image_bytes, sound_bytes, video_bytes
+from tests.fields.records import write
 
 MEDIA = RecordSchema(caption=Text(), image=Image(optional=True), sound=Audio(optional=True), clip=Video(optional=True))
-
-
-def write(path: Path, schema: RecordSchema, records: list[dict[str, object]]) -> DocumentStorage:
-    storage = DocumentStorage(path, schema)
-    with storage.sync_writer() as writer:
-        for record in records:
-            writer.append(0, record)
-    return storage
 
 
 def read_all(storage: DocumentStorage) -> list[dict[str, object]]:

@@ -10,6 +10,7 @@ import pytest
 
 from guideloom import DocumentStorage, FormatMismatchError, RecordPackError
 from guideloom.fields import Array, Image, Json, RecordSchema, Scalar, Text, Tokens
+from tests.fields.records import write
 
 SCHEMA = RecordSchema(
     tokens=Tokens("int32"),
@@ -23,14 +24,6 @@ RECORDS = [
     {"tokens": [1, 2, 3], "text": "héllo", "score": 0.25, "flag": True, "matrix": [[1, 2], [3, 4]], "meta": {"a": [1]}},
     {"tokens": np.array([7], np.int64), "text": "", "score": 3, "matrix": np.zeros((0, 2), np.int16), "meta": None},
 ]
-
-
-def write(path: Path, schema: RecordSchema, records: list[dict[str, object]]) -> DocumentStorage:
-    storage = DocumentStorage(path, schema)
-    with storage.sync_writer() as writer:
-        for record in records:
-            writer.append(0, record)
-    return storage
 
 
 def test_records_read_back_field_by_field(storage_path: Path) -> None:
