@@ -84,11 +84,7 @@ class JobShards:
         self._bytes = 0
 
     def append(self, input_number: int, row: int, record: dict[str, Any]) -> None:
-        if self._bytes >= self._settings.shard_size:
-            self._commit(last=False)
-        if self._writer is None:
-            self._writer = self._storage.sync_writer()
-        self._writer.append(self.shard, record)
+        self._writer_with_room().append(self.shard, record)
         self._note_rows(input_number, row, 1)
         self._bytes += record_size(record)
 
@@ -99,19 +95,22 @@ class JobShards:
         np.cumsum(sizes, out=before[1:])
         done = 0
         while done < len(sizes):
-            if self._bytes >= self._settings.shard_size:
-                self._commit(last=False)
-            if self._writer is None:
-                self._writer = self._storage.sync_writer()
+            writer = self._writer_with_room()
             # the rows that start while the shard holds less than the shard size
             taken = int(np.searchsorted(before[done:-1] - before[done], self._settings.shard_size - self._bytes))
             taken = max(1, taken)
-            self._writer.append_encoded(
-                self.shard, payload[before[done] : before[done + taken]], sizes[done : done + taken]
-            )
+            writer.append_encoded(self.shard, payload[before[done] : before[done + taken]], sizes[done : done + taken])
             self._note_rows(input_number, first_row + done, taken)
             self._bytes += int(before[done + taken] - before[done])
             done += taken
+
+    def _writer_with_room(self) -> Any:
+        """The writer, the shard in progress committed first if it holds the shard size already."""
+        if self._bytes >= self._settings.shard_size:
+            self._commit(last=False)
+        if self._writer is None:
+            self._writer = self._storage.sync_writer()
+        return self._writer
 
     def _note_rows(self, input_number: int, row: int, count: int) -> None:
         runs = self._runs
