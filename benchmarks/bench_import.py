@@ -1,8 +1,9 @@
 """Import benchmark: Parquet of text and token columns, and images in WebDataset tars, into a storage, in one run.
 
 For the same input, with 1 and 2 processes, MB of input per second (medians of ``--rounds`` rounds, the
-ways taking turns, each a fresh process timed from its start, imports included) and peak resident memory
-per process (of the process or of its largest worker process):
+ways taking turns, each a fresh process timed from its start, imports included, guideloom's modules compiled
+to bytecode first as its wheel's install does) and peak resident memory per process (of the process or of its
+largest worker process):
 
 * the limit: pyarrow reading the input into Arrow batches (tarfile reading the members), plus writing the
   same bytes (fsynced), each process a share of the files;

@@ -5,11 +5,14 @@ first ready takes the largest. Each worker has two pipes of its own (jobs in, ev
 killed at any instant holds no lock the others need; its death is seen through its process sentinel. The
 first failure cancels the others: the parent sends each busy worker a stop message, which the job notices
 between rows or batches (it polls the job pipe), so their shards in progress are not committed. A worker
-whose parent died (killed with ``kill -9``) stops the same way.
+whose parent died (killed with ``kill -9``) stops the same way. Workers may be started before the work is
+known (:class:`WorkerProcesses`), their interpreters' start overlapping the parent's planning; the work comes
+as their first message.
 """
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 import os
 import signal
@@ -25,10 +28,17 @@ from guideloom._jobs.work import Cancelled, J, R, RemoteTraceback, Report, Work,
 STOP_GRACE_SECONDS = 30.0  # how long stopped workers may take to leave their current batch of rows
 
 
-def _worker_main(work: Work[Any, Any], workers: int, jobs: Connection, events: Connection) -> None:
-    """A worker process: write each job received until ``None``; report progress and outcomes."""
+def _worker_main(preload: tuple[str, ...], jobs: Connection, events: Connection) -> None:
+    """A worker process: import ``preload`` while the parent plans, then receive the work (or ``None``: not needed),
+    write each job received until ``None``, and report progress and outcomes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the workers
     parent = os.getppid()
+    for module in preload:
+        importlib.import_module(module)
+    given = jobs.recv()
+    if given is None:
+        return
+    work, workers = given
     try:
         work.start(workers)
     except Exception as error:
@@ -60,32 +70,76 @@ class _Worker(Generic[J]):
     events: Connection
     job: tuple[int, J] | None = None  # the job it is working on, and its index
     stopped: bool = False  # sent the stop message
+    leaving: bool = False  # its events pipe closed: waited for by its sentinel alone (a closed pipe is always ready)
+
+
+class WorkerProcesses:
+    """Worker processes started before their work is known, so that their start (a fresh interpreter importing
+    ``preload``) overlaps the parent's planning; a pool takes them, and those it does not need are let go."""
+
+    def __init__(self, count: int, preload: tuple[str, ...] = ()) -> None:
+        context = multiprocessing.get_context("spawn")  # no fork: the parent may hold threads (torch, tokenizers)
+        self.waiting: list[_Worker[Any]] = []
+        for _ in range(count):
+            job_reader, job_writer = context.Pipe(duplex=False)
+            event_reader, event_writer = context.Pipe(duplex=False)
+            process = context.Process(target=_worker_main, args=(preload, job_reader, event_writer), daemon=True)
+            process.start()
+            job_reader.close()
+            event_writer.close()
+            self.waiting.append(_Worker(process, job_writer, event_reader))
+
+    def take(self, count: int) -> list[_Worker[Any]]:
+        """Up to ``count`` of the waiting processes, no longer waiting."""
+        taken, self.waiting = self.waiting[:count], self.waiting[count:]
+        return taken
+
+    def close(self) -> None:
+        """Let the processes no pool took go: told they are not needed, then waited for."""
+        for worker in self.waiting:
+            try:
+                worker.jobs.send(None)
+            except OSError:
+                pass  # already gone
+        for worker in self.waiting:
+            worker.process.join(STOP_GRACE_SECONDS)
+            if worker.process.is_alive():
+                worker.process.terminate()
+                worker.process.join()
+            worker.jobs.close()
+            worker.events.close()
+        self.waiting = []
+
+    def __enter__(self) -> WorkerProcesses:
+        return self
+
+    def __exit__(self, *exception: object) -> None:
+        self.close()
 
 
 class _Pool(Generic[J, R]):
     """The parent's side: hands out jobs, collects results, notices failures and deaths."""
 
-    def __init__(self, work: Work[J, R], jobs: list[J], workers: int, update: Report, results: dict[int, R]) -> None:
+    def __init__(
+        self, work: Work[J, R], jobs: list[J], workers: list[_Worker[J]], update: Report, results: dict[int, R]
+    ) -> None:
         self.pending = deque(sorted(enumerate(jobs), key=lambda numbered: -numbered[1].size))  # busy to the end
         self.work = work
         self.update = update
         self.results = results
         self.failure: BaseException | None = None
-        self.workers: list[_Worker[J]] = []
-        context = multiprocessing.get_context("spawn")  # no fork: the parent may hold threads (torch, tokenizers)
-        for _ in range(workers):
-            job_reader, job_writer = context.Pipe(duplex=False)
-            event_reader, event_writer = context.Pipe(duplex=False)
-            process = context.Process(target=_worker_main, args=(work, workers, job_reader, event_writer), daemon=True)
-            process.start()
-            job_reader.close()
-            event_writer.close()
-            self.workers.append(_Worker(process, job_writer, event_reader))
+        self.workers = workers
+        for worker in workers:
+            try:
+                worker.jobs.send((work, len(workers)))
+            except OSError:
+                pass  # it died waiting: its sentinel says so
 
     def run(self) -> None:
         while self.workers:
             sentinels = {worker.process.sentinel: worker for worker in self.workers}
-            ready = wait([*(worker.events for worker in self.workers), *sentinels])
+            events = [worker.events for worker in self.workers if not worker.leaving]
+            ready = wait([*events, *sentinels])
             for worker in list(self.workers):
                 if worker.events in ready:
                     self._receive(worker)
@@ -116,7 +170,7 @@ class _Pool(Generic[J, R]):
                 if dispatch and not worker.stopped:
                     self._next_job(worker)
         except (EOFError, OSError):
-            pass  # the worker is gone; its sentinel says so
+            worker.leaving = True  # its pipe is closed (it is ending): its sentinel says when it has ended
 
     def _ended(self, worker: _Worker[J]) -> None:
         self._receive(worker, dispatch=False)  # what it sent before it ended
@@ -155,11 +209,19 @@ class _Pool(Generic[J, R]):
 
 
 def run_pool(
-    work: Work[J, R], jobs: list[J], workers: int, update: Report, results: dict[int, R]
+    work: Work[J, R],
+    jobs: list[J],
+    workers: int,
+    update: Report,
+    results: dict[int, R],
+    started: WorkerProcesses | None = None,
 ) -> BaseException | None:
-    """Write ``jobs`` in ``workers`` processes, their results into ``results`` by the job's index in ``jobs``;
-    the first failure (or None)."""
-    pool = _Pool(work, jobs, workers, update, results)
+    """Write ``jobs`` in ``workers`` processes (taken from ``started`` first), their results into ``results`` by the
+    job's index in ``jobs``; the first failure (or None)."""
+    taken = started.take(workers) if started is not None else []
+    if len(taken) < workers:
+        taken += WorkerProcesses(workers - len(taken)).take(workers)
+    pool = _Pool(work, jobs, taken, update, results)
     try:
         pool.run()
     finally:

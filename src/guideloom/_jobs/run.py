@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, Protocol
 
-from guideloom._jobs.pool import run_pool
+from guideloom._jobs.pool import WorkerProcesses, run_pool
 from guideloom._jobs.progress import Progress
 from guideloom._jobs.work import Cancelled, J, R, Work
 
@@ -42,6 +42,19 @@ def check_workers(workers: object, name: str) -> None:
         raise ValueError(f"{name} must be a positive int, got {workers!r}")
 
 
+def workers_ahead(
+    default_workers: int, workers: int | None, ray: bool | str, input_bytes: int | None, likely_jobs: int, preload: str
+) -> WorkerProcesses:
+    """Worker processes to start while the run is planned, their start (importing ``preload``) overlapping the
+    planning: as many as :func:`run_jobs` will likely use for ``likely_jobs`` jobs; none where it will run in this
+    process or as Ray tasks, or where the inputs' size is unknown (on an object store) and the default decides by it."""
+    count = default_workers if workers is None else workers
+    if workers is None and (input_bytes is None or input_bytes < AUTO_PARALLEL_MIN_BYTES):
+        count = 1
+    count = min(count, likely_jobs)
+    return WorkerProcesses(count if count > 1 and ray is False else 0, (preload,))
+
+
 def run_jobs(
     work: Work[J, R],
     jobs: list[J],
@@ -50,10 +63,12 @@ def run_jobs(
     progress: bool,
     names: RunOptionNames,
     note: Callable[[BaseException, dict[int, R]], object],
+    started: WorkerProcesses | None = None,
 ) -> Executed[R]:
     """Write ``jobs`` with ``workers`` processes (None: ``work.default_workers()``, or this process for small
     inputs; 1: this process), or as Ray tasks (``ray``: True, or a cluster's address), with a progress bar.
 
+    Worker processes ``started`` ahead (:func:`workers_ahead`) are used first.
     A failure is raised once the other jobs stopped, after ``note(error, results so far)`` said on it what
     was committed and how to finish.
     """
@@ -78,7 +93,7 @@ def run_jobs(
                 raise ImportError(f"{names.ray} needs Ray: pip install 'guideloom[ray]'") from None
             failure = run_tasks(work, jobs, None if ray is True else ray, bar.update, results)
         elif processes:
-            failure = run_pool(work, jobs, processes, bar.update, results)
+            failure = run_pool(work, jobs, processes, bar.update, results, started)
         else:
             for index, job in enumerate(jobs):
                 results[index] = work.run(job, bar.update)

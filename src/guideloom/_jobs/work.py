@@ -63,6 +63,11 @@ class Work(ABC, Generic[J, R]):
 
     def default_workers(self) -> int:
         """The worker processes when none are asked for."""
+        return self.cores()
+
+    @staticmethod
+    def cores() -> int:
+        """The machine's cores: the worker processes when none are asked for, unless a command says otherwise."""
         return os.cpu_count() or 1
 
     def start(self, workers: int) -> None:

@@ -14,8 +14,8 @@ from guideloom._core.subcommands import Subcommands
 from guideloom._jobs import options
 from guideloom._remote.object_store import parse_storage_options
 from guideloom._storage.storages import local_path
-from guideloom.importing._plan import DEFAULT_SHARD_SIZE, plan_import
-from guideloom.importing._run import CLI_NAMES, execute
+from guideloom.importing._plan import DEFAULT_SHARD_SIZE, gather_inputs, plan_import
+from guideloom.importing._run import CLI_NAMES, execute, start_workers
 
 DESCRIPTION = """\
 Import rows into a guideloom document storage, one record per row, in
@@ -73,17 +73,26 @@ def prepare_import(arguments: argparse.Namespace) -> Callable[[], int]:
     import time
 
     started = time.perf_counter()
-    plan = plan_import(
-        arguments.sources,
-        local_path(arguments.destination, "DEST"),
-        arguments.schema,
-        arguments.shard_size,
-        CLI_NAMES,
-        parse_storage_options(arguments.storage_options),
-    )
+    storage_options = parse_storage_options(arguments.storage_options)
+    ray = options.ray_address(arguments)
+    inputs = gather_inputs(arguments.sources, CLI_NAMES, storage_options)
+    processes = start_workers(inputs, arguments.workers, ray, arguments.shard_size, CLI_NAMES)
+    try:
+        plan = plan_import(
+            inputs,
+            local_path(arguments.destination, "DEST"),
+            arguments.schema,
+            arguments.shard_size,
+            CLI_NAMES,
+            storage_options,
+        )
+    except BaseException:
+        processes.close()
+        raise
 
     def run() -> int:
-        summary = execute(plan, arguments.workers, not arguments.quiet, started, options.ray_address(arguments))
+        with processes:
+            summary = execute(plan, arguments.workers, not arguments.quiet, started, ray, processes)
         print(summary.describe())
         return 0
 

@@ -110,26 +110,30 @@ def jobs_digest(jobs: list[ImportJob]) -> str:
     return hashlib.sha256(json.dumps(described).encode()).hexdigest()[:32]
 
 
-def cut_into_jobs(pieces: list[tuple[int, Piece]], shard_size: int) -> list[ImportJob]:
-    """The pieces, in order, in jobs of about ``shard_size`` input bytes: a job ends where its size is nearest.
-
-    A job ends once it holds ``shard_size`` bytes, or before a piece that would take it further past
-    ``shard_size`` than it now falls short (8 files of 0.99x half the shard size make 4 jobs of 2, not 3
-    jobs of 3, 3 and 2 that leave one of 2 workers writing most of the files).
-    """
-    jobs: list[ImportJob] = []
-    current: list[tuple[int, Piece]] = []
-    size = 0
-    for position, numbered in enumerate(pieces):
-        current.append(numbered)
-        size += numbered[1].size
-        following = pieces[position + 1][1].size if position + 1 < len(pieces) else 0
+def job_ends(sizes: list[int], shard_size: int) -> list[int]:
+    """Where jobs of consecutive pieces of these ``sizes`` end (each job's last piece, by index): a job ends once it
+    holds ``shard_size`` bytes, or before a piece that would take it further past ``shard_size`` than it now falls
+    short (8 files of 0.99x half the shard size make 4 jobs of 2, not 3 jobs of 3, 3 and 2 that leave one of 2
+    workers writing most of the files), or at ``MAX_PIECES_PER_JOB`` pieces."""
+    ends = []
+    size = first = 0
+    for position, piece_size in enumerate(sizes):
+        size += piece_size
+        following = sizes[position + 1] if position + 1 < len(sizes) else 0
         nearest = size + following - shard_size > shard_size - size
-        if size >= shard_size or nearest or len(current) >= MAX_PIECES_PER_JOB:
-            jobs.append(ImportJob(len(jobs), tuple(current)))
-            current, size = [], 0
-    if current:
-        jobs.append(ImportJob(len(jobs), tuple(current)))
+        if size >= shard_size or nearest or position + 1 - first >= MAX_PIECES_PER_JOB or position + 1 == len(sizes):
+            ends.append(position)
+            size, first = 0, position + 1
+    return ends
+
+
+def cut_into_jobs(pieces: list[tuple[int, Piece]], shard_size: int) -> list[ImportJob]:
+    """The pieces, in order, in jobs of about ``shard_size`` input bytes (see :func:`job_ends`)."""
+    jobs: list[ImportJob] = []
+    first = 0
+    for end in job_ends([piece.size for _, piece in pieces], shard_size):
+        jobs.append(ImportJob(len(jobs), tuple(pieces[first : end + 1])))
+        first = end + 1
     return jobs
 
 
@@ -182,8 +186,26 @@ def job_progress(job: ImportJob, destination: Path, committed: set[int]) -> Resu
     return Resume(shards, input_, first + count - 1, finished)
 
 
+Inputs = list[tuple[InputPath, str]]  # each input and its format, in order
+
+
+def gather_inputs(sources: object, names: Any, storage_options: dict[str, Any] | None = None) -> Inputs:
+    """The inputs the sources stand for (folders and prefixes listed), each with its format."""
+    inputs = expand_sources(sources, storage_options)
+    if storage_options and not any(is_remote(path) for path, _ in inputs):
+        raise ValueError(f"{names.storage_options} apply to sources on an object store, and every source is local")
+    return inputs
+
+
+def local_sizes(inputs: Inputs) -> list[int] | None:
+    """Each input's bytes, None where some are on an object store (asking their sizes would cost requests)."""
+    if any(is_remote(path) for path, _ in inputs):
+        return None
+    return [Path(path).stat().st_size for path, _ in inputs]
+
+
 def plan_import(
-    sources: object,
+    inputs: Inputs,
     destination: Path,
     schema: object,
     shard_size: object,
@@ -193,9 +215,6 @@ def plan_import(
     """Check everything that can be checked before writing, and what earlier runs committed."""
     size = parse_shard_size(shard_size, names.shard_size)
     given = load_schema(schema)
-    inputs = expand_sources(sources, storage_options)
-    if storage_options and not any(is_remote(path) for path, _ in inputs):
-        raise ValueError(f"{names.storage_options} apply to sources on an object store, and every source is local")
     given_fields = None if given is None else fields_of_record_schema(given)
     fields, pieces = _describe_all(inputs, size, given_fields, storage_options)
     if not fields:

@@ -9,12 +9,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from guideloom._core.errors import StorageNotFoundError
+from guideloom._core.sizes import parse_shard_size
 from guideloom._core.text import plural
-from guideloom._jobs.run import check_workers, run_jobs
+from guideloom._jobs.pool import WorkerProcesses
+from guideloom._jobs.run import check_workers, run_jobs, workers_ahead
 from guideloom._storage.provenance import read_inputs
 from guideloom._storage.storages import local_path
 from guideloom.fields import RecordSchema
-from guideloom.importing._plan import DEFAULT_SHARD_SIZE, ImportPlan, plan_import
+from guideloom.importing._plan import (
+    DEFAULT_SHARD_SIZE,
+    ImportPlan,
+    Inputs,
+    gather_inputs,
+    job_ends,
+    local_sizes,
+    plan_import,
+)
 from guideloom.importing._schema import describe_fields, fields_from_mapping, record_schema
 from guideloom.importing._work import ImportWork
 from guideloom.importing._write import JobResult
@@ -30,6 +40,7 @@ class OptionNames:
     ray: str
 
 
+IMPORT_WORK = "guideloom.importing._work"  # what a worker imports to write jobs: while the import is planned
 PYTHON_NAMES = OptionNames("workers", "shard_size", "storage_options", "ray")
 CLI_NAMES = OptionNames("--workers", "--shard-size", "--storage-options", "--ray")
 
@@ -81,14 +92,31 @@ def _note_failure(error: BaseException, results: dict[int, JobResult]) -> None:
     error.add_note("shards committed before the failure stay; run the same import again to finish it")
 
 
+def start_workers(
+    inputs: Inputs, workers: int | None, ray: bool | str, shard_size: object, names: OptionNames
+) -> WorkerProcesses:
+    """The worker processes the import of ``inputs`` will likely use (its jobs cut by the inputs' sizes, pieces
+    aside), started before it is planned: planning reads every input's head while they start."""
+    sizes = local_sizes(inputs)
+    if sizes is None:
+        return workers_ahead(ImportWork.cores(), workers, ray, None, 1, IMPORT_WORK)
+    jobs = len(job_ends(sizes, parse_shard_size(shard_size, names.shard_size)))
+    return workers_ahead(ImportWork.cores(), workers, ray, sum(sizes), jobs, IMPORT_WORK)
+
+
 def execute(
-    plan: ImportPlan, workers: int | None, progress: bool, started: float, ray: bool | str = False
+    plan: ImportPlan,
+    workers: int | None,
+    progress: bool,
+    started: float,
+    ray: bool | str = False,
+    processes: WorkerProcesses | None = None,
 ) -> ImportSummary:
-    """Write the planned jobs with ``workers`` processes (None: the cores; 1: this process), or as Ray tasks
-    (``ray``: True, or a cluster's address)."""
+    """Write the planned jobs with ``workers`` processes (None: the cores; 1: this process; those ``processes``
+    started ahead first), or as Ray tasks (``ray``: True, or a cluster's address)."""
     jobs = plan.jobs
     work = ImportWork(plan.settings)
-    executed = run_jobs(work, jobs, workers, ray, progress and bool(jobs), plan.names, _note_failure)
+    executed = run_jobs(work, jobs, workers, ray, progress and bool(jobs), plan.names, _note_failure, processes)
     results = executed.results.values()
     skipped: Counter[str] = Counter()
     for result in results:
@@ -139,10 +167,12 @@ def import_records(
     if storage_options is not None and not isinstance(storage_options, dict):
         raise TypeError(f"storage_options must be a dict, got {type(storage_options).__name__}")
     destination_path = local_path(destination, "destination")
-    plan = plan_import(sources, destination_path, schema, shard_size, PYTHON_NAMES, storage_options)
     if not isinstance(ray, bool | str):
         raise TypeError(f"ray must be a bool or a cluster address, got {type(ray).__name__}")
-    return execute(plan, workers, progress, started, ray)
+    inputs = gather_inputs(sources, PYTHON_NAMES, storage_options)
+    with start_workers(inputs, workers, ray, shard_size, PYTHON_NAMES) as processes:
+        plan = plan_import(inputs, destination_path, schema, shard_size, PYTHON_NAMES, storage_options)
+        return execute(plan, workers, progress, started, ray, processes)
 
 
 def imported_schema(destination: str | os.PathLike[str]) -> RecordSchema:

@@ -6,8 +6,8 @@ extensions (as WebDataset names them) and whose key is kept as ``__key__``. The 
 field type: ``jpg``/``jpeg``/``png``/``webp`` -> ``Image``, ``flac``/``wav``/``mp3``/``ogg`` -> ``Audio``,
 ``mp4``/``webm`` -> ``Video``, ``txt`` -> ``Text``, ``json`` -> ``Json``, ``cls`` -> ``Scalar(int64)``.
 
-The tar is read as a stream (Python's ``tarfile`` in ``r|*`` mode, gzip, bz2 and xz tars too), never
-extracted, so nothing is written anywhere and no member is followed:
+The tar is read member by member (``_tar_members``: plain tars header by header, gzip, bz2 and xz tars as
+a stream through ``tarfile``), never extracted, so nothing is written anywhere and no member is followed:
 
 * symbolic and hard links, devices, FIFOs and other non-regular members are skipped, each counted in
   the summary's skipped rows with the reason (a link would point at data the tar does not hold);
@@ -30,6 +30,7 @@ from guideloom.importing._errors import ImportInputError
 from guideloom.importing._files import InputPath, open_binary, read_head, size_of
 from guideloom.importing._schema import KEY_FIELD, Fields, FieldSpec, merge_fields
 from guideloom.importing._stream import Described, Piece, Row, Skipped
+from guideloom.importing._tar_members import END_OF_ARCHIVE, TarMembers
 
 FIELD_KINDS = {
     "jpg": "image",
@@ -47,8 +48,6 @@ FIELD_KINDS = {
     "cls": "scalar",
 }
 INFER_SAMPLES = 256
-READ_BUFFER = 1 << 20  # bytes per read of the tar stream (tarfile reads 10 KiB at a time by default)
-END_OF_ARCHIVE = 2 * tarfile.BLOCKSIZE  # two zero blocks end every tar (tarfile, GNU tar and bsdtar write them)
 
 
 def format_of_compression(path: InputPath, options: dict[str, Any] | None) -> bool:
@@ -69,12 +68,13 @@ def _spec(extension: str) -> FieldSpec:
 
 def _split_name(name: str) -> tuple[str, str] | None:
     """``(key, extension)`` of a member name, None without an extension."""
-    path = PurePosixPath(name)
-    base, dot, extension = path.name.partition(".")
+    if "//" in name or "/./" in name or name.startswith("./") or name.endswith(("/", "/.")):
+        name = str(PurePosixPath(name))  # spelled unusually: as a path names it
+    parent, _, base = name.rpartition("/")
+    base, dot, extension = base.partition(".")
     if not dot or not base or not extension:
         return None
-    parent = str(path.parent)
-    return (base if parent == "." else f"{parent}/{base}"), extension
+    return (f"{parent}/{base}" if parent else base), extension
 
 
 def _value(path: InputPath, sample: int, extension: str, data: bytes) -> Any:
@@ -91,41 +91,32 @@ def _value(path: InputPath, sample: int, extension: str, data: bytes) -> Any:
     return data
 
 
-def _open_tar(raw: Any, compressed: bool) -> tarfile.TarFile:
-    """The tar read from ``raw``: a plain one by seeking past headers and reading each member at once; a
-    compressed one as a stream (tarfile's stream mode copies every block through its own buffer, several
-    times slower)."""
-    if compressed:
-        return tarfile.open(fileobj=raw, mode="r|*", bufsize=READ_BUFFER)
-    return tarfile.open(fileobj=raw, mode="r:")
-
-
-def _samples(path: InputPath, options: dict[str, Any] | None) -> Iterator[Row]:
+def _samples(path: InputPath, options: dict[str, Any] | None, values: bool = True) -> Iterator[Row]:
     """``(sample index, fields, bytes read)`` in tar order; members left out come as :class:`Skipped` values, with
-    the index of the sample they lie in."""
+    the index of the sample they lie in. Without ``values`` the fields' values are None (their data is not read)."""
     key: str | None = None
     fields: dict[str, Any] = {}
     sample = 0
     compressed = format_of_compression(path, options)
     size = size_of(path, options)
     try:
-        with open_binary(path, options) as raw, _open_tar(raw, compressed) as tar:
+        with open_binary(path, options) as raw, TarMembers(raw, compressed) as tar:
             for member in tar:
                 name = member.name
-                if name.startswith("/") or ".." in PurePosixPath(name).parts:
+                if name.startswith("/") or ".." in name.split("/"):
                     raise ImportInputError(
                         f"{path}: member {name!r} has an absolute name or one with '..'; such a tar is refused"
                     )
-                if member.isdir():
+                if member.kind == "directory":
                     continue
-                if not member.isfile():
-                    what = "links" if member.issym() or member.islnk() else "devices and other special files"
-                    yield sample, Skipped(f"tar members that are {what}"), tar.offset
+                if member.kind != "file":
+                    what = "links" if member.kind == "link" else "devices and other special files"
+                    yield sample, Skipped(f"tar members that are {what}"), member.end
                     continue
                 split = _split_name(name)
                 if split is None or _kind(split[1]) is None:
                     what = "without an extension" if split is None else f"with extension .{split[1]} (no field type)"
-                    yield sample, Skipped(f"tar members {what}"), tar.offset
+                    yield sample, Skipped(f"tar members {what}"), member.end
                     continue
                 member_key, extension = split
                 if member_key != key:
@@ -135,14 +126,9 @@ def _samples(path: InputPath, options: dict[str, Any] | None) -> Iterator[Row]:
                     key, fields = member_key, {KEY_FIELD: member_key}
                 if extension in fields:
                     raise ImportInputError(f"{path}: row {sample}: key {key!r} holds .{extension} twice")
-                extracted = tar.extractfile(member)
-                assert extracted is not None
-                data = extracted.read()
-                if len(data) != member.size:
-                    raise EOFError(f"member {name!r} holds {len(data)} of its {member.size} bytes")
-                fields[extension] = _value(path, sample, extension, data)
-            if not compressed and size < tar.offset + END_OF_ARCHIVE:
-                raise EOFError("the tar ends without its end-of-archive blocks")
+                fields[extension] = _value(path, sample, extension, tar.read(member)) if values else None
+        if not compressed and size < tar.end + END_OF_ARCHIVE:
+            raise EOFError("the tar ends without its end-of-archive blocks")
     except ImportInputError:
         raise
     except (tarfile.TarError, EOFError, OSError, ValueError) as error:
@@ -157,7 +143,7 @@ def describe(path: InputPath, shard_size: int, options: dict[str, Any] | None = 
     del shard_size
     fields: Fields = {KEY_FIELD: FieldSpec("text")}
     seen = 0
-    for _, values, _ in _samples(path, options):
+    for _, values, _ in _samples(path, options, values=False):  # the members' names say the fields
         if isinstance(values, Skipped):
             continue
         found: Fields = {KEY_FIELD: FieldSpec("text")}
