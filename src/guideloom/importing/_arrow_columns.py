@@ -182,6 +182,17 @@ def _is_bytes_struct(arrow_type: Any) -> bool:
     )
 
 
+def binary_columns(schema: Any) -> list[str]:
+    """The columns of an Arrow schema whose values may be media: binary ones, and ``{bytes, path}`` structs."""
+    import pyarrow.types as types
+
+    return [
+        field.name
+        for field in schema
+        if types.is_binary(field.type) or types.is_large_binary(field.type) or _is_bytes_struct(field.type)
+    ]
+
+
 def first_binary_values(batch: Any) -> dict[str, Any]:
     """The first non-null value of each binary column (or ``bytes`` of a ``{bytes, path}`` struct) of a record batch:
     what decides its media kind."""

@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from guideloom.importing._arrow_columns import fields_of_schema, first_binary_values, rows_of_batch
+from guideloom.importing._arrow_columns import binary_columns, fields_of_schema, first_binary_values, rows_of_batch
 from guideloom.importing._errors import ImportInputError
 from guideloom.importing._files import InputPath, open_binary, size_of
 from guideloom.importing._stream import Described, Piece, Row
@@ -15,13 +15,17 @@ from guideloom.importing._stream import Described, Piece, Row
 BATCH_ROWS = 4096
 
 
-def _open(path: InputPath, options: dict[str, Any] | None) -> Any:
+SNIFF_BUFFER = 1 << 20  # bytes read at a time where only a column's first rows are wanted
+
+
+def _open(path: InputPath, options: dict[str, Any] | None, buffer_size: int = 0) -> Any:
     try:
         import pyarrow.parquet as parquet
     except ImportError as error:
         raise ImportError("reading Parquet needs pyarrow: pip install pyarrow") from error
     try:
-        return parquet.ParquetFile(path if isinstance(path, Path) else open_binary(path, options))
+        source = path if isinstance(path, Path) else open_binary(path, options)
+        return parquet.ParquetFile(source, buffer_size=buffer_size, pre_buffer=buffer_size == 0)
     except (FileNotFoundError, PermissionError):
         raise
     except Exception as error:
@@ -45,14 +49,16 @@ def _without_nulls(metadata: Any) -> list[str]:
 
 
 def describe(path: InputPath, shard_size: int, options: dict[str, Any] | None = None) -> Described:
-    """The file's fields and its pieces: consecutive row groups of about ``shard_size`` bytes each."""
-    file = _open(path, options)
+    """The file's fields and its pieces: consecutive row groups of about ``shard_size`` bytes each. Binary columns'
+    first values say their media kind: read in a buffered stream, so that a few pages are read, not the row group."""
+    file = _open(path, options, SNIFF_BUFFER)
     try:
         metadata = file.metadata
         schema = file.schema_arrow
         first: dict[str, Any] = {}
-        if metadata.num_row_groups and metadata.num_rows:
-            for batch in file.iter_batches(batch_size=16, row_groups=[0]):
+        media = binary_columns(schema)
+        if media and metadata.num_row_groups and metadata.num_rows:
+            for batch in file.iter_batches(batch_size=16, row_groups=[0], columns=media):
                 first = first_binary_values(batch)
                 break
         fields = fields_of_schema(schema, first)
