@@ -130,7 +130,7 @@ def test_inputs_whose_pieces_changed_since_the_import_began_are_refused(tmp_path
         import_records([write_jsonl(tmp_path / "other.jsonl", [{"n": 0}])], tmp_path / "out", workers=1)
 
 
-def test_jobs_end_where_their_size_is_nearest_the_shard_size(tmp_path: Path) -> None:
+def test_jobs_are_as_few_as_the_shard_size_allows_and_of_equal_size(tmp_path: Path) -> None:
     from guideloom.importing._plan import cut_into_jobs
     from guideloom.importing._stream import Piece
 
@@ -142,3 +142,5 @@ def test_jobs_end_where_their_size_is_nearest_the_shard_size(tmp_path: Path) -> 
     assert [len(job.pieces) for job in cut_into_jobs(pieces(600), 1000)] == [2, 2, 2, 2]
     assert [len(job.pieces) for job in cut_into_jobs(pieces(300), 1000)] == [3, 3, 2]
     assert [len(job.pieces) for job in cut_into_jobs(pieces(1500), 1000)] == [1] * 8
+    # 8 files of 0.2 shards: 2 jobs of 4 (not 5 and 3: the second worker would wait on the first)
+    assert [len(job.pieces) for job in cut_into_jobs(pieces(200), 1000)] == [4, 4]

@@ -1,7 +1,8 @@
 """Planning an import: the inputs checked, the fields decided, the pieces cut into jobs, what earlier runs committed.
 
 Jobs are what makes an import exactly once. The inputs' pieces, in order, are cut into *jobs* of
-consecutive pieces holding about ``shard_size`` input bytes (at most ``MAX_PIECES_PER_JOB``); job
+consecutive pieces holding at most about ``shard_size`` input bytes, of about equal size (at most
+``MAX_PIECES_PER_JOB`` pieces; see :func:`job_ends`); job
 ``j`` writes its rows, in order, into shards ``j * SHARDS_PER_JOB``, ``+ 1``, ... So the shards an
 import writes depend only on its inputs and shard size, never on the workers or on where an earlier
 run was killed. Before each commit the shard's provenance file (``_storage.provenance``) is written: the
@@ -111,17 +112,22 @@ def jobs_digest(jobs: list[ImportJob]) -> str:
 
 
 def job_ends(sizes: list[int], shard_size: int) -> list[int]:
-    """Where jobs of consecutive pieces of these ``sizes`` end (each job's last piece, by index): a job ends once it
-    holds ``shard_size`` bytes, or before a piece that would take it further past ``shard_size`` than it now falls
-    short (8 files of 0.99x half the shard size make 4 jobs of 2, not 3 jobs of 3, 3 and 2 that leave one of 2
-    workers writing most of the files), or at ``MAX_PIECES_PER_JOB`` pieces."""
+    """Where jobs of consecutive pieces of these ``sizes`` end (each job's last piece, by index).
+
+    The pieces make as few jobs as hold at most ``shard_size`` bytes each on average, of about equal size (10 tars
+    of 0.16x a shard make 2 jobs of 5, not 6 and 4): a job ends once it holds that size, or before a piece that
+    would take it further past the size than it now falls short (8 files of 0.99x half the shard size make 4 jobs
+    of 2, not 3 jobs of 3, 3 and 2), or at ``MAX_PIECES_PER_JOB`` pieces. Equal jobs keep workers busy to the end.
+    """
+    total = sum(sizes)
+    target = total / max(1, -(-total // shard_size))
     ends = []
     size = first = 0
     for position, piece_size in enumerate(sizes):
         size += piece_size
         following = sizes[position + 1] if position + 1 < len(sizes) else 0
-        nearest = size + following - shard_size > shard_size - size
-        if size >= shard_size or nearest or position + 1 - first >= MAX_PIECES_PER_JOB or position + 1 == len(sizes):
+        nearest = size + following - target > target - size
+        if size >= target or nearest or position + 1 - first >= MAX_PIECES_PER_JOB or position + 1 == len(sizes):
             ends.append(position)
             size, first = 0, position + 1
     return ends
