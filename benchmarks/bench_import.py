@@ -23,6 +23,7 @@ Parquet in 32 files of one row group each, ``guideloom import`` once (``import_b
     python -m benchmarks.bench_import              # 8 Parquet files, 1 GiB in all; 10,000 images; 3 rounds
     python -m benchmarks.bench_import --quick      # one round of 128 MiB and 1,000 images
     python -m benchmarks.bench_import --big --processes 2
+    python -m benchmarks.bench_import --ways "limit,guideloom import,datasets"   # some of the ways only
 """
 
 from __future__ import annotations
@@ -374,6 +375,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one round of 128 MiB of Parquet and 1,000 images")
     parser.add_argument("--big", action="store_true", help="only the memory check: 10 GiB of Parquet (32 files)")
     parser.add_argument("--processes", default="1,2", help="process counts to run the parallel ways with")
+    parser.add_argument("--ways", help="only these ways, comma-separated (default: all): limit,guideloom import,...")
     arguments = parser.parse_args()
     processes = tuple(int(count) for count in arguments.processes.split(","))
     if arguments.quick:
@@ -393,11 +395,14 @@ def main() -> None:
             print(markdown)
             write_results("import_big", {"machine": machine(), "parquet": big}, markdown)
             return
+        chosen = set(arguments.ways.split(",")) if arguments.ways else set(PARQUET) | set(TARS)
         inputs = make_parquet(scratch / "parquet", arguments.files, arguments.mib)
-        parquet = run_ways(PARQUET, inputs, scratch, arguments.rounds, processes)
+        parquet_ways = {way: script for way, script in PARQUET.items() if way in chosen}
+        parquet = run_ways(parquet_ways, inputs, scratch, arguments.rounds, processes)
         shutil.rmtree(scratch / "parquet")
         (scratch / "tars").mkdir()
-        tars = run_ways(TARS, make_tars(scratch / "tars", arguments.images), scratch, arguments.rounds, processes)
+        tar_ways = {way: script for way, script in TARS.items() if way in chosen}
+        tars = run_ways(tar_ways, make_tars(scratch / "tars", arguments.images), scratch, arguments.rounds, processes)
     parquet["ratios"], tars["ratios"] = ratios(parquet, processes), ratios(tars, processes)
     markdown = "\n\n".join(
         [table("Parquet, text and token columns", parquet), table("JPEGs with captions in WebDataset tars", tars)]
