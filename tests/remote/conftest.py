@@ -173,18 +173,6 @@ class ServiceStorage:
         return sum(size for _, _, _, size in self.reads(key_part))
 
 
-def known_gap(service: ServiceStorage, holds: bool, gap: str) -> None:
-    """A check that holds on S3 and not yet on GCS and Azure: asserted on S3; elsewhere the test ends as an expected
-    failure while the gap lasts, and fails once it is closed, so that the check is made for every service then.
-    Called last in a test: what it checks besides holds on every service."""
-    if service.name == "s3":
-        assert holds, gap
-    elif not holds:
-        pytest.xfail(gap)
-    else:
-        pytest.fail(f"closed on {service.name}, make the check for every service: {gap}")
-
-
 @pytest.fixture(params=SERVICES)
 def service(request: pytest.FixtureRequest) -> ServiceStorage:
     """A storage URL in a fresh bucket on each service (S3, GCS, Azure) in turn."""

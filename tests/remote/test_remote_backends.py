@@ -27,11 +27,12 @@ class DictBackend:
     atomic_creates = True
     ranged_downloads = False
     listable = True
+    counts_requests = False
     objects: ClassVar[dict[str, bytes]] = {}
     hiccups: ClassVar[list[str]] = []  # keys whose next read fails once with a Hiccup
     lock = threading.Lock()
 
-    def __init__(self, protocol: str, options: dict[str, Any]) -> None:
+    def __init__(self, protocol: str, options: dict[str, Any], location: str) -> None:
         self.protocol = protocol
 
     def list_page(self, folder: str, start_after: str, page: str | None) -> ListPage:

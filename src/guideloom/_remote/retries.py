@@ -132,23 +132,35 @@ class RetriesExhausted(Exception):
 class Retrying:
     """Runs requests under a policy and counts the retries it made (shared by threads; per process).
 
-    ``errors`` reads the failures of the service's client (its backend; picklable, as it is sent along). Each
-    attempt is one request, counted (with the retries) for the storage at ``location`` (``_core.metrics``).
+    ``errors`` reads the failures of the service's client (its backend; picklable, as it is sent along). The
+    retries are counted for the storage at ``location`` (``_core.metrics``), and so is each attempt as one request
+    unless ``counts_requests`` is False (a client that counts the HTTP requests it sends itself).
     """
 
-    def __init__(self, policy: RetryPolicy, errors: ServiceErrors, location: str = "") -> None:
+    def __init__(
+        self, policy: RetryPolicy, errors: ServiceErrors, location: str = "", counts_requests: bool = True
+    ) -> None:
         self.policy = policy
         self.errors = errors
         self.location = location
+        self.counts_requests = counts_requests
         self.count = 0
         self._lock = threading.Lock()
         self._random = random.Random()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"policy": self.policy, "errors": self.errors, "location": self.location, "count": 0}
+        return {
+            "policy": self.policy,
+            "errors": self.errors,
+            "location": self.location,
+            "counts_requests": self.counts_requests,
+            "count": 0,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["policy"], state["errors"], state.get("location", ""))  # type: ignore[misc]
+        self.__init__(  # type: ignore[misc]
+            state["policy"], state["errors"], state.get("location", ""), state.get("counts_requests", True)
+        )
 
     def call(self, what: str, request: Callable[[int], T]) -> T:
         """``request(attempt)`` (attempt 1, 2, ...) until it succeeds, fails permanently, or the policy ends.
@@ -159,7 +171,8 @@ class Retrying:
         attempt = 0
         while True:
             attempt += 1
-            count("requests", 1, self.location)
+            if self.counts_requests:
+                count("requests", 1, self.location)
             try:
                 return request(attempt)
             except Exception as error:
@@ -173,7 +186,8 @@ class Retrying:
         attempt = 0
         while True:
             attempt += 1
-            count("requests", 1, self.location)
+            if self.counts_requests:
+                count("requests", 1, self.location)
             try:
                 return await request(attempt)
             except Exception as error:
