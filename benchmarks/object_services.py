@@ -53,7 +53,7 @@ def _fsspec_client(scheme: str, options: dict[str, Any], bucket: str) -> Client:
 
 
 def _azure_sdk_client(options: dict[str, Any], bucket: str) -> Client:
-    """azure-storage-blob's sync client as guideloom's Azure backend calls it (its retries off, each request counted)."""
+    """azure-storage-blob's sync client as guideloom's Azure backend calls it (its retries off, requests counted)."""
     from guideloom._remote.azure_backend import AzureBackend
     from guideloom._remote.retries import Retrying, RetryPolicy
 

@@ -10,13 +10,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from tests.helpers.processes import free_port
+from tests.remote.fault_proxy import FaultProxy
 from tests.remote.s3_support import DUMMY_CREDENTIALS, RequestLog, S3Server
 from tests.remote.services import AZURITE, SERVICES, Service, start_azurite, start_gcs, start_s3_proxy
 
@@ -108,6 +110,18 @@ class ServiceStorage:
             yield
         finally:
             self.service.proxy.restart()
+
+    @contextlib.contextmanager
+    def faults(
+        self, rates: dict[str, float], max_in_a_row: int = 1, applies: Callable[[str, str], bool] | None = None
+    ) -> Iterator[FaultProxy]:
+        """The service's proxy injecting faults at ``rates`` for the block's time (its ``injected`` counted afresh)."""
+        proxy = self.service.proxy
+        proxy.rates, proxy.max_in_a_row, proxy.applies, proxy.injected = dict(rates), max_in_a_row, applies, Counter()
+        try:
+            yield proxy
+        finally:
+            proxy.rates, proxy.max_in_a_row, proxy.applies = {}, 2, None
 
     def filesystem(self) -> Any:
         import fsspec

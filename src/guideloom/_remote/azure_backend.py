@@ -6,9 +6,9 @@ neither its retries nor its requests could be seen. Here its retries are off (``
 (``raw_request_hook``), so ``loader.metrics()`` says what the service answered. A listing page is one
 ``List Blobs`` request (names directly in the folder, ``PAGE_SIZE`` a page); a read one ranged GET (the start
 of a blob too: its ``Content-Range`` gives the whole size); a size one HEAD; a whole download one GET up to
-``GET_BYTES`` (larger blobs in GETs of that size); a create an upload with ``If-None-Match: *`` (Azure answers
-409 where the blob exists; a file larger than the SDK's single upload goes in blocks, committed with the same
-condition). The only retries left to the SDK are its download's own, of a body cut short (counted too).
+``REQUEST_BYTES`` (larger blobs in GETs of that size); a create an upload with ``If-None-Match: *`` (Azure answers
+409 where the blob exists; a file larger than ``REQUEST_BYTES`` goes in blocks of that size, committed with the
+same condition). The only retries left to the SDK are its download's own, of a body cut short (counted too).
 
 The storage's options are adlfs's (so that a storage moves between the two unchanged): ``account_name`` with
 ``account_key``, ``sas_token``, ``credential`` or a service principal (``client_id``, ``client_secret``,
@@ -31,7 +31,7 @@ from guideloom._core.metrics import count
 from guideloom._remote.object_backend import BROKEN_CONNECTIONS, PAGE_SIZE, Decoder, ListPage, named_among
 from guideloom._remote.retries import Retrying
 
-GET_BYTES = 64 << 20  # a blob up to this size is one GET (the SDK holds a GET's body in memory)
+REQUEST_BYTES = 64 << 20  # a blob up to this size is one GET or PUT, a larger one moves in parts of it (in memory)
 # adlfs's options, read as adlfs reads them (each from its environment variable where not given).
 CREDENTIAL_OPTIONS = {
     "account_name": "AZURE_STORAGE_ACCOUNT_NAME",
@@ -94,6 +94,11 @@ class AzureBackend:
                 "['connection_string'], or the environment variable AZURE_STORAGE_ACCOUNT_NAME or "
                 "AZURE_STORAGE_CONNECTION_STRING"
             )
+        if given["client_id"] and not (given["client_secret"] and given["tenant_id"]):
+            raise ValueError(
+                f"{protocol}:// storage_options['client_id'] (a service principal) needs 'client_secret' and "
+                "'tenant_id' (or AZURE_STORAGE_CLIENT_SECRET and AZURE_STORAGE_TENANT_ID)"
+            )
         self.protocol = protocol
         self.options = options
         self.location = location
@@ -125,8 +130,10 @@ class AzureBackend:
         settings: dict[str, Any] = {
             "retry_total": 0,
             "raw_request_hook": self._request_sent,
-            "max_single_get_size": GET_BYTES,
-            "max_chunk_get_size": GET_BYTES,
+            "max_single_get_size": REQUEST_BYTES,
+            "max_chunk_get_size": REQUEST_BYTES,
+            "max_single_put_size": REQUEST_BYTES,
+            "max_block_size": REQUEST_BYTES,
             **{name: options[name] for name in CLIENT_OPTIONS if name in options},
         }
         if given["connection_string"]:
@@ -141,7 +148,9 @@ class AzureBackend:
         elif credential is None and given["client_id"]:
             from azure.identity import ClientSecretCredential
 
-            credential = ClientSecretCredential(given["tenant_id"], given["client_id"], given["client_secret"])
+            credential = ClientSecretCredential(
+                str(given["tenant_id"]), str(given["client_id"]), str(given["client_secret"])
+            )
         elif credential is None and not _anonymous(options):
             from azure.identity import DefaultAzureCredential
 
@@ -255,7 +264,8 @@ class AzureBackend:
         return "ContainerNotFound" in str(error)
 
     def bucket_exists(self, bucket: str) -> bool:
-        return bool(self.service.get_container_client(bucket).exists())
+        with _named_errors(bucket):
+            return bool(self.service.get_container_client(bucket).exists())
 
     def close(self) -> None:
         with self._lock:
@@ -274,16 +284,21 @@ def _anonymous(options: dict[str, Any]) -> bool:
 @contextlib.contextmanager
 def _named_errors(key: str) -> Iterator[None]:
     """The SDK's errors for a missing blob or container as FileNotFoundError, a range past a blob's end as EINVAL,
-    each naming the key and the service's error code (``ContainerNotFound``, ``InvalidRange``)."""
-    from azure.core.exceptions import ResourceNotFoundError
+    each naming the key and the service's error code (``ContainerNotFound``, ``InvalidRange``); a request that did
+    not get through (no connection) as ConnectionError."""
+    from azure.core.exceptions import ResourceNotFoundError, ServiceRequestError
     from azure.storage.blob import StorageErrorCode
 
     try:
         yield
+    except ServiceRequestError as error:
+        raise ConnectionError(f"{key}: the request was not sent: {error}") from error
     except ResourceNotFoundError as error:
         raise FileNotFoundError(errno.ENOENT, f"{key}: {getattr(error, 'error_code', None) or 'not found'}") from error
     except Exception as error:
         code = getattr(error, "error_code", None)
         if code == StorageErrorCode.INVALID_RANGE or getattr(error, "status_code", None) == 416:
-            raise OSError(errno.EINVAL, f"{key}: the range asked begins past the object's end (InvalidRange)") from error
+            raise OSError(
+                errno.EINVAL, f"{key}: the range asked begins past the object's end (InvalidRange)"
+            ) from error
         raise

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import re
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -84,7 +85,7 @@ def describe(error: BaseException, errors: ServiceErrors) -> str:
     """A short account of an error: its status where it has one, its type and message."""
     status = http_status(error, errors)
     text = str(error) or type(error).__name__
-    if status is not None and str(status) not in text:
+    if status is not None and re.search(rf"\b{status}\b", text) is None:  # (not one inside a bucket's name)
         return f"HTTP {status}: {text}"
     return f"{type(error).__name__}: {text}"
 
