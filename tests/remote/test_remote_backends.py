@@ -138,3 +138,12 @@ def test_the_service_backend_says_which_of_its_errors_are_retried(dict_service: 
     DictBackend.hiccups.append("bucket/corpus/x")
     assert store.read("x") == b"payload"
     assert store.retrying.count == 1
+
+
+def test_azure_options_are_adlfs_and_an_unknown_one_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    for variable in ("AZURE_STORAGE_CLIENT_SECRET", "AZURE_STORAGE_TENANT_ID"):
+        monkeypatch.delenv(variable, raising=False)
+    with pytest.raises(ValueError, match=r"az:// have no option 'endpoint_url'"):
+        TokenStorage("az://container/corpus", storage_options={"account_name": "a", "endpoint_url": "x"})
+    with pytest.raises(ValueError, match=r"client_id.*needs 'client_secret' and 'tenant_id'"):
+        TokenStorage("az://container/corpus", storage_options={"account_name": "a", "client_id": "c"})

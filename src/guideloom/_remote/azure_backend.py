@@ -87,7 +87,7 @@ class AzureBackend:
         unknown = [name for name in unknown if name not in CLIENT_OPTIONS and name not in FILESYSTEM_OPTIONS]
         if unknown:
             raise ValueError(f"storage_options for {protocol}:// have no option {', '.join(map(repr, unknown))}")
-        given = {name: options.get(name) or os.environ.get(variable) for name, variable in CREDENTIAL_OPTIONS.items()}
+        given = _credential_options(options)
         if not given["connection_string"] and not given["account_name"]:
             raise ValueError(
                 f"{protocol}:// storages need storage_options['account_name'] (with a key, token or credential) or "
@@ -126,7 +126,7 @@ class AzureBackend:
         from azure.storage.blob import BlobServiceClient
 
         options = self.options
-        given = {name: options.get(name) or os.environ.get(variable) for name, variable in CREDENTIAL_OPTIONS.items()}
+        given = _credential_options(options)
         settings: dict[str, Any] = {
             "retry_total": 0,
             "raw_request_hook": self._request_sent,
@@ -144,7 +144,9 @@ class AzureBackend:
         if credential is None and given["account_key"]:
             credential = {"account_name": name, "account_key": given["account_key"]}
         elif credential is None and given["sas_token"]:
-            credential = str(given["sas_token"]).lstrip("?")
+            from azure.core.credentials import AzureSasCredential
+
+            credential = AzureSasCredential(str(given["sas_token"]).lstrip("?"))
         elif credential is None and given["client_id"]:
             from azure.identity import ClientSecretCredential
 
@@ -224,7 +226,8 @@ class AzureBackend:
     def download_ranges(
         self, key: str, destination: Path, ranges: list[tuple[int, int]], retrying: Retrying, doing: str
     ) -> None:
-        raise NotImplementedError(f"{self.protocol}:// downloads whole objects (ranged_downloads is False)")
+        """Not asked: ``ranged_downloads`` is False (a blob comes whole, in GETs of up to ``REQUEST_BYTES``)."""
+        raise NotImplementedError(f"{self.protocol}:// blobs are downloaded whole")
 
     def create(self, key: str, source: bytes | Path, retrying: Retrying, doing: str) -> bool | None:
         """An upload with ``If-None-Match: *`` (a file streamed, in blocks where large); 409: the blob exists."""
@@ -272,6 +275,11 @@ class AzureBackend:
             service, self._service = self._service, None
         if service is not None and self._pid == os.getpid():
             service.close()
+
+
+def _credential_options(options: dict[str, Any]) -> dict[str, Any]:
+    """adlfs's credential options, each from its environment variable where not given."""
+    return {name: options.get(name) or os.environ.get(variable) for name, variable in CREDENTIAL_OPTIONS.items()}
 
 
 def _anonymous(options: dict[str, Any]) -> bool:
