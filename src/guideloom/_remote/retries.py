@@ -9,10 +9,11 @@ logged (logger ``guideloom``, level WARNING) and counted; when the attempts or t
 the caller turns the last error into a ``ConnectionError`` naming the object. Everything else (403,
 404, 412, a local disk error) is permanent and raised at once.
 
-The clients' own retries (botocore's and s3fs's) are switched off for S3, so these are the only ones
-and the bounds hold as stated (see ``s3_backend``); only aiohttp, under them, still resends an
-idempotent request (GET, HEAD, PUT, DELETE) once when its connection drops before the answer, which
-is neither logged nor counted.
+The clients' own retries are switched off for S3 (botocore's and s3fs's) and Azure (the Azure SDK's), so
+these are the only ones and the bounds hold as stated (see ``s3_backend`` and ``azure_backend``); only
+aiohttp, under s3fs, still resends an idempotent request (GET, HEAD, PUT, DELETE) once when its connection
+drops before the answer, which is neither logged nor counted, and the Azure SDK's download reads a body cut
+short again (counted). gcsfs retries on its own (``gcs_backend``); these come on top.
 """
 
 from __future__ import annotations
