@@ -1,7 +1,7 @@
 """Object-store clients side by side on the local S3 server: whole-object downloads and listings.
 
     python -m benchmarks.bench_object_clients [--megabytes 64] [--objects 10000] [--repeats 3]
-    python -m benchmarks.bench_object_clients --services [--objects 1000] [--repeats 3]
+    python -m benchmarks.bench_object_clients --services [--objects 1000] [--repeats 3] [--only azure]
 
 What guideloom needs from a client is a whole shard streamed into a cache file, and one listing of
 a ``shards/`` prefix with many objects. Compared: guideloom's S3 backend (s3fs's client, its GET's body
@@ -12,9 +12,10 @@ shared machine only ever slows a run). Results go to ``results/object_clients.js
 
 ``--services``: fsspec's client for each service (s3fs, gcsfs, adlfs) beside obstore on the emulators
 the tests run on (moto, gcp-storage-emulator, Azurite, each behind the tests' recording proxy, which
-answers GCS's 412 for the emulator): ranged GETs of 4 KiB to 4 MiB, a listing of ``--objects`` objects
-(in pages where the client pages), and conditional creates (new names, then the same names refused).
-Results go to ``results/object_clients_services.json`` and ``.md``.
+answers GCS's 412 for the emulator), and on Azure the SDK's own client (azure-storage-blob, as guideloom's
+Azure backend calls it): ranged GETs of 4 KiB to 4 MiB, a listing of ``--objects`` objects (in pages
+where the client pages), and conditional creates (new names, then the same names refused); ``--only``
+one service. Results go to ``results/object_clients_services.json`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -66,11 +67,12 @@ def main() -> None:
     parser.add_argument("--objects", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--services", action="store_true", help="compare the clients on each service's emulator")
+    parser.add_argument("--only", choices=("s3", "gcs", "azure"), help="with --services: on this service only")
     arguments = parser.parse_args()
     if arguments.services:
         from benchmarks.object_services import compare_services
 
-        compare_services(arguments.objects, arguments.repeats)
+        compare_services(arguments.objects, arguments.repeats, arguments.only)
         return
     import boto3
     import obstore

@@ -52,6 +52,31 @@ def _fsspec_client(scheme: str, options: dict[str, Any], bucket: str) -> Client:
     )
 
 
+def _azure_sdk_client(options: dict[str, Any], bucket: str) -> Client:
+    """azure-storage-blob's sync client as guideloom's Azure backend calls it (its retries off, requests counted)."""
+    from guideloom._remote.azure_backend import AzureBackend
+    from guideloom._remote.retries import Retrying, RetryPolicy
+
+    backend = AzureBackend("az", options)
+    retrying = Retrying(RetryPolicy(), backend)
+
+    def listing(prefix: str) -> list[str]:
+        names: list[str] = []
+        page: str | None = None
+        while True:
+            found = backend.list_page(f"{bucket}/{prefix}", "", page)
+            names.extend(found.names)
+            page = found.next_page
+            if page is None:
+                return names
+
+    return Client(
+        lambda key, start, end: backend.read(f"{bucket}/{key}", start, end),
+        listing,
+        lambda key, data: backend.create(f"{bucket}/{key}", data, retrying, f"creating {key}") is True,
+    )
+
+
 def _obstore_client(service: str, options: dict[str, Any], bucket: str) -> Client:
     import obstore
     from obstore.exceptions import AlreadyExistsError, PreconditionError
@@ -154,11 +179,14 @@ def _measure(client: Client, bucket_prefix: str, objects: int, repeats: int) -> 
     return measured
 
 
-def compare_services(objects: int, repeats: int) -> dict[str, Any]:
-    """Each client on each service; a client that fails against an emulator is recorded with its error."""
+def compare_services(objects: int, repeats: int, only: str | None = None) -> dict[str, Any]:
+    """Each client on each service (or on the service ``only``); a client that fails against an emulator is
+    recorded with its error."""
     results: dict[str, Any] = {"objects": objects, "repeats": repeats, "reads": READS, "creates": CREATES}
     with tempfile.TemporaryDirectory(prefix="guideloom-services-") as directory, _services(Path(directory)) as running:
         for name, service in running.items():
+            if only is not None and name != only:
+                continue
             for client_name, measured in _compare_on(name, service, objects, repeats).items():
                 results[f"{name}/{client_name}"] = measured
                 print(name, client_name, measured, flush=True)
@@ -181,6 +209,8 @@ def _compare_on(name: str, service: Any, objects: int, repeats: int) -> dict[str
         library: lambda: _fsspec_client(service.scheme, service.options, bucket),
         "obstore": lambda: _obstore_client(name, service.options, bucket),
     }
+    if name == "azure":  # the client guideloom's Azure backend uses
+        clients["azure-storage-blob"] = lambda: _azure_sdk_client(service.options, bucket)
     measured: dict[str, Any] = {}
     for client_name, make in clients.items():
         try:

@@ -10,13 +10,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from tests.helpers.processes import free_port
+from tests.remote.fault_proxy import FaultProxy
 from tests.remote.s3_support import DUMMY_CREDENTIALS, RequestLog, S3Server
 from tests.remote.services import AZURITE, SERVICES, Service, start_azurite, start_gcs, start_s3_proxy
 
@@ -109,6 +111,18 @@ class ServiceStorage:
         finally:
             self.service.proxy.restart()
 
+    @contextlib.contextmanager
+    def faults(
+        self, rates: dict[str, float], max_in_a_row: int = 1, applies: Callable[[str, str], bool] | None = None
+    ) -> Iterator[FaultProxy]:
+        """The service's proxy injecting faults at ``rates`` for the block's time (its ``injected`` counted afresh)."""
+        proxy = self.service.proxy
+        proxy.rates, proxy.max_in_a_row, proxy.applies, proxy.injected = dict(rates), max_in_a_row, applies, Counter()
+        try:
+            yield proxy
+        finally:
+            proxy.rates, proxy.max_in_a_row, proxy.applies = {}, 2, None
+
     def filesystem(self) -> Any:
         import fsspec
 
@@ -171,18 +185,6 @@ class ServiceStorage:
 
     def bytes_read(self, key_part: str = "") -> int:
         return sum(size for _, _, _, size in self.reads(key_part))
-
-
-def known_gap(service: ServiceStorage, holds: bool, gap: str) -> None:
-    """A check that holds on S3 and not yet on GCS and Azure: asserted on S3; elsewhere the test ends as an expected
-    failure while the gap lasts, and fails once it is closed, so that the check is made for every service then.
-    Called last in a test: what it checks besides holds on every service."""
-    if service.name == "s3":
-        assert holds, gap
-    elif not holds:
-        pytest.xfail(gap)
-    else:
-        pytest.fail(f"closed on {service.name}, make the check for every service: {gap}")
 
 
 @pytest.fixture(params=SERVICES)

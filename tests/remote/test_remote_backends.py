@@ -27,11 +27,12 @@ class DictBackend:
     atomic_creates = True
     ranged_downloads = False
     listable = True
+    counts_requests = False
     objects: ClassVar[dict[str, bytes]] = {}
     hiccups: ClassVar[list[str]] = []  # keys whose next read fails once with a Hiccup
     lock = threading.Lock()
 
-    def __init__(self, protocol: str, options: dict[str, Any]) -> None:
+    def __init__(self, protocol: str, options: dict[str, Any], location: str) -> None:
         self.protocol = protocol
 
     def list_page(self, folder: str, start_after: str, page: str | None) -> ListPage:
@@ -137,3 +138,12 @@ def test_the_service_backend_says_which_of_its_errors_are_retried(dict_service: 
     DictBackend.hiccups.append("bucket/corpus/x")
     assert store.read("x") == b"payload"
     assert store.retrying.count == 1
+
+
+def test_azure_options_are_adlfs_and_an_unknown_one_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    for variable in ("AZURE_STORAGE_CLIENT_SECRET", "AZURE_STORAGE_TENANT_ID"):
+        monkeypatch.delenv(variable, raising=False)
+    with pytest.raises(ValueError, match=r"az:// have no option 'endpoint_url'"):
+        TokenStorage("az://container/corpus", storage_options={"account_name": "a", "endpoint_url": "x"})
+    with pytest.raises(ValueError, match=r"client_id.*needs 'client_secret' and 'tenant_id'"):
+        TokenStorage("az://container/corpus", storage_options={"account_name": "a", "client_id": "c"})

@@ -4,9 +4,11 @@ Writers commit exactly their shards, loaders read exactly the fault-free batches
 the cache never shows a partial shard, and processes sharing a cache still download each shard once.
 Retries are bounded, logged and counted; permanent errors are not retried.
 
-On S3 only: about one request in three meets a fault here, and gcsfs and the Azure SDK retry each on their own,
-seconds apart, in ways their public APIs do not let a test shorten (a test would take minutes); each service's
-throttling and reset answers are retried in test_remote_services.
+The tests of one fault at a time run on S3 and Azure, whose clients leave retrying to guideloom; not on GCS:
+gcsfs retries each failure on its own, seconds apart, in a way its public API does not let a test shorten (a
+test would take minutes). The mixed schedules (about one request in three meets a fault) run on S3 only: their
+seeds are chosen for S3's request lines. Each service's throttling and reset answers are retried in
+test_remote_services.
 """
 
 from __future__ import annotations
@@ -26,11 +28,14 @@ import pytest
 
 from guideloom import StatefulDataLoader, TokenStorage
 from guideloom._remote.object_store import ObjectStore
+from tests.remote.conftest import ServiceStorage
 from tests.remote.fault_proxy import FaultProxy
 from tests.remote.remote_child import shard_tokens
 from tests.remote.s3_support import S3Server
 
 CHILD = Path(__file__).with_name("remote_child.py")
+# The services whose clients leave retrying to guideloom (botocore's and the Azure SDK's retries are off).
+FAULTED_SERVICES = ["s3", "azure"]
 # A share of every kind of fault: about one request in three meets one. The proxy's schedule does not
 # depend on the (random) bucket's name, so a seed gives a test the same faults in every run: seed 24 gives
 # the writer every kind, the loader and the cache shard downloads cut short.
@@ -54,6 +59,11 @@ def faulty(s3_server: S3Server) -> Iterator[FaultProxy]:
 
 def _storage(url: str, endpoint: str, cache: Path, **options: Any) -> TokenStorage:
     return TokenStorage(url, storage_options={"endpoint_url": endpoint, **options}, cache_dir=cache)
+
+
+def _on(service: ServiceStorage, cache: Path, **options: Any) -> TokenStorage:
+    """A storage on the service, through its proxy (``options``: guideloom's own, e.g. ``request_attempts``)."""
+    return TokenStorage(service.url, storage_options={**service.options, **options}, cache_dir=cache)
 
 
 def _write(storage: TokenStorage, shards: range) -> None:
@@ -181,65 +191,53 @@ def test_two_processes_sharing_a_cache_download_each_shard_once_through_faults(
     assert any(line.startswith("downloading") and ".shard" in line for line in retries), retries
 
 
-def test_a_create_whose_answer_was_lost_is_committed(
-    s3_url: str, bucket: str, s3_server: S3Server, tmp_path: Path
-) -> None:
-    _storage(s3_url, s3_server.endpoint, tmp_path / "w").sync_writer().close()  # the header
-    # Every PUT lands, then its connection is reset: the retry meets 412 on the writer's own object.
-    proxy = FaultProxy(
-        s3_server.port, {"reset_after": 1.0}, max_in_a_row=1, applies=lambda method, path: method == "PUT"
-    ).start()
-    try:
-        storage = _storage(s3_url, proxy.endpoint, tmp_path / "w")
-        _write(storage, range(2))
-    finally:
-        proxy.stop()
-    # Each shard's and marker's first PUT landed unanswered; the resend (ours, or aiohttp's own on a
-    # kept-alive connection) met 412 and found the writer's own bytes.
+@pytest.mark.parametrize("service", FAULTED_SERVICES, indirect=True)
+def test_a_create_whose_answer_was_lost_is_committed(service: ServiceStorage, tmp_path: Path) -> None:
+    _on(service, tmp_path / "w").sync_writer().close()  # the header
+    # Every PUT lands, then its connection is reset: the retry meets 412 (409 on Azure) on the writer's own object.
+    with service.faults({"reset_after": 1.0}, applies=lambda method, path: method == "PUT") as proxy:
+        _write(_on(service, tmp_path / "w"), range(2))
+    # Each shard's and marker's first PUT landed unanswered; the resend (ours, or the HTTP client's own on a
+    # kept-alive connection) met the refusal and found the writer's own bytes.
     assert proxy.injected["reset_after"] >= 4
-    with _storage(s3_url, s3_server.endpoint, tmp_path / "r").sync_reader() as reader:
+    with _on(service, tmp_path / "r").sync_reader() as reader:
         assert len(reader) == 12
 
 
-def test_a_retry_meeting_another_object_is_not_committed(bucket: str, s3_server: S3Server) -> None:
-    boto3.client("s3", endpoint_url=s3_server.endpoint).put_object(Bucket=bucket, Key="corpus/x", Body=b"theirs")
+@pytest.mark.parametrize("service", FAULTED_SERVICES, indirect=True)
+def test_a_retry_meeting_another_object_is_not_committed(service: ServiceStorage) -> None:
+    service.put_object("x", b"theirs")
     # The first attempt is reset before it reaches the server; the retry finds someone else's object.
-    proxy = FaultProxy(s3_server.port, {"reset_before": 1.0}, max_in_a_row=1).start()
-    try:
-        store = ObjectStore(f"s3://{bucket}/corpus", {"endpoint_url": proxy.endpoint})
-        assert store.create("x", b"mine") is False
-    finally:
-        proxy.stop()
+    with service.faults({"reset_before": 1.0}) as proxy:
+        assert ObjectStore(service.url, service.options).create("x", b"mine") is False
     assert proxy.injected["reset_before"] >= 1
-    stored = boto3.client("s3", endpoint_url=s3_server.endpoint).get_object(Bucket=bucket, Key="corpus/x")
-    assert stored["Body"].read() == b"theirs"
+    assert service.object_bytes("x") == b"theirs"
 
 
+@pytest.mark.parametrize("service", FAULTED_SERVICES, indirect=True)
 @pytest.mark.parametrize(("fault", "status"), [("too_many", 429), ("slow_down", 503), ("internal", 500)])
 def test_retries_are_bounded_logged_and_name_the_object(
-    fault: str, status: int, s3_url: str, s3_server: S3Server, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    fault: str, status: int, service: ServiceStorage, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    _write(_storage(s3_url, s3_server.endpoint, tmp_path / "w"), range(1))
-    proxy = FaultProxy(s3_server.port, {fault: 1.0}, max_in_a_row=100).start()  # 429: a code botocore does not know
-    try:
+    _write(_on(service, tmp_path / "w"), range(1))
+    url = service.url
+    with service.faults({fault: 1.0}, max_in_a_row=100) as proxy:  # 429: a code botocore does not know
         with caplog.at_level(logging.WARNING, logger="guideloom"):
-            with pytest.raises(ConnectionError, match=rf"reading s3://.*guideloom\.json failed.*3 attempts.*{status}"):
-                _storage(s3_url, proxy.endpoint, tmp_path / "r", request_attempts=3)
-    finally:
-        proxy.stop()
-    assert proxy.injected[fault] == 3  # guideloom's attempts, and no more: botocore does not retry on its own
+            with pytest.raises(
+                ConnectionError, match=rf"(?s)reading {url}/guideloom\.json failed.*3 attempts.*{status}"
+            ):
+                _on(service, tmp_path / "r", request_attempts=3)
+    assert proxy.injected[fault] == 3  # guideloom's attempts, and no more: the client does not retry on its own
     retries = [record for record in caplog.records if record.name == "guideloom"]
-    assert [record.getMessage().split(": attempt")[0] for record in retries] == [f"reading {s3_url}/guideloom.json"] * 2
+    assert [record.getMessage().split(": attempt")[0] for record in retries] == [f"reading {url}/guideloom.json"] * 2
 
 
-def test_a_denied_request_is_not_retried(s3_url: str, s3_server: S3Server, tmp_path: Path) -> None:
-    _write(_storage(s3_url, s3_server.endpoint, tmp_path / "w"), range(1))
-    proxy = FaultProxy(s3_server.port, {"forbidden": 1.0}, max_in_a_row=100).start()
-    try:
-        with pytest.raises(PermissionError, match=r"reading s3://.*guideloom\.json was denied"):
-            _storage(s3_url, proxy.endpoint, tmp_path / "r")
-    finally:
-        proxy.stop()
+@pytest.mark.parametrize("service", FAULTED_SERVICES, indirect=True)
+def test_a_denied_request_is_not_retried(service: ServiceStorage, tmp_path: Path) -> None:
+    _write(_on(service, tmp_path / "w"), range(1))
+    with service.faults({"forbidden": 1.0}, max_in_a_row=100) as proxy:
+        with pytest.raises(PermissionError, match=rf"reading {service.url}/guideloom\.json was denied"):
+            _on(service, tmp_path / "r")
     assert proxy.injected["forbidden"] == 1
 
 

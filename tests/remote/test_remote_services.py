@@ -3,7 +3,8 @@
 Parametrised over the services by the ``service`` fixture (tests/remote/services.py): writing and reading, racing
 commits (exactly one writer wins each shard), conditional creates, ranged reads, listing pages, the index object,
 compression, parts of shards, streaming through a cache and readers sharing one (each shard downloaded once, counted
-at the service's proxy), a large shard's upload racing another, and a service's throttling answer retried.
+at the service's proxy), a large shard's upload racing another, and a service's throttling answer retried (and
+counted as the requests the service answered).
 Everything else runs on S3 only (moto): the shared code above the backends.
 """
 
@@ -26,6 +27,7 @@ from guideloom import (
     TokenStorage,
 )
 from guideloom._cli import main
+from guideloom._core.metrics import counts_now
 from guideloom._remote.object_store import ObjectStore
 from guideloom._shards.checkpoints import CHECKPOINT_BYTES
 from tests.remote.conftest import ServiceStorage
@@ -296,3 +298,27 @@ def test_a_denied_request_is_a_permission_error_naming_the_services_credentials(
             _storage(service, tmp_path / "reader")
     finally:
         proxy.rates = {}
+
+
+def test_a_retried_request_is_counted_as_the_service_answered_it(service: ServiceStorage) -> None:
+    """A throttled read and its retry: two requests counted, as the service answered two. The retry is guideloom's
+    (counted, logged, bounded by its policy) where the client's own retries are off: botocore's and the Azure SDK's;
+    gcsfs retries on its own, in ways its public API does not let guideloom switch off."""
+    store = ObjectStore(service.url, service.options)
+    store.put("object", b"payload")
+    since = len(service.requests())
+    before = counts_now().get((service.url, "requests"), 0)
+    proxy = service.service.proxy
+    proxy.rates, proxy.applies, proxy.max_in_a_row = {"slow_down": 1.0}, _a_read_of_the_object, 1
+    try:
+        assert store.read("object") == b"payload"
+    finally:
+        proxy.rates, proxy.applies = {}, None
+    answered = service.requests()[since:]
+    assert [status // 100 for _, _, status, _, _ in answered] == [5, 2]  # throttled, then read
+    assert counts_now()[service.url, "requests"] - before == 2
+    assert store.retrying.count == (0 if service.name == "gcs" else 1)
+
+
+def _a_read_of_the_object(method: str, target: str) -> bool:
+    return method == "GET" and target.split("?")[0].replace("%2F", "/").endswith("/corpus/object")

@@ -28,12 +28,16 @@ from guideloom._remote.retries import Retrying
 
 class FsspecClient:
     """One fsspec filesystem per process, made where first used (fsspec's async clients must not cross a fork);
-    picklable (a client is made afresh where it is unpickled)."""
+    picklable (a client is made afresh where it is unpickled). ``location``: the storage's URL, that its
+    requests are counted for where the client counts them itself."""
 
-    def __init__(self, protocol: str, options: dict[str, Any]) -> None:
+    counts_requests = False
+
+    def __init__(self, protocol: str, options: dict[str, Any], location: str = "") -> None:
         require_fsspec(protocol)
         self.protocol = protocol
         self.options = options
+        self.location = location
         self._fs: Any = None
         self._pid = -1
 
@@ -46,10 +50,14 @@ class FsspecClient:
         if self._fs is None or self._pid != os.getpid():
             import fsspec
 
-            self._fs = fsspec.filesystem(self.protocol, skip_instance_cache=True, **self.options)
+            self._fs = fsspec.filesystem(self.protocol, skip_instance_cache=True, **self.filesystem_options())
             self.made(self._fs)
             self._pid = os.getpid()
         return self._fs
+
+    def filesystem_options(self) -> dict[str, Any]:
+        """The options a filesystem of this process is made with (the storage's own here)."""
+        return self.options
 
     def made(self, fs: Any) -> None:
         """Set up a filesystem just made (nothing here)."""

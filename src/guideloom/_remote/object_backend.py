@@ -42,11 +42,15 @@ class ListPage(NamedTuple):
 
 class ObjectBackend(Protocol):
     """The requests of one object-store service (see the module's docstring); picklable: its client is made
-    afresh in each process that uses it."""
+    afresh in each process that uses it. Made as ``Backend(protocol, options, location)``: the URL's scheme,
+    the storage's options for the service's client, and the storage's URL (what its requests are counted for)."""
 
     atomic_creates: bool  # whether ``create`` is atomic against a racing create (a conditional put)
     ranged_downloads: bool  # whether ``download_ranges`` may be used (ranged GETs side by side)
     listable: bool  # whether ``list_page`` lists (a static HTTP server cannot: read through the index object)
+    # whether it counts each HTTP request it sends itself (``_core.metrics``: "requests" for the storage's
+    # location, its client's own retries included); where not, ``Retrying`` counts one request an attempt
+    counts_requests: bool
 
     def list_page(self, folder: str, start_after: str, page: str | None) -> ListPage:
         """The objects directly in ``folder`` whose names sort after ``start_after`` (``page``: where an earlier

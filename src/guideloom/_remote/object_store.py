@@ -5,8 +5,9 @@ extra). What a service's client does is its backend's (``object_backend``: one m
 by the URL's scheme in ``BACKENDS``); here, what every service shares: the objects' names, retries of
 every request on transient failures (``retries``), errors a user can act on, whether an object found
 existing after a lost answer holds our bytes, and downloads in ranged parts where the backend has them.
-Each request is counted for the storage's URL (``_core.metrics``: in ``retries``, one per attempt), and so are
-the bytes of the objects read.
+Each request is counted for the storage's URL (``_core.metrics``: in ``retries``, one per attempt, or by the
+backend's client where it sends several HTTP requests a call, ``counts_requests``), and so are the bytes of the
+objects read.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from guideloom._remote.retries import RetriesExhausted, Retrying, RetryPolicy
 from guideloom._remote.s3_backend import S3Backend
 
 # The backend of each URL scheme; any other scheme goes through fsspec's generic calls.
-BACKENDS: dict[str, Callable[[str, dict[str, Any]], ObjectBackend]] = {
+BACKENDS: dict[str, Callable[[str, dict[str, Any], str], ObjectBackend]] = {
     "s3": S3Backend,
     "s3a": S3Backend,
     "gs": GcsBackend,
@@ -93,10 +94,10 @@ class ObjectStore:
         self.root = rest.rstrip("/")
         policy, self.options = RetryPolicy.from_options(options or {})
         try:
-            self.backend = BACKENDS.get(self.protocol, FsspecBackend)(self.protocol, self.options)
+            self.backend = BACKENDS.get(self.protocol, FsspecBackend)(self.protocol, self.options, self.url)
         except ImportError as error:  # the service's client library is not installed
             raise ImportError(f"opening {url} needs {error}") from None
-        self.retrying = Retrying(policy, self.backend, self.url)
+        self.retrying = Retrying(policy, self.backend, self.url, counts_requests=not self.backend.counts_requests)
 
     @property
     def conditional(self) -> bool:

@@ -9,10 +9,11 @@ logged (logger ``guideloom``, level WARNING) and counted; when the attempts or t
 the caller turns the last error into a ``ConnectionError`` naming the object. Everything else (403,
 404, 412, a local disk error) is permanent and raised at once.
 
-The clients' own retries (botocore's and s3fs's) are switched off for S3, so these are the only ones
-and the bounds hold as stated (see ``s3_backend``); only aiohttp, under them, still resends an
-idempotent request (GET, HEAD, PUT, DELETE) once when its connection drops before the answer, which
-is neither logged nor counted.
+The clients' own retries are switched off for S3 (botocore's and s3fs's) and Azure (the Azure SDK's), so
+these are the only ones and the bounds hold as stated (see ``s3_backend`` and ``azure_backend``); only
+aiohttp, under s3fs, still resends an idempotent request (GET, HEAD, PUT, DELETE) once when its connection
+drops before the answer, which is neither logged nor counted, and the Azure SDK's download reads a body cut
+short again (counted). gcsfs retries on its own (``gcs_backend``); these come on top.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import re
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -84,7 +86,7 @@ def describe(error: BaseException, errors: ServiceErrors) -> str:
     """A short account of an error: its status where it has one, its type and message."""
     status = http_status(error, errors)
     text = str(error) or type(error).__name__
-    if status is not None and str(status) not in text:
+    if status is not None and re.search(rf"\b{status}\b", text) is None:  # (not one inside a bucket's name)
         return f"HTTP {status}: {text}"
     return f"{type(error).__name__}: {text}"
 
@@ -132,23 +134,35 @@ class RetriesExhausted(Exception):
 class Retrying:
     """Runs requests under a policy and counts the retries it made (shared by threads; per process).
 
-    ``errors`` reads the failures of the service's client (its backend; picklable, as it is sent along). Each
-    attempt is one request, counted (with the retries) for the storage at ``location`` (``_core.metrics``).
+    ``errors`` reads the failures of the service's client (its backend; picklable, as it is sent along). The
+    retries are counted for the storage at ``location`` (``_core.metrics``), and so is each attempt as one request
+    unless ``counts_requests`` is False (a client that counts the HTTP requests it sends itself).
     """
 
-    def __init__(self, policy: RetryPolicy, errors: ServiceErrors, location: str = "") -> None:
+    def __init__(
+        self, policy: RetryPolicy, errors: ServiceErrors, location: str = "", counts_requests: bool = True
+    ) -> None:
         self.policy = policy
         self.errors = errors
         self.location = location
+        self.counts_requests = counts_requests
         self.count = 0
         self._lock = threading.Lock()
         self._random = random.Random()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"policy": self.policy, "errors": self.errors, "location": self.location, "count": 0}
+        return {
+            "policy": self.policy,
+            "errors": self.errors,
+            "location": self.location,
+            "counts_requests": self.counts_requests,
+            "count": 0,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["policy"], state["errors"], state.get("location", ""))  # type: ignore[misc]
+        self.__init__(  # type: ignore[misc]
+            state["policy"], state["errors"], state.get("location", ""), state.get("counts_requests", True)
+        )
 
     def call(self, what: str, request: Callable[[int], T]) -> T:
         """``request(attempt)`` (attempt 1, 2, ...) until it succeeds, fails permanently, or the policy ends.
@@ -159,7 +173,8 @@ class Retrying:
         attempt = 0
         while True:
             attempt += 1
-            count("requests", 1, self.location)
+            if self.counts_requests:
+                count("requests", 1, self.location)
             try:
                 return request(attempt)
             except Exception as error:
@@ -173,7 +188,8 @@ class Retrying:
         attempt = 0
         while True:
             attempt += 1
-            count("requests", 1, self.location)
+            if self.counts_requests:
+                count("requests", 1, self.location)
             try:
                 return await request(attempt)
             except Exception as error:

@@ -61,9 +61,9 @@ class S3Backend(FsspecClient):
     ranged_downloads = True
     listable = True
 
-    def __init__(self, protocol: str, options: dict[str, Any]) -> None:
+    def __init__(self, protocol: str, options: dict[str, Any], location: str = "") -> None:
         config = {**S3_DEFAULTS["config_kwargs"], **options.get("config_kwargs", {})}
-        super().__init__(protocol, {**S3_DEFAULTS, **options, "config_kwargs": config})
+        super().__init__(protocol, {**S3_DEFAULTS, **options, "config_kwargs": config}, location)
 
     def made(self, fs: Any) -> None:
         fs.retries = 1  # s3fs's own retry loop: one try, guideloom retries
