@@ -230,12 +230,13 @@ class RemoteShards:
         """In a process that only hints, the shards fetched ahead that the readers (worker processes) have left.
 
         They read the shards in the hinted order, at most ``max_open`` at a time: a shard is left once one
-        ``max_open`` places after it has been read. Until then this process holds it, so that the cache keeps
-        every shard of the readers' window, even one a worker closed for a while.
+        ``max_open + 1`` places after it has been read (one more than a reader's window: the workers build their
+        batches side by side, one a few batches behind another that has read further). Until then this process
+        holds it, so that the cache keeps every shard of the readers' window, even one a worker closed for a while.
         """
         entries = sorted(self._ahead.items(), key=lambda entry: self._hinted.get(entry[0], 0))
         last_read = next((place for place in reversed(range(len(entries))) if entries[place][1].read()), -1)
-        left = entries[: max(0, last_read - self.max_open + 1)]
+        left = entries[: max(0, last_read - self.max_open)]
         for position, _ in left:
             del self._ahead[position]
         return [prefetched for _, prefetched in left]

@@ -181,10 +181,12 @@ class StorageReader(Generic[Out]):
             yield self.read(index)
 
     def close(self) -> None:
-        """Release every mapping (a mapping a decoded view still uses goes when the view does)."""
+        """Release every mapping (a mapping a decoded view still uses goes when the view does). The shard set is
+        closed first: a shard let go while its prefetches still ran would make room for one more download, evicting
+        the shards a run resumed from this cache reads first."""
+        self.shard_set.close()
         while self._opened:
             self._forget(next(iter(self._opened)))
-        self.shard_set.close()
         self._closed = True
 
     def __enter__(self: R) -> R:
