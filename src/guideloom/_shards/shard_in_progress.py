@@ -57,13 +57,17 @@ class Background:
         self._executor = None
 
 
+class UnflushedShard(OSError):
+    """A shard's file could not be flushed to disk (an EIO of NFS or a failing disk): the shard is not committed. Its
+    message names shard and file, and its ``errno`` is the flush's."""
+
+
 def _sync_shard_file(descriptor: int, shard: int, path: Path, data_only: bool = False) -> None:
-    """Flush the file of shard ``shard`` to disk (its data alone with ``data_only``); a failure (an EIO of NFS or a
-    failing disk) names shard and file."""
+    """Flush the file of shard ``shard`` to disk (its data alone with ``data_only``); a failure is `UnflushedShard`."""
     try:
         (os.fdatasync if data_only else os.fsync)(descriptor)
     except OSError as error:
-        raise OSError(
+        raise UnflushedShard(
             error.errno,
             f"shard {shard} cannot be committed: fsync of its file {path} failed ({error.strerror or error}), so its "
             "data may not be on disk; the shard is not committed",
@@ -238,6 +242,8 @@ class ShardInProgress:
         while self.pending:
             with contextlib.suppress(Exception):  # recorded in self.failure, raised just below
                 self._result_of(self.pending.popleft())
+        if isinstance(self.failure, UnflushedShard):  # a chunk's flush in the background: said as at a commit
+            raise self.failure
         if self.failure is not None:  # its checksum misses a chunk: committing it would publish a lie
             raise OSError(
                 f"shard {self.shard} cannot be committed: writing it failed earlier ({self.failure})"
