@@ -62,6 +62,14 @@ class FsspecClient:
     def made(self, fs: Any) -> None:
         """Set up a filesystem just made (nothing here)."""
 
+    def missing_bucket(self, error: FileNotFoundError) -> bool:
+        """Whether a missing object's error names its bucket as missing (S3's ``NoSuchBucket``, as fsspec words it)."""
+        text = str(error)
+        return "NoSuchBucket" in text or "specified bucket does not exist" in text
+
+    def bucket_exists(self, bucket: str) -> bool:
+        return bool(self.fs.exists(bucket))
+
     def close(self) -> None:
         self._fs = None
 
@@ -147,12 +155,6 @@ class FsspecBackend(FsspecClient):
 
     def broken_connection(self, error: BaseException) -> bool:
         return named_among(error, BROKEN_CONNECTIONS)
-
-    def missing_bucket(self, error: FileNotFoundError) -> bool:
-        return "NoSuchBucket" in str(error) or "specified bucket does not exist" in str(error)
-
-    def bucket_exists(self, bucket: str) -> bool:
-        return bool(self.fs.exists(bucket))
 
 
 class ConditionalFsspecBackend(FsspecBackend):

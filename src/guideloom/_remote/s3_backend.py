@@ -205,13 +205,6 @@ class S3Backend(FsspecClient):
     def broken_connection(self, error: BaseException) -> bool:
         return named_among(error, S3_BROKEN_CONNECTIONS)
 
-    def missing_bucket(self, error: FileNotFoundError) -> bool:
-        text = str(error)
-        return "NoSuchBucket" in text or "specified bucket does not exist" in text
-
-    def bucket_exists(self, bucket: str) -> bool:
-        return bool(self.fs.exists(bucket))
-
     def _run(self, coroutine: Any) -> Any:
         """Run a coroutine on s3fs's event loop (its client lives there) and wait for its result."""
         from fsspec.asyn import sync
