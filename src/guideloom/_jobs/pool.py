@@ -6,8 +6,8 @@ killed at any instant holds no lock the others need; its death is seen through i
 first failure cancels the others: the parent sends each busy worker a stop message, which the job notices
 between rows or batches (it polls the job pipe), so their shards in progress are not committed. A worker
 whose parent died (killed with ``kill -9``) stops the same way. Workers may be started before the work is
-known (:class:`WorkerProcesses`), their interpreters' start overlapping the parent's planning; the work comes
-as their first message.
+known (:class:`WorkerProcesses`), their start overlapping the parent's planning; the work comes as their first
+message. They are forked where that is safe (:func:`start_method`), else spawned.
 """
 
 from __future__ import annotations
@@ -16,21 +16,46 @@ import importlib
 import multiprocessing
 import os
 import signal
+import sys
+import threading
 import traceback
+import weakref
 from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
-from typing import Any, Generic
+from typing import Any, Generic, Literal
 
 from guideloom._jobs.work import Cancelled, J, R, RemoteTraceback, Report, Work, picklable
 
 STOP_GRACE_SECONDS = 30.0  # how long stopped workers may take to leave their current batch of rows
+# Libraries whose native threads a forked child would inherit in an unknown state (held locks, a CUDA context)
+THREADED_LIBRARIES = ("torch", "tokenizers", "ray", "grpc", "jax", "tensorflow")
+
+# The parent's ends of its workers' pipes. A forked worker closes the copies it inherits: a copy of a job pipe's
+# writing end would keep that worker waiting for jobs after the parent died, as it would never read the end.
+_parent_ends: weakref.WeakSet[Connection] = weakref.WeakSet()
 
 
-def _worker_main(preload: tuple[str, ...], jobs: Connection, events: Connection) -> None:
-    """A worker process: import ``preload`` while the parent plans, then receive the work (or ``None``: not needed),
-    write each job received until ``None``, and report progress and outcomes."""
+def start_method() -> Literal["fork", "spawn"]:
+    """How worker processes start: forked where that is safe, so that they begin with the parent's modules imported
+    (a spawned interpreter takes about 0.2 s to import guideloom and pyarrow); spawned otherwise. Safe means Linux,
+    no Python thread but this one, and none of the ``THREADED_LIBRARIES`` loaded."""
+    if sys.platform != "linux" or threading.active_count() > 1:
+        return "spawn"
+    if any(name in sys.modules for name in THREADED_LIBRARIES):
+        return "spawn"
+    return "fork"
+
+
+def _worker_main(
+    preload: tuple[str, ...], jobs: Connection, events: Connection, inherited: tuple[Connection, ...] = ()
+) -> None:
+    """A worker process: close the ``inherited`` pipe ends of a fork, import ``preload`` while the parent plans,
+    then receive the work (or ``None``: not needed), write each job received until ``None``, and report progress
+    and outcomes."""
+    for end in inherited:
+        end.close()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the workers
     parent = os.getppid()
     for module in preload:
@@ -78,12 +103,16 @@ class WorkerProcesses:
     ``preload``) overlaps the parent's planning; a pool takes them, and those it does not need are let go."""
 
     def __init__(self, count: int, preload: tuple[str, ...] = ()) -> None:
-        context = multiprocessing.get_context("spawn")  # no fork: the parent may hold threads (torch, tokenizers)
+        forked = start_method() == "fork"
+        context = multiprocessing.get_context("fork") if forked else multiprocessing.get_context("spawn")
         self.waiting: list[_Worker[Any]] = []
         for _ in range(count):
             job_reader, job_writer = context.Pipe(duplex=False)
             event_reader, event_writer = context.Pipe(duplex=False)
-            process = context.Process(target=_worker_main, args=(preload, job_reader, event_writer), daemon=True)
+            _parent_ends.update((job_writer, event_reader))
+            inherited = tuple(end for end in _parent_ends if not end.closed) if forked else ()
+            arguments = (preload, job_reader, event_writer, inherited)
+            process = context.Process(target=_worker_main, args=arguments, daemon=True)
             process.start()
             job_reader.close()
             event_writer.close()

@@ -10,10 +10,11 @@ CRC-32 of their bytes, continued from checkpoint ``i - 1`` (0 for the first piec
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Sequence
 
 import numpy as np
+
+from guideloom._core.checksums import crc32
 
 CHECKPOINTS_FLAG = 4  # the footer flag of a shard that holds checkpoints
 CHECKPOINT_BYTES = 4096  # the piece size of new storages: a page
@@ -51,7 +52,7 @@ def running_checkpoints(
         while position < end:
             piece_end = min(end, position + checkpoint_bytes - (start + position) % checkpoint_bytes)
             with view[position:piece_end] as piece:
-                crc = zlib.crc32(piece, crc)
+                crc = crc32(piece, crc)
             position = piece_end
             if (start + position) % checkpoint_bytes == 0:
                 checkpoints.append(crc)

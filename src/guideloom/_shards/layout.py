@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from guideloom._core.checksums import crc32
 from guideloom._core.errors import CorruptStorageError, FormatMismatchError, StorageNotFoundError
 from guideloom._shards.checkpoints import (
     CHECKPOINTS_FLAG,
@@ -390,7 +391,7 @@ class ShardFile:
         sections = self.sections
         computed: list[int] = []  # the checkpoints the data gives
         if self.checkpoint_bytes is None:
-            data_crc = zlib.crc32(self.view[: self.data_size])
+            data_crc = crc32(self.view[: self.data_size])
         else:
             computed, data_crc = running_checkpoints(self.view[: self.data_size], self.checkpoint_bytes)
             computed += closing_checkpoints(self.data_size, self.checkpoint_bytes, data_crc)

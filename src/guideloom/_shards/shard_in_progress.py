@@ -20,7 +20,9 @@ from typing import IO
 
 import numpy as np
 
+from guideloom._core.checksums import crc32
 from guideloom._shards.checkpoints import closing_checkpoints, running_checkpoints
+from guideloom._shards.direct_writes import StagedWrites
 from guideloom._shards.field_columns import ColumnsInProgress, ColumnSplitter
 from guideloom._shards.footer import shard_footer
 from guideloom._shards.header import StorageHeader
@@ -75,6 +77,16 @@ def _sync_shard_file(descriptor: int, shard: int, path: Path, data_only: bool = 
         ) from error
 
 
+def _view_checksum(view: memoryview, start: int, crc: int, checkpoint_bytes: int | None, checkpoints: list[int]) -> int:
+    """``crc`` extended over ``view``, the data from offset ``start``; with ``checkpoint_bytes``, the running CRC-32
+    at every multiple of it in the range is appended to ``checkpoints``."""
+    if checkpoint_bytes is None:
+        return crc32(view, crc)
+    found, crc = running_checkpoints(view, checkpoint_bytes, crc, start)
+    checkpoints += found
+    return crc
+
+
 def _file_checksum(
     path: Path,
     start: int,
@@ -85,19 +97,15 @@ def _file_checksum(
     checkpoints: list[int],
     shard: int,
 ) -> int:
-    """``crc`` extended over bytes ``[start, stop)`` of the file at ``path`` (read back from the page cache); with
-    ``checkpoint_bytes``, the running CRC-32 at every multiple of it in the range is appended to ``checkpoints``;
-    with ``sync``, those bytes are flushed to disk (``shard`` names the file's shard if that fails)."""
+    """``crc`` extended over bytes ``[start, stop)`` of the file at ``path`` (read back from the page cache), as
+    :func:`_view_checksum`; with ``sync``, those bytes are flushed to disk (``shard`` names the file's shard if that
+    fails)."""
     descriptor = os.open(path, os.O_RDONLY)
     try:
         base = start - start % mmap.ALLOCATIONGRANULARITY
         with mmap.mmap(descriptor, stop - base, access=mmap.ACCESS_READ, offset=base) as mapping:
             with memoryview(mapping) as whole, whole[start - base :] as view:
-                if checkpoint_bytes is None:
-                    crc = zlib.crc32(view, crc)
-                else:
-                    found, crc = running_checkpoints(view, checkpoint_bytes, crc, start)
-                    checkpoints += found
+                crc = _view_checksum(view, start, crc, checkpoint_bytes, checkpoints)
         if sync:
             _sync_shard_file(descriptor, shard, path, data_only=True)
         return crc
@@ -110,7 +118,9 @@ class ShardInProgress:
     background.
 
     Every ``BACKGROUND_CHUNK`` bytes, the helper thread checksums the newly written data and flushes
-    it to disk while appends go on, so committing has only the last chunk left to do.
+    it to disk while appends go on, so committing has only the last chunk left to do. With ``direct``, the data
+    goes past the page cache instead (:class:`StagedWrites`): the helper thread checksums and writes each staged
+    buffer, and the file is synced once, when finished.
     """
 
     def __init__(
@@ -122,15 +132,23 @@ class ShardInProgress:
         measured: bool = False,
         checkpoint_bytes: int | None = None,
         columns: tuple[ColumnSplitter, int] | None = None,
+        direct: bool = False,
     ) -> None:
         self.shard = shard
         self.path = path
-        self.file: IO[bytes] | None = open(path, "xb", buffering=WRITE_BUFFER)
+        self.staged: StagedWrites | None = None
+        self.file: IO[bytes] | StagedWrites | None
+        if direct:
+            self.staged = StagedWrites(path, background, self._extend_checksum)
+            self.staged.create()
+            self.file = self.staged
+        else:
+            self.file = open(path, "xb", buffering=WRITE_BUFFER)
         self.offsets: list[int] = [0]
         self.data_size = 0
         self.data_crc = 0  # of the data before ``handed_off``, once ``pending`` is done
         self.handed_off = 0
-        self.pending: deque[Future[None]] = deque()
+        self.pending: deque[Future[None]] = deque() if self.staged is None else self.staged.pending
         self.header: StorageHeader | None = None  # the header it was finished under
         self.failure: BaseException | None = None  # a background failure: the shard can never be committed
         self._background = background
@@ -151,10 +169,12 @@ class ShardInProgress:
         path: Path,
         background: Background,
         columns: tuple[ColumnSplitter, int] | None,
+        direct: bool = False,
     ) -> ShardInProgress:
         """A shard of a storage with ``header``: its loss mask, record lengths and checkpoints as the header says,
         and its field ``columns`` (how to split a record, and how many) where the header names them."""
-        return cls(shard, path, background, header.loss_mask, header.record_lengths, header.checkpoint_bytes, columns)
+        masked, measured, checkpoint_bytes = header.loss_mask, header.record_lengths, header.checkpoint_bytes
+        return cls(shard, path, background, masked, measured, checkpoint_bytes, columns, direct)
 
     @property
     def record_count(self) -> int:
@@ -190,21 +210,26 @@ class ShardInProgress:
         self._hand_off()
 
     def _hand_off(self) -> None:
-        """Have the background thread checksum and flush what was written since the last hand-off, once a chunk."""
-        assert self.file is not None
-        if self.data_size - self.handed_off >= BACKGROUND_CHUNK:
-            self.file.flush()
+        """Have the background thread checksum and flush what was written since the last hand-off, once a chunk
+        (staged writes hand off their buffers themselves)."""
+        file = self.file
+        if not isinstance(file, StagedWrites) and self.data_size - self.handed_off >= BACKGROUND_CHUNK:
+            assert file is not None
+            file.flush()
             start, stop = self.handed_off, self.data_size
             self.pending.append(self._background.submit(lambda: self._checksum(start, stop)))
             self.handed_off = stop
-            while self.pending and self.pending[0].done():
-                self._result_of(self.pending.popleft())  # a failure (a full disk, EIO) surfaces here
+        while self.pending and self.pending[0].done():
+            self._result_of(self.pending.popleft())  # a failure (a full disk, EIO) surfaces here
 
-    def _open_file(self) -> IO[bytes]:
+    def _open_file(self) -> IO[bytes] | StagedWrites:
         """The file in progress, opened to append: created on first use only. A file deleted meanwhile (by
         ``guideloom clean`` given an age shorter than this writer took) fails the shard instead of restarting it."""
         flags = os.O_WRONLY | os.O_APPEND | (0 if self.created else os.O_CREAT)
         try:
+            if self.staged is not None:
+                self.staged.reopen()
+                return self.staged
             descriptor = os.open(self.path, flags, 0o644)
         except FileNotFoundError:
             raise FileNotFoundError(
@@ -221,6 +246,10 @@ class ShardInProgress:
             self.failure = self.failure or error
             raise
 
+    def _extend_checksum(self, view: memoryview, start: int) -> None:
+        """Extend the data checksum and the checkpoints over ``view``, the data from offset ``start``."""
+        self.data_crc = _view_checksum(view, start, self.data_crc, self.checkpoint_bytes, self.checkpoints)
+
     def _checksum(self, start: int, stop: int, sync: bool = True) -> None:
         """Extend the data checksum and the checkpoints over data bytes ``[start, stop)``, flushing them if ``sync``."""
         checkpoints, checkpoint_bytes = self.checkpoints, self.checkpoint_bytes
@@ -236,9 +265,9 @@ class ShardInProgress:
 
     def finish(self, header: StorageHeader) -> None:
         """Append offsets and footer, then make the file durable."""
-        if self.file is None:
-            self.file = self._open_file()
-        self.file.flush()
+        file = self.file = self._open_file() if self.file is None else self.file
+        if not isinstance(file, StagedWrites):
+            file.flush()
         while self.pending:
             with contextlib.suppress(Exception):  # recorded in self.failure, raised just below
                 self._result_of(self.pending.popleft())
@@ -248,7 +277,10 @@ class ShardInProgress:
             raise OSError(
                 f"shard {self.shard} cannot be committed: writing it failed earlier ({self.failure})"
             ) from self.failure
-        if self.data_size > self.handed_off:
+        if self.staged is not None:
+            self.staged.checksum_staged()
+            self.handed_off = self.data_size
+        elif self.data_size > self.handed_off:
             self._checksum(self.handed_off, self.data_size, sync=False)
             self.handed_off = self.data_size
         if self.checkpoint_bytes is not None:
@@ -262,10 +294,13 @@ class ShardInProgress:
         trailer = shard_trailer(
             self.shard, self.offsets, self.data_size, self.data_crc, header, mask, lengths, self.checkpoints, columns
         )
-        self.file.write(trailer)
-        self.file.flush()
-        _sync_shard_file(self.file.fileno(), self.shard, self.path)
-        self.file.close()
+        if isinstance(file, StagedWrites):
+            file.finish(trailer, lambda descriptor: _sync_shard_file(descriptor, self.shard, self.path))
+        else:
+            file.write(trailer)
+            file.flush()
+            _sync_shard_file(file.fileno(), self.shard, self.path)
+            file.close()
         self.file = None
 
     def relabel(self, shard: int) -> None:
@@ -291,7 +326,9 @@ class ShardInProgress:
             future.cancel()
         self.pending.clear()
         with contextlib.suppress(OSError):
-            if self.file is not None:
+            if self.staged is not None:
+                self.staged.release()
+            elif self.file is not None:
                 self.file.close()
         self.file = None
         with contextlib.suppress(FileNotFoundError):

@@ -56,6 +56,7 @@ class SyncWriter(Generic[In]):
         measure: Callable[[Any], int] | None = None,
         on_commit: Callable[[int], None] | None = None,
         columns: ColumnSplitter | None = None,
+        direct: bool = False,
     ):
         self._target: CommitTarget = LocalTarget(target) if isinstance(target, Path) else target
         self._header = header
@@ -66,6 +67,7 @@ class SyncWriter(Generic[In]):
         self._open: OrderedDict[int, ShardInProgress] = OrderedDict()
         self._committed: set[int] = set()
         self._background = Background()
+        self._direct = direct  # the shards' data written past the page cache (``direct_writes``)
         self._last: ShardInProgress | None = None  # the shard appended to last, while it is open
         self._closed = False
 
@@ -206,7 +208,9 @@ class SyncWriter(Generic[In]):
             )
         self._make_room()
         temporary = self._target.incomplete / f"{shard_file_name(shard)}.{self._token}"
-        in_progress = ShardInProgress.under(self._header, shard, temporary, self._background, self._columns)
+        in_progress = ShardInProgress.under(
+            self._header, shard, temporary, self._background, self._columns, self._direct
+        )
         self._open[shard] = in_progress
         return in_progress
 

@@ -13,11 +13,11 @@ import contextlib
 import json
 import os
 import re
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from guideloom._core.checksums import crc32
 from guideloom._core.errors import CorruptStorageError, ShardExistsError, UnfinishedWriteError
 from guideloom._shards.header import StorageHeader
 from guideloom._shards.shard_names import unfinished_shard_id
@@ -138,7 +138,7 @@ class ShardContents:
     def update(self, payload: memoryview) -> None:
         self.records += 1
         self.data_size += payload.nbytes
-        self.data_crc = zlib.crc32(payload, self.data_crc)
+        self.data_crc = crc32(payload, self.data_crc)
 
 
 def committed_digest(storage: StorageBase, header: StorageHeader, shard: int) -> ShardContents | None:

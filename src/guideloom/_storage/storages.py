@@ -304,9 +304,12 @@ class DocumentStorage(StorageBase, Generic[In, Out]):
         With ``shard_size`` (bytes, or a size such as ``"256MiB"``) the writer picks the shard ids itself:
         ``writer.append(data)``, a new shard each time one holds that many bytes, committed as it fills.
         """
+        return self._writer(shard_size)
+
+    def _writer(self, shard_size: int | str | None, direct: bool = False) -> SyncWriter[In] | RollingWriter[In]:
         header = self.create()  # the header says whether the storage records lengths and holds field columns
         measure = record_measure(self.format, self.record_lengths, self.location)
-        return open_writer(self, self.encode, shard_size, measure, column_splitter(self.format, header))
+        return open_writer(self, self.encode, shard_size, measure, column_splitter(self.format, header), direct)
 
     def sync_reader(self) -> DocumentReader[Out]:
         """A reader of the shards committed now; use it as ``with storage.sync_reader() as reader``."""
@@ -399,3 +402,11 @@ class TokenStorage(StorageBase):
     def open_reader(self, shard_ids: list[int] | ShardTable | None = None) -> TokenReader:
         header = self.header_for_reading()
         return TokenReader(self._shard_set(header, shard_ids), header)
+
+
+def bulk_writer(storage: DocumentStorage[Any, Any]) -> SyncWriter[Any]:
+    """A writer of ``storage``'s shards, named by the caller, whose data goes past the page cache
+    (``_shards.direct_writes``): for an import, which writes gigabytes that nobody reads soon."""
+    writer = storage._writer(None, direct=True)
+    assert isinstance(writer, SyncWriter)
+    return writer

@@ -35,15 +35,17 @@ def open_writer(
     shard_size: object,
     measure: Callable[[Any], int] | None = None,
     columns: ColumnSplitter | None = None,
+    direct: bool = False,
 ) -> SyncWriter[Any] | RollingWriter[Any]:
     """A writer of ``storage`` (created if needed): a ``SyncWriter`` without ``shard_size``, else a ``RollingWriter``
     whose shards hold ``shard_size`` bytes (an int, or a size such as ``"256MiB"``); ``columns`` splits a record
-    into its field columns' values, where the storage's header names field columns."""
+    into its field columns' values, where the storage's header names field columns. With ``direct`` (a
+    ``SyncWriter`` only), the shards' data goes past the page cache (``_shards.direct_writes``)."""
     size = None if shard_size is None else parse_shard_size(shard_size, "shard_size")
     target, header = storage.commit_target(), storage.create()
     on_commit = functools.partial(note_committed, storage.trust_key())
     if size is None:
-        return SyncWriter(target, header, encode, measure, on_commit, columns)
+        return SyncWriter(target, header, encode, measure, on_commit, columns, direct)
     encoder = RecordEncoder(encode, measure)
     return RollingWriter(target, header, encoder, size, storage.highest_committed, on_commit, columns)
 

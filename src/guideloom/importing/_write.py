@@ -21,6 +21,7 @@ from guideloom._core.errors import RecordPackError
 from guideloom._jobs.work import Cancelled, picklable
 from guideloom._shards.record_lengths import defines_length
 from guideloom._storage.provenance import write_shard_sources
+from guideloom._storage.storages import bulk_writer
 from guideloom.importing._arrow_columns import CheckedRow, packed_batch, rows_of_batch
 from guideloom.importing._errors import ImportInputError
 from guideloom.importing._inputs import COLUMNAR_FORMATS, FORMATS
@@ -109,7 +110,7 @@ class JobShards:
         if self._bytes >= self._settings.shard_size:
             self._commit(last=False)
         if self._writer is None:
-            self._writer = self._storage.sync_writer()
+            self._writer = bulk_writer(self._storage)  # gigabytes nobody reads soon: past the page cache
         return self._writer
 
     def _note_rows(self, input_number: int, row: int, count: int) -> None:
