@@ -78,6 +78,40 @@ def test_killed_at_random_moments_then_run_again_holds_every_row_once(tmp_path: 
     assert DocumentStorage(destination, imported_schema(destination)).verify() == []
 
 
+def _group_members(group: int) -> list[int]:
+    """The processes still running in process group ``group`` (zombies, which have ended, left out)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if int(fields[2]) == group and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_workers_whose_command_is_killed_stop_and_a_rerun_holds_every_row_once(tmp_path: Path) -> None:
+    paths, rows = _inputs(tmp_path / "inputs")
+    destination = tmp_path / "out"
+    process = _import(paths, destination)
+    before = _committed(destination)
+    while _committed(destination) == before and process.poll() is None:
+        time.sleep(0.01)
+    workers = [member for member in _group_members(process.pid) if member != process.pid]
+    assert workers, "the import ended before its workers could be seen"
+    os.kill(process.pid, signal.SIGKILL)  # the command alone: its workers see it gone and stop
+    process.wait()
+    deadline = time.monotonic() + 30
+    while _group_members(process.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _group_members(process.pid) == []
+    finished = _import(paths, destination)
+    _, errors = finished.communicate(timeout=300)
+    assert finished.returncode == 0, errors.decode()
+    assert stored_records(destination) == rows
+
+
 def test_a_second_run_over_a_finished_import_writes_nothing(tmp_path: Path) -> None:
     paths, rows = _inputs(tmp_path / "inputs")
     destination = tmp_path / "out"

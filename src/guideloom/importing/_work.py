@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from guideloom._jobs.work import Report, Work, never
+from guideloom.importing._cores import have_spare_cores
 from guideloom.importing._errors import ImportWorkerDied
 from guideloom.importing._plan import ImportJob, ImportSettings
 from guideloom.importing._write import JobResult, import_job, import_job_again
@@ -22,6 +24,9 @@ class ImportWork(Work[ImportJob, JobResult]):
     died = ImportWorkerDied
 
     settings: ImportSettings
+
+    def start(self, workers: int) -> None:
+        have_spare_cores(workers < (os.cpu_count() or 1))
 
     def run(self, job: ImportJob, report: Report, cancelled: Callable[[], bool] = never) -> JobResult:
         return import_job(job, self.settings, lambda rows, size: report(size, rows), cancelled)

@@ -22,10 +22,12 @@ from guideloom._jobs.work import Cancelled, picklable
 from guideloom._shards.record_lengths import defines_length
 from guideloom._storage.provenance import write_shard_sources
 from guideloom._storage.storages import bulk_writer
+from guideloom.importing import _cores
 from guideloom.importing._arrow_columns import CheckedRow, packed_batch, rows_of_batch
 from guideloom.importing._errors import ImportInputError
 from guideloom.importing._inputs import COLUMNAR_FORMATS, FORMATS
 from guideloom.importing._plan import ImportJob, ImportSettings, job_progress
+from guideloom.importing._read_ahead import read_ahead
 from guideloom.importing._schema import conform_row
 from guideloom.importing._stream import Piece, Row, Skipped
 
@@ -160,7 +162,8 @@ def piece_items(piece: Piece, settings: ImportSettings, start: int) -> Iterator[
     if columnar is None or defines_length(settings.schema):
         yield from FORMATS[piece.kind].rows(piece, settings.fields, start)
         return
-    for first, batch, position in columnar.batches(piece, start):
+    batches = columnar.batches(piece, start)
+    for first, batch, position in read_ahead(batches) if _cores.spare else batches:
         packed = packed_batch(batch, settings.fields, settings.schema)
         if packed is None:
             yield from rows_of_batch(piece.path, first, batch, settings.fields, position)
