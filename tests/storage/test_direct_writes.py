@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import mmap
 import os
+import time
 import zlib
 from pathlib import Path
 
@@ -114,6 +116,27 @@ def test_a_file_system_that_refuses_o_direct_gets_the_same_files(
     assert storage.verify() == []
 
 
+def test_a_file_system_that_opens_with_o_direct_but_refuses_its_writes_gets_the_same_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shards = [(0, record) for record in records_of([direct_writes.STAGE_BYTES + 9, 100, 3 * direct_writes.STAGE_BYTES])]
+    write(tmp_path / "cached", shards, direct=False)
+    real_pwrite, refused = os.pwrite, []
+
+    def refusing(descriptor: int, data: memoryview, offset: int) -> int:
+        if fcntl.fcntl(descriptor, fcntl.F_GETFL) & direct_writes.DIRECT:
+            refused.append(offset)
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_pwrite(descriptor, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", refusing)
+    storage = write(tmp_path / "refused", shards, direct=True)
+    monkeypatch.undo()
+    assert refused == [0]  # the first write is refused; the others go through the cache
+    assert shard_files(tmp_path / "refused") == shard_files(tmp_path / "cached")
+    assert storage.verify() == []
+
+
 def test_a_failed_background_write_commits_nothing_and_says_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -127,6 +150,30 @@ def test_a_failed_background_write_commits_nothing_and_says_why(
             writer.append(0, records_of([direct_writes.STAGE_BYTES * 2])[0])
     monkeypatch.undo()
     assert storage.committed_shards() == []
+    assert not any((storage.path / "incomplete").iterdir())
+
+
+def test_a_writer_left_by_an_error_waits_for_the_write_under_way_before_closing_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_pwrite, failures = os.pwrite, []
+
+    def slow(descriptor: int, data: memoryview, offset: int) -> int:
+        time.sleep(0.3)  # the writer is left meanwhile
+        try:
+            return real_pwrite(descriptor, data, offset)
+        except OSError as error:  # a descriptor closed under it (or reused: another file written)
+            failures.append(error)
+            raise
+
+    monkeypatch.setattr(os, "pwrite", slow)
+    storage = DocumentStorage(tmp_path / "records", RawFormat())
+    with pytest.raises(KeyError):
+        with bulk_writer(storage) as writer:
+            writer.append(0, records_of([direct_writes.STAGE_BYTES + 1])[0])  # one buffer handed off
+            raise KeyError("the caller's own error")
+    monkeypatch.undo()
+    assert failures == []
     assert not any((storage.path / "incomplete").iterdir())
 
 

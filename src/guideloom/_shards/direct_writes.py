@@ -102,18 +102,29 @@ class StagedWrites:
         return self._free.get()
 
     def _hand_off(self) -> None:
-        stage, start, descriptor = self._stage, self.written, self._descriptor
-        assert stage is not None and descriptor is not None
+        stage, start = self._stage, self.written
+        assert stage is not None and self._descriptor is not None
         self._stage, self._filled = None, 0
         self.written += STAGE_BYTES
-        self.pending.append(self._background.submit(lambda: self._write_stage(stage, start, descriptor)))
+        self.pending.append(self._background.submit(lambda: self._write_stage(stage, start)))
 
-    def _write_stage(self, stage: mmap.mmap, start: int, descriptor: int) -> None:
-        """In the background thread: checksum a full buffer, write it at ``start``, free it."""
+    def _write_stage(self, stage: mmap.mmap, start: int) -> None:
+        """In the background thread: checksum a full buffer, write it at ``start``, free it. The file stays open
+        meanwhile: :meth:`close` waits for these writes."""
         try:
             with memoryview(stage) as view:
                 self._checksum(view, start)
-                self._write_at(descriptor, view, start)
+                assert self._descriptor is not None
+                try:
+                    self._write_at(self._descriptor, view, start)
+                except OSError as error:
+                    if error.errno != errno.EINVAL or not self._direct:
+                        raise
+                    # A file system that took O_DIRECT at open but refuses its writes: through the cache from now
+                    self._direct = False
+                    os.close(self._descriptor)
+                    self._descriptor = os.open(self.path, os.O_WRONLY)
+                    self._write_at(self._descriptor, view, start)
         finally:
             self._free.put(stage)
 

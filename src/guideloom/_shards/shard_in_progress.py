@@ -324,12 +324,12 @@ class ShardInProgress:
     def abort(self) -> None:
         for future in self.pending:
             future.cancel()
-        self.pending.clear()
         with contextlib.suppress(OSError):
             if self.staged is not None:
-                self.staged.release()
+                self.staged.release()  # once the write under way, if any, is done: it uses the file
             elif self.file is not None:
                 self.file.close()
+        self.pending.clear()
         self.file = None
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
