@@ -211,14 +211,20 @@ class ShardInProgress:
 
     def _hand_off(self) -> None:
         """Have the background thread checksum and flush what was written since the last hand-off, once a chunk
-        (staged writes hand off their buffers themselves)."""
+        (staged writes hand off their buffers themselves: only their outcomes are looked at)."""
         file = self.file
-        if not isinstance(file, StagedWrites) and self.data_size - self.handed_off >= BACKGROUND_CHUNK:
+        if isinstance(file, StagedWrites):
+            if file.written == self.handed_off:
+                return
+            self.handed_off = file.written
+        elif self.data_size - self.handed_off >= BACKGROUND_CHUNK:
             assert file is not None
             file.flush()
             start, stop = self.handed_off, self.data_size
             self.pending.append(self._background.submit(lambda: self._checksum(start, stop)))
             self.handed_off = stop
+        else:
+            return
         while self.pending and self.pending[0].done():
             self._result_of(self.pending.popleft())  # a failure (a full disk, EIO) surfaces here
 
@@ -277,8 +283,8 @@ class ShardInProgress:
             raise OSError(
                 f"shard {self.shard} cannot be committed: writing it failed earlier ({self.failure})"
             ) from self.failure
-        if self.staged is not None:
-            self.staged.checksum_staged()
+        if isinstance(file, StagedWrites):
+            file.checksum_staged()
             self.handed_off = self.data_size
         elif self.data_size > self.handed_off:
             self._checksum(self.handed_off, self.data_size, sync=False)

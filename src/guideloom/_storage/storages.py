@@ -304,12 +304,7 @@ class DocumentStorage(StorageBase, Generic[In, Out]):
         With ``shard_size`` (bytes, or a size such as ``"256MiB"``) the writer picks the shard ids itself:
         ``writer.append(data)``, a new shard each time one holds that many bytes, committed as it fills.
         """
-        return self._writer(shard_size)
-
-    def _writer(self, shard_size: int | str | None, direct: bool = False) -> SyncWriter[In] | RollingWriter[In]:
-        header = self.create()  # the header says whether the storage records lengths and holds field columns
-        measure = record_measure(self.format, self.record_lengths, self.location)
-        return open_writer(self, self.encode, shard_size, measure, column_splitter(self.format, header), direct)
+        return document_writer(self, shard_size)
 
     def sync_reader(self) -> DocumentReader[Out]:
         """A reader of the shards committed now; use it as ``with storage.sync_reader() as reader``."""
@@ -404,9 +399,20 @@ class TokenStorage(StorageBase):
         return TokenReader(self._shard_set(header, shard_ids), header)
 
 
+def document_writer(
+    storage: DocumentStorage[In, Any], shard_size: int | str | None, direct: bool = False
+) -> SyncWriter[In] | RollingWriter[In]:
+    """A writer of a document storage (see ``DocumentStorage.sync_writer``); with ``direct``, one whose shards' data
+    goes past the page cache (``_shards.direct_writes``)."""
+    header = storage.create()  # the header says whether the storage records lengths and holds field columns
+    measure = record_measure(storage.format, storage.record_lengths, storage.location)
+    columns = column_splitter(storage.format, header)
+    return open_writer(storage, storage.encode, shard_size, measure, columns, direct)
+
+
 def bulk_writer(storage: DocumentStorage[Any, Any]) -> SyncWriter[Any]:
-    """A writer of ``storage``'s shards, named by the caller, whose data goes past the page cache
-    (``_shards.direct_writes``): for an import, which writes gigabytes that nobody reads soon."""
-    writer = storage._writer(None, direct=True)
+    """A writer of ``storage``'s shards, named by the caller, whose data goes past the page cache: for an import,
+    which writes gigabytes that nobody reads soon."""
+    writer = document_writer(storage, None, direct=True)
     assert isinstance(writer, SyncWriter)
     return writer
