@@ -103,7 +103,8 @@ def batches(piece: Piece, start: int) -> Iterator[tuple[int, Any, int]]:
     total_rows = max(1, piece.rows or 1)
     for group in wanted:  # one row group at a time, so that damage is named with the rows it lies in
         count = metadata.row_group(group).num_rows
-        batches = iter(file.iter_batches(batch_size=BATCH_ROWS, row_groups=[group], use_threads=_cores.spare))
+        threads = _cores.threads_for(piece.size)
+        batches = iter(file.iter_batches(batch_size=BATCH_ROWS, row_groups=[group], use_threads=threads))
         while True:
             try:
                 batch = next(batches)

@@ -163,7 +163,7 @@ def piece_items(piece: Piece, settings: ImportSettings, start: int) -> Iterator[
         yield from FORMATS[piece.kind].rows(piece, settings.fields, start)
         return
     batches = columnar.batches(piece, start)
-    for first, batch, position in read_ahead(batches) if _cores.spare else batches:
+    for first, batch, position in read_ahead(batches) if _cores.threads_for(piece.size) else batches:
         packed = packed_batch(batch, settings.fields, settings.schema)
         if packed is None:
             yield from rows_of_batch(piece.path, first, batch, settings.fields, position)
