@@ -7,8 +7,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from guideloom.importing import _cores
 from guideloom.importing._arrow_columns import binary_columns, fields_of_schema, first_binary_values, rows_of_batch
+from guideloom.importing._cores import threads_for
 from guideloom.importing._errors import ImportInputError
 from guideloom.importing._files import InputPath, open_binary, size_of
 from guideloom.importing._stream import Described, Piece, Row
@@ -101,9 +101,9 @@ def batches(piece: Piece, start: int) -> Iterator[tuple[int, Any, int]]:
             continue
         wanted.append(group)
     total_rows = max(1, piece.rows or 1)
+    threads = threads_for(piece.size)
     for group in wanted:  # one row group at a time, so that damage is named with the rows it lies in
         count = metadata.row_group(group).num_rows
-        threads = _cores.threads_for(piece.size)
         batches = iter(file.iter_batches(batch_size=BATCH_ROWS, row_groups=[group], use_threads=threads))
         while True:
             try:

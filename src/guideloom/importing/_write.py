@@ -22,8 +22,8 @@ from guideloom._jobs.work import Cancelled, picklable
 from guideloom._shards.record_lengths import defines_length
 from guideloom._storage.provenance import write_shard_sources
 from guideloom._storage.storages import bulk_writer
-from guideloom.importing import _cores
 from guideloom.importing._arrow_columns import CheckedRow, packed_batch, rows_of_batch
+from guideloom.importing._cores import threads_for
 from guideloom.importing._errors import ImportInputError
 from guideloom.importing._inputs import COLUMNAR_FORMATS, FORMATS
 from guideloom.importing._plan import ImportJob, ImportSettings, job_progress
@@ -163,7 +163,7 @@ def piece_items(piece: Piece, settings: ImportSettings, start: int) -> Iterator[
         yield from FORMATS[piece.kind].rows(piece, settings.fields, start)
         return
     batches = columnar.batches(piece, start)
-    for first, batch, position in read_ahead(batches) if _cores.threads_for(piece.size) else batches:
+    for first, batch, position in read_ahead(batches) if threads_for(piece.size) else batches:
         packed = packed_batch(batch, settings.fields, settings.schema)
         if packed is None:
             yield from rows_of_batch(piece.path, first, batch, settings.fields, position)
