@@ -153,6 +153,24 @@ def test_a_failed_background_write_commits_nothing_and_says_why(
     assert not any((storage.path / "incomplete").iterdir())
 
 
+def test_a_write_that_failed_while_appending_goes_on_is_raised_by_a_later_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(descriptor: int, data: memoryview, offset: int) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "pwrite", full)
+    storage = DocumentStorage(tmp_path / "records", RawFormat())
+    with pytest.raises(OSError, match="No space left on device"):
+        with bulk_writer(storage) as writer:
+            writer.append(0, bytes(direct_writes.STAGE_BYTES))  # its buffer's write fails in the background
+            time.sleep(0.3)
+            writer.append(0, bytes(direct_writes.STAGE_BYTES))  # the next hand-off finds the failure
+    monkeypatch.undo()
+    assert storage.committed_shards() == []
+    assert not any((storage.path / "incomplete").iterdir())
+
+
 def test_a_writer_left_by_an_error_waits_for_the_write_under_way_before_closing_the_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

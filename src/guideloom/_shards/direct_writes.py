@@ -132,7 +132,9 @@ class StagedWrites:
     def _write_at(descriptor: int, view: memoryview, start: int) -> None:
         done = 0
         while done < len(view):
-            done += os.pwrite(descriptor, view[done:], start + done)
+            # released even when the write fails: a failure's traceback must not keep the buffer from being closed
+            with view[done:] as rest:
+                done += os.pwrite(descriptor, rest, start + done)
 
     def checksum_staged(self) -> None:
         """Extend the checksum over what is staged and not yet handed off: the shard's last bytes, once complete."""
